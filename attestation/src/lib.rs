@@ -1,0 +1,10 @@
+//! Evidence and verdict formats of fenced-run, the SEV-SNP report and TDX quote types parsed from bytes and
+//! written back, the report-data key binding, and the TEE backends (hardware and sim).
+
+pub mod binding;
+pub mod evidence;
+pub mod sim;
+pub mod snp;
+pub mod tdx;
+pub mod tee;
+pub mod verdict;

@@ -1,0 +1,1 @@
+//! Software stand-ins for the AMD PSP and the Intel QE, signing with a locally generated test chain.

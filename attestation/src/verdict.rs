@@ -1,0 +1,1 @@
+//! The verdict (run document) of DESIGN.md, in CBOR and JSON.

@@ -1,0 +1,36 @@
+//! `fenced-run`: the host CLI. Exit 0 judged or accepted, 1 refused, 2 unusable input.
+
+use clap::{Parser, Subcommand};
+use host::cli;
+use std::process::ExitCode;
+
+/// Run a stranger's tests in a fence and bind the verdict to an attestation report.
+#[derive(Parser, Debug)]
+#[command(name = "fenced-run", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a job (a job file or a bundle) in the fence and print its verdict.
+    Run(cli::run::Args),
+    /// Run intake stages 1-5 on a bundle (nothing is executed) and print every finding.
+    Intake(cli::intake::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => cli::run::run(args),
+        Command::Intake(args) => cli::intake::run(args),
+    }
+}

@@ -1,0 +1,4 @@
+//! The subcommands of `fenced-run`, one module each; the binary only dispatches.
+
+pub mod intake;
+pub mod run;

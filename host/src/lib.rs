@@ -1,0 +1,4 @@
+//! The untrusted host: intake before anything runs, the guest image builder, the VM launcher and the
+//! `fenced-run` CLI.
+
+pub mod cli;

@@ -1,0 +1,1 @@
+//! Verification of a fenced-run evidence bundle: report, key binding, COSE signature, nonce, measurement.

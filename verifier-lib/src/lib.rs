@@ -1,0 +1,8 @@
+//! Every check a founder needs before trusting a fenced-run verdict, with typed results.
+//! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
+
+pub mod cli;
+pub mod evidence;
+pub mod output;
+pub mod snp;
+pub mod tdx;

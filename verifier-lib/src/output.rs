@@ -1,0 +1,1 @@
+//! The JSON object and the aligned human table that `verify-attestation` prints.

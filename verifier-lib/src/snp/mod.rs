@@ -1,0 +1,1 @@
+//! SEV-SNP verification: authenticity (chain, signature) in `chain`, acceptability (policy) in `policy`.

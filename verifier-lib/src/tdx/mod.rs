@@ -1,0 +1,1 @@
+//! Intel TDX quote verification: authenticity, collateral, TCB status, policy.
