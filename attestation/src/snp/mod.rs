@@ -8,7 +8,8 @@ mod report;
 mod tcb;
 
 pub use report::{
-    AttestationReport, Cpuid, FirmwareVersion, GuestPolicy, KeyInfo, PlatformInfo, ReportError, Signature,
-    SigningKey, REPORT_LEN, SIGNATURE_ALGO_ECDSA_P384_SHA384, SIGNED_LEN, SUPPORTED_VERSIONS,
+    AttestationReport, Cpuid, FirmwareVersion, GuestPolicy, KeyInfo, PlatformInfo, ReportError,
+    Signature, SigningKey, REPORT_LEN, SIGNATURE_ALGO_ECDSA_P384_SHA384, SIGNED_LEN,
+    SUPPORTED_VERSIONS,
 };
 pub use tcb::{Product, TcbParts, TcbVersion};

@@ -99,9 +99,21 @@ impl TcbVersion {
     pub fn decode(self, product: Product) -> TcbParts {
         let b = self.to_le_bytes();
         if product.has_fmc() {
-            TcbParts { fmc: Some(b[0]), bootloader: b[1], tee: b[2], snp: b[3], microcode: b[7] }
+            TcbParts {
+                fmc: Some(b[0]),
+                bootloader: b[1],
+                tee: b[2],
+                snp: b[3],
+                microcode: b[7],
+            }
         } else {
-            TcbParts { fmc: None, bootloader: b[0], tee: b[1], snp: b[6], microcode: b[7] }
+            TcbParts {
+                fmc: None,
+                bootloader: b[0],
+                tee: b[1],
+                snp: b[6],
+                microcode: b[7],
+            }
         }
     }
 
@@ -165,7 +177,11 @@ impl fmt::Display for TcbParts {
         if let Some(fmc) = self.fmc {
             write!(f, "fmc={fmc} ")?;
         }
-        write!(f, "bl={} tee={} snp={} ucode={}", self.bootloader, self.tee, self.snp, self.microcode)
+        write!(
+            f,
+            "bl={} tee={} snp={} ucode={}",
+            self.bootloader, self.tee, self.snp, self.microcode
+        )
     }
 }
 
@@ -178,13 +194,40 @@ mod tests {
         let raw = TcbVersion(0x541900000000000a);
         assert_eq!(
             raw.decode(Product::Genoa),
-            TcbParts { fmc: None, bootloader: 10, tee: 0, snp: 25, microcode: 84 }
+            TcbParts {
+                fmc: None,
+                bootloader: 10,
+                tee: 0,
+                snp: 25,
+                microcode: 84
+            }
         );
         let t = TcbVersion(0x0900000000000000);
-        assert_eq!(t.decode(Product::Turin), TcbParts { fmc: Some(0), bootloader: 0, tee: 0, snp: 0, microcode: 9 });
-        let p = TcbParts { fmc: Some(1), bootloader: 2, tee: 3, snp: 4, microcode: 5 };
-        assert_eq!(TcbVersion::from_parts(Product::Turin, p).decode(Product::Turin), p);
-        assert_eq!(TcbVersion::from_parts(Product::Turin, p).0, 0x0500000004030201);
+        assert_eq!(
+            t.decode(Product::Turin),
+            TcbParts {
+                fmc: Some(0),
+                bootloader: 0,
+                tee: 0,
+                snp: 0,
+                microcode: 9
+            }
+        );
+        let p = TcbParts {
+            fmc: Some(1),
+            bootloader: 2,
+            tee: 3,
+            snp: 4,
+            microcode: 5,
+        };
+        assert_eq!(
+            TcbVersion::from_parts(Product::Turin, p).decode(Product::Turin),
+            p
+        );
+        assert_eq!(
+            TcbVersion::from_parts(Product::Turin, p).0,
+            0x0500000004030201
+        );
     }
 
     #[test]
