@@ -1,2 +1,5 @@
 //! Expected launch measurements (SEV-SNP launch digest, TDX MRTD and RTMR replay) and auditor-signed
-//! measurement sets.
+//! measurement sets. Everything here is computed from the artifacts alone, so that an auditor can rebuild
+//! a guest image and obtain, independently of any host, the values a genuine launch must report.
+
+pub mod snp;
