@@ -1,0 +1,197 @@
+//! configfs-tsm backend against a fake kernel in a tempdir: entries appear on mkdir with their attributes,
+//! every write bumps `generation`, `outblob` is computed from `inblob`, and rmdir removes the entry.
+
+use attestation::evidence::TeeLabel;
+use attestation::tee::certtable::build_cert_table;
+use attestation::tee::{CertKind, CertTableEntry, ConfigfsOps, ConfigfsTsm, Tee, TeeError};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+struct FakeKernel {
+    provider: &'static str,
+    /// How many reads of outblob see a concurrent write (generation bumped behind our back).
+    races: AtomicU32,
+    /// Flip a byte of the report data the "firmware" puts in the report.
+    corrupt: bool,
+    aux: Vec<u8>,
+    privlevels: Mutex<Vec<String>>,
+}
+
+impl FakeKernel {
+    fn new(provider: &'static str) -> FakeKernel {
+        FakeKernel {
+            provider,
+            races: AtomicU32::new(0),
+            corrupt: false,
+            aux: Vec::new(),
+            privlevels: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn bump(dir: &Path) -> io::Result<()> {
+        let g: u64 = std::fs::read_to_string(dir.join("generation"))?
+            .trim()
+            .parse()
+            .map_err(io::Error::other)?;
+        std::fs::write(dir.join("generation"), format!("{}\n", g + 1))
+    }
+}
+
+impl ConfigfsOps for FakeKernel {
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir(path)?;
+        std::fs::write(path.join("provider"), format!("{}\n", self.provider))?;
+        std::fs::write(path.join("generation"), "0\n")?;
+        std::fs::write(path.join("inblob"), "")?;
+        std::fs::write(path.join("privlevel_floor"), "0\n")?;
+        std::fs::write(path.join("outblob"), "")?;
+        std::fs::write(path.join("auxblob"), "")?;
+        Ok(())
+    }
+
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+
+    fn write(&self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let dir = path.parent().expect("entry");
+        match path.file_name().and_then(|n| n.to_str()) {
+            Some("inblob") if data.len() > 64 => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+            Some("privlevel") => {
+                self.privlevels
+                    .lock()
+                    .expect("lock")
+                    .push(String::from_utf8_lossy(data).trim().to_owned());
+                std::fs::write(path, data)?;
+                Self::bump(dir)
+            }
+            Some("inblob") => {
+                std::fs::write(path, data)?;
+                Self::bump(dir)
+            }
+            _ => Err(io::Error::from_raw_os_error(libc::EACCES)),
+        }
+    }
+
+    fn read(&self, path: &Path, max: usize) -> io::Result<Vec<u8>> {
+        let dir = path.parent().expect("entry");
+        let out = match path.file_name().and_then(|n| n.to_str()) {
+            Some("outblob") => {
+                if self.races.load(Ordering::SeqCst) > 0 {
+                    self.races.fetch_sub(1, Ordering::SeqCst);
+                    Self::bump(dir)?;
+                }
+                let inblob = std::fs::read(dir.join("inblob"))?;
+                let mut report = vec![0u8; 1184];
+                report[0] = 2;
+                report[0x50..0x50 + inblob.len()].copy_from_slice(&inblob);
+                if self.corrupt {
+                    report[0x50] ^= 1;
+                }
+                report
+            }
+            Some("auxblob") => self.aux.clone(),
+            _ => std::fs::read(path)?,
+        };
+        if out.len() > max {
+            return Err(io::Error::other("too long"));
+        }
+        Ok(out)
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+fn entries_left(root: &Path) -> usize {
+    std::fs::read_dir(root).expect("read root").count()
+}
+
+#[test]
+fn report_with_certificates_and_cleanup() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut k = FakeKernel::new("sev_guest");
+    k.aux = build_cert_table(&[
+        CertTableEntry {
+            kind: CertKind::Ark,
+            data: b"ark".to_vec(),
+        },
+        CertTableEntry {
+            kind: CertKind::Vcek,
+            data: b"vcek".to_vec(),
+        },
+        CertTableEntry {
+            kind: CertKind::Ask,
+            data: b"ask".to_vec(),
+        },
+    ]);
+    let k = Arc::new(k);
+    let tsm = ConfigfsTsm::with_ops(root.path(), k.clone()).expect("open");
+    assert_eq!(tsm.label(), TeeLabel::SevSnp);
+    assert_eq!(tsm.provider(), "sev_guest");
+    let tsm = tsm.with_privlevel(2).expect("privlevel");
+    let rd = [0x42u8; 64];
+    let raw = tsm.get_report(&rd).expect("report");
+    assert_eq!(&raw.report[0x50..0x90], &rd[..]);
+    assert_eq!(
+        raw.certs,
+        vec![b"vcek".to_vec(), b"ask".to_vec(), b"ark".to_vec()]
+    );
+    assert_eq!(*k.privlevels.lock().expect("lock"), vec!["2".to_owned()]);
+    assert_eq!(entries_left(root.path()), 0, "report entry not removed");
+    assert!(ConfigfsTsm::with_ops(root.path(), k.clone())
+        .expect("open")
+        .with_privlevel(4)
+        .is_err());
+}
+
+#[test]
+fn generation_change_retries_then_gives_up() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let k = Arc::new(FakeKernel::new("sev_guest"));
+    let tsm = ConfigfsTsm::with_ops(root.path(), k.clone()).expect("open");
+    k.races.store(1, Ordering::SeqCst);
+    tsm.get_report(&[1; 64]).expect("second attempt succeeds");
+    assert_eq!(k.races.load(Ordering::SeqCst), 0);
+    k.races.store(100, Ordering::SeqCst);
+    let err = tsm.get_report(&[1; 64]).expect_err("always racing");
+    assert!(
+        matches!(err, TeeError::GenerationChanged { attempts: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        entries_left(root.path()),
+        0,
+        "entries left after failed attempts"
+    );
+}
+
+#[test]
+fn report_not_over_our_data_is_refused() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut k = FakeKernel::new("sev_guest");
+    k.corrupt = true;
+    let tsm = ConfigfsTsm::with_ops(root.path(), Arc::new(k)).expect("open");
+    let err = tsm.get_report(&[7; 64]).expect_err("mismatch");
+    assert!(err.to_string().contains("REPORT_DATA"), "{err}");
+    assert_eq!(entries_left(root.path()), 0);
+}
+
+#[test]
+fn providers() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let tsm =
+        ConfigfsTsm::with_ops(root.path(), Arc::new(FakeKernel::new("tdx_guest"))).expect("open");
+    assert_eq!(tsm.label(), TeeLabel::Tdx);
+    let raw = tsm.get_report(&[3; 64]).expect("quote");
+    assert!(raw.certs.is_empty());
+    let err = ConfigfsTsm::with_ops(root.path(), Arc::new(FakeKernel::new("arm_cca_guest")))
+        .expect_err("unknown");
+    assert!(err.to_string().contains("arm_cca_guest"), "{err}");
+    let err = ConfigfsTsm::open(&root.path().join("absent")).expect_err("absent");
+    assert!(matches!(err, TeeError::NotPresent(_)));
+    assert_eq!(entries_left(root.path()), 0);
+}
