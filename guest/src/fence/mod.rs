@@ -1,5 +1,14 @@
 //! The fence: two phases (install behind an allowlisting proxy, then tests with no network), limits, teardown,
 //! outcome classification.
 
+pub mod cgroup;
+pub mod classify;
 pub mod counts;
+pub mod forwarder;
+pub mod helper;
 pub mod proxy;
+pub mod relay;
+pub mod repo;
+pub mod run;
+pub mod spec;
+pub mod sys;

@@ -1,0 +1,254 @@
+//! Outcome classification: turns what a phase did (exit, signal, limits that fired, counts) into one of the
+//! eight named outcomes of DESIGN.md. Pure functions, so that every rule has a unit test.
+
+use super::counts::CountsResult;
+use attestation::verdict::Outcome;
+
+/// SIGKILL, the signal the OOM killer and the wall clock use.
+const SIGKILL: i32 = 9;
+/// SIGXFSZ, sent when a file grows past RLIMIT_FSIZE.
+const SIGXFSZ: i32 = 25;
+
+/// What one phase did, as far as classification cares.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PhaseFacts {
+    /// The sandbox could not be built (nothing untrusted ran).
+    pub setup_error: Option<String>,
+    /// `/bin/sh` itself could not be executed.
+    pub exec_error: Option<String>,
+    /// Exit code of the command.
+    pub exit_code: Option<i32>,
+    /// Signal that ended the command.
+    pub signal: Option<i32>,
+    /// The wall clock ran out.
+    pub timed_out: bool,
+    /// OOM kills in the phase's cgroup.
+    pub oom_kills: u64,
+    /// Forks refused by the pids limit.
+    pub pids_max: u64,
+    /// The writable scratch was full when the command ended.
+    pub disk_full: bool,
+}
+
+impl PhaseFacts {
+    /// Why our side gave out, if it did (memory, processes, disk).
+    pub fn exhausted(&self) -> Option<String> {
+        if let Some(e) = &self.setup_error {
+            return Some(format!("the sandbox could not be set up: {e}"));
+        }
+        if self.oom_kills > 0 {
+            return Some(format!(
+                "the memory limit was reached: {} process(es) killed by the OOM killer",
+                self.oom_kills
+            ));
+        }
+        if self.pids_max > 0 {
+            return Some(format!(
+                "the process limit was reached: {} fork(s) refused",
+                self.pids_max
+            ));
+        }
+        if self.disk_full || self.signal == Some(SIGXFSZ) {
+            return Some(
+                "the disk limit was reached (scratch full or RLIMIT_FSIZE exceeded)".into(),
+            );
+        }
+        None
+    }
+
+    /// Why the command could not be started, if it could not (exec failure, or 126/127 from the shell).
+    pub fn unavailable(&self) -> Option<String> {
+        if let Some(e) = &self.exec_error {
+            return Some(format!("the shell could not be executed: {e}"));
+        }
+        match self.exit_code {
+            Some(127) => Some("the command was not found (exit 127 from the shell)".into()),
+            Some(126) => Some("the command is not executable (exit 126 from the shell)".into()),
+            _ => None,
+        }
+    }
+}
+
+/// Whether the install phase ends the run, and how: `None` when the test phase may start.
+pub fn install_stops(f: &PhaseFacts) -> Option<(Outcome, String)> {
+    if let Some(why) = f.exhausted() {
+        return Some((
+            Outcome::EnvironmentExhausted,
+            format!("install phase: {why}"),
+        ));
+    }
+    if f.timed_out {
+        return Some((
+            Outcome::BudgetExpired,
+            "install phase: the wall-clock budget ran out".into(),
+        ));
+    }
+    if let Some(why) = f.unavailable() {
+        return Some((
+            Outcome::TestCommandUnavailable,
+            format!("install phase: {why}"),
+        ));
+    }
+    match (f.exit_code, f.signal) {
+        (Some(0), _) => None,
+        (Some(c), _) => Some((
+            Outcome::TestsFailed,
+            format!("install phase failed with exit code {c}"),
+        )),
+        (None, Some(s)) => Some((
+            Outcome::TestsFailed,
+            format!("install phase killed by signal {s}"),
+        )),
+        (None, None) => Some((
+            Outcome::EnvironmentExhausted,
+            "install phase ended without an exit status".into(),
+        )),
+    }
+}
+
+/// The outcome of the test phase and, when useful, a sentence saying why.
+pub fn test_outcome(f: &PhaseFacts, counts: &CountsResult) -> (Outcome, Option<String>) {
+    if let Some(why) = f.exhausted() {
+        return (Outcome::EnvironmentExhausted, Some(why));
+    }
+    if f.timed_out {
+        return (
+            Outcome::BudgetExpired,
+            Some("the wall-clock budget ran out; the PID namespace was killed".into()),
+        );
+    }
+    if let Some(why) = f.unavailable() {
+        return (Outcome::TestCommandUnavailable, Some(why));
+    }
+    if f.signal == Some(SIGKILL) && f.exit_code.is_none() {
+        // Killed without the OOM counter or the clock: still a failure of the command as far as we can tell.
+        return (
+            Outcome::TestsFailed,
+            Some("the command was killed by SIGKILL".into()),
+        );
+    }
+    match counts {
+        CountsResult::Counted(c) if c.failed() => (Outcome::TestsFailed, c.disagreement()),
+        CountsResult::Counted(c) if c.no_tests() => (Outcome::NoTestsObserved, None),
+        CountsResult::Counted(_) if f.exit_code == Some(0) => (Outcome::TestsPassed, None),
+        CountsResult::Counted(_) => (Outcome::TestsFailed, Some(nonzero(f))),
+        _ if f.exit_code != Some(0) => (Outcome::TestsFailed, Some(nonzero(f))),
+        CountsResult::Unparsed { why } => (Outcome::CountsUnparsed, Some(why.clone())),
+    }
+}
+
+fn nonzero(f: &PhaseFacts) -> String {
+    match (f.exit_code, f.signal) {
+        (Some(c), _) => format!("the command exited with {c}"),
+        (None, Some(s)) => format!("the command was killed by signal {s}"),
+        _ => "the command ended without an exit status".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::counts;
+
+    fn exited(code: i32) -> PhaseFacts {
+        PhaseFacts {
+            exit_code: Some(code),
+            ..Default::default()
+        }
+    }
+
+    fn parse(s: &str, code: Option<i32>) -> CountsResult {
+        counts::parse(s.as_bytes(), code, None)
+    }
+
+    #[test]
+    fn lying_counts_with_failing_exit_fail() {
+        let c = parse(
+            "test result: ok. 999 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n",
+            Some(1),
+        );
+        assert_eq!(test_outcome(&exited(1), &c).0, Outcome::TestsFailed);
+    }
+
+    #[test]
+    fn each_outcome_has_its_rule() {
+        let ok = parse(
+            "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n",
+            Some(0),
+        );
+        assert_eq!(test_outcome(&exited(0), &ok).0, Outcome::TestsPassed);
+        let none = parse(
+            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n",
+            Some(0),
+        );
+        assert_eq!(test_outcome(&exited(0), &none).0, Outcome::NoTestsObserved);
+        let garbage = parse("all good\n", Some(0));
+        assert_eq!(
+            test_outcome(&exited(0), &garbage).0,
+            Outcome::CountsUnparsed
+        );
+        assert_eq!(test_outcome(&exited(2), &garbage).0, Outcome::TestsFailed);
+        assert_eq!(
+            test_outcome(&exited(127), &garbage).0,
+            Outcome::TestCommandUnavailable
+        );
+        assert_eq!(
+            test_outcome(&exited(126), &garbage).0,
+            Outcome::TestCommandUnavailable
+        );
+        let timed = PhaseFacts {
+            timed_out: true,
+            signal: Some(9),
+            ..Default::default()
+        };
+        assert_eq!(test_outcome(&timed, &garbage).0, Outcome::BudgetExpired);
+        let oom = PhaseFacts {
+            oom_kills: 1,
+            signal: Some(9),
+            ..Default::default()
+        };
+        assert_eq!(test_outcome(&oom, &ok).0, Outcome::EnvironmentExhausted);
+        let pids = PhaseFacts {
+            pids_max: 4,
+            ..exited(0)
+        };
+        assert_eq!(test_outcome(&pids, &ok).0, Outcome::EnvironmentExhausted);
+        let disk = PhaseFacts {
+            disk_full: true,
+            ..exited(1)
+        };
+        assert_eq!(
+            test_outcome(&disk, &garbage).0,
+            Outcome::EnvironmentExhausted
+        );
+        let xfsz = PhaseFacts {
+            signal: Some(25),
+            ..Default::default()
+        };
+        assert_eq!(
+            test_outcome(&xfsz, &garbage).0,
+            Outcome::EnvironmentExhausted
+        );
+    }
+
+    #[test]
+    fn install_rules() {
+        assert_eq!(install_stops(&exited(0)), None);
+        assert_eq!(
+            install_stops(&exited(1)).map(|x| x.0),
+            Some(Outcome::TestsFailed)
+        );
+        assert_eq!(
+            install_stops(&exited(127)).map(|x| x.0),
+            Some(Outcome::TestCommandUnavailable)
+        );
+        let timed = PhaseFacts {
+            timed_out: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            install_stops(&timed).map(|x| x.0),
+            Some(Outcome::BudgetExpired)
+        );
+    }
+}

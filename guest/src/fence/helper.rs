@@ -1,0 +1,525 @@
+//! The fence helper: our own binary re-executed as `BINARY __fence-helper SPEC.json`, single-threaded until
+//! its namespaces exist. It unshares PID, network, IPC and UTS namespaces (and a user namespace when not
+//! root), forks the namespace's PID 1 (which builds the mount tree and runs the command), enforces the
+//! wall clock by killing that PID 1, and writes a [`PhaseReport`].
+
+use super::spec::{self, PhaseReport, PhaseSpec};
+use super::sys::{self, Forked};
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{Gid, Pid, Uid};
+use std::ffi::CString;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The first argument that makes our binary act as the fence helper.
+pub const HELPER_ARG: &str = "__fence-helper";
+
+/// Runs the helper and exits when the process was started as one (`argv[1] == __fence-helper`); returns at
+/// once otherwise. Call it as the first statement of `main`, before any thread or runtime exists.
+pub fn dispatch() {
+    let mut args = std::env::args_os();
+    let _argv0 = args.next();
+    if args.next().as_deref() != Some(std::ffi::OsStr::new(HELPER_ARG)) {
+        return;
+    }
+    let code = match args.next() {
+        Some(path) => helper_main(Path::new(&path)),
+        None => {
+            eprintln!("fence helper: missing SPEC.json argument");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Reads the spec, runs the phase, writes the report; returns the process exit code (0 when a report was
+/// written, whatever the command did).
+fn helper_main(spec_path: &Path) -> i32 {
+    let spec: PhaseSpec = match fs::read(spec_path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("fence helper: cannot read {}: {e}", spec_path.display());
+            return 2;
+        }
+    };
+    let report = run_phase(&spec).unwrap_or_else(|e| PhaseReport {
+        setup_error: Some(e),
+        ..Default::default()
+    });
+    match serde_json::to_vec(&report)
+        .map_err(|e| e.to_string())
+        .and_then(|b| {
+            fs::write(&spec.report_path, b)
+                .map_err(|e| format!("{}: {e}", spec.report_path.display()))
+        }) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("fence helper: cannot write the report: {e}");
+            3
+        }
+    }
+}
+
+fn errno(what: &str, e: Errno) -> String {
+    format!("{what}: {}", e.desc())
+}
+
+/// Everything the helper does for one phase; `Err` only when the sandbox could not be set up.
+fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
+    if spec.user_ns {
+        enter_user_namespace()?;
+    }
+    unshare(
+        CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS,
+    )
+    .map_err(|e| errno("unshare(PID|NET|IPC|UTS)", e))?;
+    sys::loopback_up().map_err(|e| errno("bringing loopback up", e))?;
+    let listener = match &spec.forward {
+        Some(f) => Some(
+            std::net::TcpListener::bind(("127.0.0.1", f.port))
+                .map_err(|e| format!("relay listener on 127.0.0.1:{}: {e}", f.port))?,
+        ),
+        None => None,
+    };
+    let (go_r, go_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno("pipe", e))?;
+    let (status_r, status_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno("pipe", e))?;
+    let init = match sys::fork_single_threaded().map_err(|e| errno("fork of PID 1", e))? {
+        Forked::Child => {
+            drop(go_w);
+            drop(status_r);
+            drop(listener);
+            let code = pid1(spec, go_r, status_w);
+            sys::exit_now(code)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(go_r);
+    drop(status_w);
+    let pidfd = sys::pidfd_open(init).map_err(|e| errno("pidfd_open", e));
+    let setup = (|| -> Result<OwnedFd, String> {
+        let pidfd = pidfd?;
+        for procs in &spec.cgroup_procs {
+            fs::write(procs, init.as_raw().to_string())
+                .map_err(|e| format!("joining cgroup {}: {e}", procs.display()))?;
+        }
+        Ok(pidfd)
+    })();
+    let pidfd = match setup {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = kill(init, Signal::SIGKILL);
+            let _ = waitpid(init, None);
+            return Err(e);
+        }
+    };
+    if let (Some(listener), Some(f)) = (listener, &spec.forward) {
+        let socket = f.socket.clone();
+        std::thread::spawn(move || super::relay::serve(listener, socket));
+    }
+    let started = Instant::now();
+    let mut go = fs::File::from(go_w);
+    let _ = go.write_all(b"g");
+    drop(go);
+
+    // Wait for PID 1 with the wall clock; at expiry kill it, and the kernel kills the whole namespace.
+    let deadline = started + Duration::from_millis(spec.timeout_ms);
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            timed_out = true;
+            let _ = kill(init, Signal::SIGKILL);
+            break;
+        }
+        let ms = u16::try_from(left.as_millis().min(30_000)).unwrap_or(30_000);
+        let mut fds = [nix::poll::PollFd::new(
+            pidfd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+            Ok(0) => continue,
+            Ok(_) => break,
+            Err(Errno::EINTR) => continue,
+            Err(e) => {
+                let _ = kill(init, Signal::SIGKILL);
+                let _ = waitpid(init, None);
+                return Err(errno("poll on PID 1", e));
+            }
+        }
+    }
+    let namespace_dead = loop {
+        match waitpid(init, None) {
+            Ok(WaitStatus::Exited(..)) | Ok(WaitStatus::Signaled(..)) => break true,
+            Ok(_) => continue,
+            Err(Errno::EINTR) => continue,
+            Err(_) => break false,
+        }
+    };
+    let elapsed = started.elapsed();
+    let mut text = String::new();
+    let _ = fs::File::from(status_r).read_to_string(&mut text);
+    let mut report: PhaseReport = match serde_json::from_str(&text) {
+        Ok(r) => r,
+        Err(_) if timed_out => PhaseReport::default(),
+        Err(_) => PhaseReport {
+            setup_error: Some("PID 1 of the sandbox ended without a report".into()),
+            ..Default::default()
+        },
+    };
+    report.timed_out = timed_out;
+    report.namespace_dead = namespace_dead;
+    if timed_out {
+        report.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+    }
+    Ok(report)
+}
+
+/// Enters a new user namespace in which the caller's uid and gid are 0 (the unprivileged runner's path).
+fn enter_user_namespace() -> Result<(), String> {
+    let uid = Uid::current();
+    let gid = Gid::current();
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| errno("unshare(USER)", e))?;
+    fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("/proc/self/setgroups: {e}"))?;
+    fs::write("/proc/self/uid_map", format!("0 {uid} 1"))
+        .map_err(|e| format!("/proc/self/uid_map: {e}"))?;
+    fs::write("/proc/self/gid_map", format!("0 {gid} 1"))
+        .map_err(|e| format!("/proc/self/gid_map: {e}"))?;
+    Ok(())
+}
+
+/// PID 1 of the sandbox's PID namespace: builds the mount tree, starts the command, reaps every process,
+/// and reports through `status`. Returns its exit code.
+fn pid1(spec: &PhaseSpec, go: OwnedFd, status: OwnedFd) -> i32 {
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    let mut byte = [0u8; 1];
+    if !matches!(fs::File::from(go).read(&mut byte), Ok(1)) {
+        return 1;
+    }
+    let mut status = fs::File::from(status);
+    let report = match pid1_inner(spec) {
+        Ok(r) => r,
+        Err(e) => PhaseReport {
+            setup_error: Some(e),
+            ..Default::default()
+        },
+    };
+    let text = serde_json::to_string(&report).unwrap_or_default();
+    let _ = status.write_all(text.as_bytes());
+    0
+}
+
+fn pid1_inner(spec: &PhaseSpec) -> Result<PhaseReport, String> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| errno("unshare(NS)", e))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| errno("making / private", e))?;
+    nix::unistd::sethostname(spec::SANDBOX_HOSTNAME).map_err(|e| errno("sethostname", e))?;
+    build_root(spec)?;
+    enter_root(&spec.root_dir)?;
+
+    let argv = [c("/bin/sh")?, c("sh")?, c("-c")?, c(&spec.command)?];
+    let env: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| c(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    let (err_r, err_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno("pipe", e))?;
+    let started = Instant::now();
+    let cmd = match sys::fork_single_threaded().map_err(|e| errno("fork of the command", e))? {
+        Forked::Child => {
+            drop(err_r);
+            let e = become_command(spec, &argv, &env);
+            let _ = fs::File::from(err_w).write_all(e.as_bytes());
+            sys::exit_now(127)
+        }
+        Forked::Parent(pid) => pid,
+    };
+    drop(err_w);
+    let mut exec_error = String::new();
+    let _ = fs::File::from(err_r).read_to_string(&mut exec_error);
+
+    let mut report = PhaseReport::default();
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == cmd => {
+                report.exit_code = Some(code);
+                break;
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == cmd => {
+                report.signal = Some(sig as i32);
+                break;
+            }
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(e) => return Err(errno("waiting for the command", e)),
+        }
+    }
+    report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if !exec_error.is_empty() {
+        report.exec_error = Some(exec_error);
+        report.exit_code = None;
+    }
+    report.running_at_end = count_processes().saturating_sub(1);
+    report.tasks_started = fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(|last| last.saturating_sub(1))
+        .unwrap_or(0);
+    report.scratch_free_bytes = [spec::SANDBOX_REPO, spec::SANDBOX_TMP]
+        .iter()
+        .filter_map(|p| nix::sys::statvfs::statvfs(*p).ok())
+        .map(|s| s.blocks_available() * s.fragment_size())
+        .min();
+    // Kill everything else in the namespace and reap it; our own exit would do the same.
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-1), None) {}
+    Ok(report)
+}
+
+fn c(s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("a NUL byte in {s:?}"))
+}
+
+/// Counts the processes of the namespace (entries of our own `/proc`).
+fn count_processes() -> u64 {
+    fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// In the forked child: drop everything and exec the command; returns only on failure, with the reason.
+fn become_command(spec: &PhaseSpec, argv: &[CString; 4], env: &[CString]) -> String {
+    use nix::sys::resource::{setrlimit, Resource};
+    let r = (|| -> Result<(), String> {
+        nix::unistd::setsid().map_err(|e| errno("setsid", e))?;
+        let null = nix::fcntl::open(
+            "/dev/null",
+            nix::fcntl::OFlag::O_RDONLY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|e| errno("/dev/null", e))?;
+        nix::unistd::dup2(null, 0).map_err(|e| errno("dup2", e))?;
+        nix::unistd::dup2(1, 2).map_err(|e| errno("dup2", e))?;
+        setrlimit(Resource::RLIMIT_NOFILE, spec.open_files, spec.open_files)
+            .map_err(|e| errno("RLIMIT_NOFILE", e))?;
+        setrlimit(
+            Resource::RLIMIT_FSIZE,
+            spec.file_size_bytes,
+            spec.file_size_bytes,
+        )
+        .map_err(|e| errno("RLIMIT_FSIZE", e))?;
+        setrlimit(Resource::RLIMIT_CORE, 0, 0).map_err(|e| errno("RLIMIT_CORE", e))?;
+        nix::unistd::chdir(spec::SANDBOX_REPO).map_err(|e| errno("chdir /work/repo", e))?;
+        let (uid, gid) = (Uid::from_raw(spec.uid), Gid::from_raw(spec.gid));
+        if !spec.user_ns {
+            nix::unistd::setgroups(&[gid]).map_err(|e| errno("setgroups", e))?;
+        }
+        sys::drop_capability_bounding_set().map_err(|e| errno("dropping capabilities", e))?;
+        nix::unistd::setresgid(gid, gid, gid).map_err(|e| errno("setresgid", e))?;
+        nix::unistd::setresuid(uid, uid, uid).map_err(|e| errno("setresuid", e))?;
+        nix::sys::prctl::set_no_new_privs().map_err(|e| errno("PR_SET_NO_NEW_PRIVS", e))?;
+        Ok(())
+    })();
+    if let Err(e) = r {
+        return e;
+    }
+    match nix::unistd::execve(&argv[0], &argv[1..], env) {
+        Err(e) => errno("execve /bin/sh", e),
+        Ok(never) => match never {},
+    }
+}
+
+const RO: MsFlags = MsFlags::MS_RDONLY;
+
+fn bind(src: &Path, dst: &Path, flags: MsFlags) -> Result<(), String> {
+    mount(
+        Some(src),
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| errno(&format!("bind {} -> {}", src.display(), dst.display()), e))?;
+    // Keep the flags the kernel locked on the source (in a user namespace they cannot be cleared).
+    let locked = nix::sys::statvfs::statvfs(dst)
+        .map(|s| s.flags())
+        .unwrap_or(nix::sys::statvfs::FsFlags::empty());
+    let mut keep = MsFlags::empty();
+    for (f, m) in [
+        (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (nix::sys::statvfs::FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+    ] {
+        if locked.contains(f) {
+            keep |= m;
+        }
+    }
+    mount(
+        None::<&str>,
+        dst,
+        None::<&str>,
+        MsFlags::MS_BIND
+            | MsFlags::MS_REMOUNT
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | flags
+            | keep,
+        None::<&str>,
+    )
+    .map_err(|e| errno(&format!("remount {}", dst.display()), e))
+}
+
+fn under(root: &Path, abs: &Path) -> PathBuf {
+    root.join(abs.strip_prefix("/").unwrap_or(abs))
+}
+
+fn mkdirs(p: &Path) -> Result<(), String> {
+    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))
+}
+
+/// Builds the sandbox's root on `spec.root_dir` (a fresh tmpfs) in PID 1's private mount namespace.
+fn build_root(spec: &PhaseSpec) -> Result<(), String> {
+    let root = &spec.root_dir;
+    mount(
+        Some("fence-root"),
+        root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("size=1m,mode=0755"),
+    )
+    .map_err(|e| errno("tmpfs root", e))?;
+    for dir in spec::SYSTEM_DIRS {
+        let host = Path::new(dir);
+        let target = under(root, host);
+        match fs::symlink_metadata(host) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = fs::read_link(host).map_err(|e| format!("{dir}: {e}"))?;
+                symlink(&to, &target).map_err(|e| format!("symlink {dir}: {e}"))?;
+            }
+            Ok(m) if m.is_dir() => {
+                mkdirs(&target)?;
+                bind(host, &target, RO)?;
+            }
+            _ => {}
+        }
+    }
+    for p in &spec.read_paths {
+        let target = under(root, p);
+        let meta = fs::metadata(p).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
+        if meta.is_dir() {
+            mkdirs(&target)?;
+        } else {
+            if let Some(parent) = target.parent() {
+                mkdirs(parent)?;
+            }
+            fs::write(&target, b"")
+                .map_err(|e| format!("mount point {}: {e}", target.display()))?;
+        }
+        bind(p, &target, RO)?;
+    }
+    for (host, inside) in [
+        (&spec.repo_dir, spec::SANDBOX_REPO),
+        (&spec.home_dir, spec::SANDBOX_HOME),
+        (&spec.tmp_dir, spec::SANDBOX_TMP),
+    ] {
+        let target = under(root, Path::new(inside));
+        mkdirs(&target)?;
+        bind(host, &target, MsFlags::empty())?;
+    }
+    let dev = root.join("dev");
+    mkdirs(&dev)?;
+    mount(
+        Some("fence-dev"),
+        &dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("size=64k,mode=0755"),
+    )
+    .map_err(|e| errno("tmpfs /dev", e))?;
+    for name in spec::DEVICES {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(name);
+        fs::write(&target, b"").map_err(|e| format!("mount point {}: {e}", target.display()))?;
+        mount(
+            Some(&host),
+            &target,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| errno(&format!("bind {}", host.display()), e))?;
+    }
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        symlink(to, dev.join(name)).map_err(|e| format!("/dev/{name}: {e}"))?;
+    }
+    mkdirs(&root.join("proc"))?;
+    Ok(())
+}
+
+/// Makes `root` the root of PID 1's mount namespace, detaches the host's tree, mounts a fresh `/proc` for the
+/// new PID namespace and makes `/` read-only.
+fn enter_root(root: &Path) -> Result<(), String> {
+    nix::unistd::chdir(root).map_err(|e| errno("chdir root", e))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| errno("pivot_root", e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| errno("detaching the host's tree", e))?;
+    nix::unistd::chdir("/").map_err(|e| errno("chdir /", e))?;
+    mount(
+        Some("proc"),
+        "/proc",
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| errno("mounting /proc", e))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_BIND
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV,
+        None::<&str>,
+    )
+    .map_err(|e| errno("making / read-only", e))?;
+    Ok(())
+}

@@ -1,0 +1,854 @@
+//! The fenced run: prepare the repository, run the install phase behind the egress relay, make the cut, run
+//! the test phase with no network, read the counts, classify the outcome and tear everything down. The
+//! result is always a [`Verdict`]; nothing of the run is left on the host afterwards.
+
+use super::cgroup::PhaseCgroup;
+use super::classify::{self, PhaseFacts};
+use super::helper::HELPER_ARG;
+use super::repo;
+use super::spec::{self, ForwardSpec, PhaseReport, PhaseSpec};
+use attestation::verdict::{
+    AppliedLimits, EgressRecord, Finding, Inputs, InstallPhase, Isolation, RlimitValue, TestCounts,
+    TestNetwork, TestPhase, Verdict, OUTPUT_TAIL_MAX,
+};
+use intake::job::{AllowEntry, Job};
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The agent version recorded in verdicts.
+pub const AGENT_VERSION: &str = concat!("fenced-run ", env!("CARGO_PKG_VERSION"));
+/// Most output of one phase kept whole for the count parsers (64 MiB); beyond it counts are not trusted.
+pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024 * 1024;
+/// The uid and gid untrusted commands run as when the runner is root (`nobody` on Debian).
+pub const SANDBOX_ID: u32 = 65534;
+/// The port of the egress relay inside the install phase's network namespace.
+pub const RELAY_PORT: u16 = 3128;
+/// The PATH of the sandbox (before any `[sandbox] read` directory named `bin`).
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// 32 random bytes, the nonce of a run when the founder gave none.
+pub fn random_nonce() -> Vec<u8> {
+    use rand::RngCore;
+    let mut n = vec![0u8; 32];
+    rand::thread_rng().fill_bytes(&mut n);
+    n
+}
+
+/// A running egress proxy for one install phase.
+pub trait EgressSession: Send {
+    /// Stops the proxy (closing every connection) and returns every attempt it saw, in order.
+    fn finish(self: Box<Self>) -> Vec<EgressRecord>;
+}
+
+/// Something that can start the install phase's egress proxy on a Unix socket.
+pub trait EgressProxy: Send + Sync {
+    /// Starts listening on `socket` with `allow` as the allowlist.
+    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String>;
+}
+
+/// How to run a job (everything that is not in the job file).
+#[derive(Clone)]
+pub struct RunOptions {
+    /// The binary re-executed as the fence helper (`/proc/self/exe` for `fenced-run`).
+    pub helper: PathBuf,
+    /// The isolation tier recorded in the verdict.
+    pub isolation: Isolation,
+    /// The founder's nonce recorded in the verdict.
+    pub nonce: Vec<u8>,
+    /// The egress proxy of the install phase; without one the install phase has loopback only.
+    pub proxy: Option<Arc<dyn EgressProxy>>,
+    /// Most output kept whole per phase for the count parsers.
+    pub output_cap: usize,
+    /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
+    pub home: Option<PathBuf>,
+}
+
+impl RunOptions {
+    /// Options for the process tier with `helper` as the re-executed binary.
+    pub fn new(helper: PathBuf, nonce: Vec<u8>) -> RunOptions {
+        RunOptions {
+            helper,
+            isolation: Isolation::Process,
+            nonce,
+            proxy: None,
+            output_cap: DEFAULT_OUTPUT_CAP,
+            home: None,
+        }
+    }
+}
+
+/// The run's own directory: spec and report files, the sandbox root mount points, and `fs` (a size-limited
+/// tmpfs when the runner is root) holding the repository copy, the scratch home and the temporary dirs.
+struct RunDir {
+    dir: Option<tempfile::TempDir>,
+    fs: PathBuf,
+    mounted: bool,
+}
+
+impl RunDir {
+    fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("fenced-run-")
+            .tempdir()
+            .map_err(|e| format!("cannot create the run directory: {e}"))?;
+        let fs_dir = dir.path().join("fs");
+        fs::create_dir(&fs_dir).map_err(|e| format!("{}: {e}", fs_dir.display()))?;
+        let mut rd = RunDir {
+            dir: Some(dir),
+            fs: fs_dir,
+            mounted: false,
+        };
+        if root {
+            nix::mount::mount(
+                Some("fenced-run"),
+                &rd.fs,
+                Some("tmpfs"),
+                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                Some(format!("size={}m,mode=0755", disk_mib.max(1)).as_str()),
+            )
+            .map_err(|e| {
+                format!(
+                    "tmpfs of {disk_mib} MiB on {}: {}",
+                    rd.fs.display(),
+                    e.desc()
+                )
+            })?;
+            rd.mounted = true;
+        }
+        Ok(rd)
+    }
+
+    fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/nonexistent"))
+    }
+
+    /// Unmounts and removes everything; returns what could not be removed.
+    fn teardown(mut self) -> Vec<String> {
+        let mut left = Vec::new();
+        if self.mounted {
+            if let Err(e) = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH) {
+                left.push(format!("mount {}: {}", self.fs.display(), e.desc()));
+            }
+            self.mounted = false;
+        }
+        if let Some(dir) = self.dir.take() {
+            let p = dir.path().to_owned();
+            if let Err(e) = dir.close() {
+                left.push(format!("directory {}: {e}", p.display()));
+            }
+        }
+        left
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Output of one phase: kept whole up to a cap for the parsers, and its tail for the verdict.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// The stream from its start, up to the cap.
+    pub head: Vec<u8>,
+    /// Total bytes the phase wrote.
+    pub total: u64,
+    /// The last bytes written (at most twice [`OUTPUT_TAIL_MAX`]).
+    pub tail: Vec<u8>,
+}
+
+impl Output {
+    /// Whether the stream went past the cap (the parsers did not see all of it).
+    pub fn truncated(&self) -> bool {
+        self.total > self.head.len() as u64
+    }
+
+    /// Reads `r` to its end.
+    pub fn read_all(mut r: impl Read, cap: usize) -> Output {
+        let mut out = Output::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            };
+            let chunk = &buf[..n];
+            out.total += n as u64;
+            let room = cap.saturating_sub(out.head.len());
+            out.head.extend_from_slice(&chunk[..room.min(n)]);
+            out.tail.extend_from_slice(chunk);
+            if out.tail.len() > 2 * OUTPUT_TAIL_MAX {
+                let cut = out.tail.len() - OUTPUT_TAIL_MAX;
+                out.tail.drain(..cut);
+            }
+        }
+        out
+    }
+}
+
+/// What one phase gave.
+struct PhaseRun {
+    report: PhaseReport,
+    output: Output,
+    facts: PhaseFacts,
+    left_after_teardown: u64,
+    findings: Vec<Finding>,
+    env_names: Vec<String>,
+    sandbox: Vec<String>,
+    header: String,
+}
+
+fn finding(stage: &str, kind: &str, detail: impl Into<String>) -> Finding {
+    Finding {
+        stage: stage.into(),
+        path: String::new(),
+        kind: kind.into(),
+        detail: detail.into(),
+    }
+}
+
+/// Runs `job` in the fence and returns its verdict (never panics on outside input; refusals are verdicts).
+pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
+    let inputs = Inputs {
+        commit: None,
+        tree: None,
+        patch_sha256: None,
+        job_sha256: Some(job.sha256.clone()),
+        nonce: opts.nonce.clone(),
+    };
+    let refuse = |stage: &str, reason: &str, inputs: Inputs| {
+        let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
+        v.limits = applied_limits(job);
+        v
+    };
+    if let Some(url) = job.repository.url() {
+        let _ = url;
+        return refuse(
+            "repository",
+            &format!(
+                "{}: a repository URL is fetched by intake, not by the fence",
+                job.repository.path
+            ),
+            inputs,
+        );
+    }
+    let root = nix::unistd::geteuid().is_root();
+    let home = opts
+        .home
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .unwrap_or_default();
+    let read_paths = match resolve_read_paths(job, &home) {
+        Ok(p) => p,
+        Err(e) => return refuse("sandbox", &e, inputs),
+    };
+    let dir = match RunDir::create(job.limits.disk_mib, root) {
+        Ok(d) => d,
+        Err(e) => return refuse("fence", &e, inputs),
+    };
+    let mut verdict = run_in(job, opts, &dir, read_paths, root, inputs);
+    for left in dir.teardown() {
+        verdict
+            .findings
+            .push(finding("teardown", "left-on-host", left));
+    }
+    verdict
+}
+
+fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut out = Vec::new();
+    for p in job.sandbox.resolve(home)? {
+        let canon =
+            fs::canonicalize(&p).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
+        intake::job::check_read_path(&canon, Some(home)).map_err(|e| {
+            format!(
+                "[sandbox] read {} (resolves to {}): {e}",
+                p.display(),
+                canon.display()
+            )
+        })?;
+        out.push(canon);
+    }
+    Ok(out)
+}
+
+fn applied_limits(job: &Job) -> AppliedLimits {
+    let l = &job.limits;
+    let mut rlimits = BTreeMap::new();
+    let both = |v| RlimitValue {
+        soft: Some(v),
+        hard: Some(v),
+    };
+    rlimits.insert("RLIMIT_NOFILE".to_owned(), both(l.open_files));
+    rlimits.insert(
+        "RLIMIT_FSIZE".to_owned(),
+        both(l.disk_mib.saturating_mul(1024 * 1024)),
+    );
+    rlimits.insert("RLIMIT_CORE".to_owned(), both(0));
+    AppliedLimits {
+        memory_mib: Some(l.memory_mib),
+        pids: Some(l.pids),
+        disk_mib: Some(l.disk_mib),
+        open_files: Some(l.open_files),
+        install_timeout_seconds: job.install.as_ref().map(|i| i.timeout_seconds),
+        test_timeout_seconds: Some(job.test.timeout_seconds),
+        rlimits,
+    }
+}
+
+fn run_in(
+    job: &Job,
+    opts: &RunOptions,
+    dir: &RunDir,
+    read_paths: Vec<PathBuf>,
+    root: bool,
+    mut inputs: Inputs,
+) -> Verdict {
+    let refuse = |stage: &str, reason: &str, inputs: Inputs| {
+        let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
+        v.limits = applied_limits(job);
+        v
+    };
+    let source = job.resolve(Path::new(&job.repository.path));
+    let patch = job.repository.patch.as_ref().map(|p| job.resolve(p));
+    let repo_dir = dir.fs.join("repo");
+    let prepared = match repo::prepare(
+        &source,
+        &repo_dir,
+        job.repository.commit.as_deref(),
+        patch.as_deref(),
+    ) {
+        Ok(p) => p,
+        Err(e) => return refuse(e.stage(), &e.to_string(), inputs),
+    };
+    inputs.commit = prepared.commit.clone();
+    inputs.tree = Some(prepared.tree.clone());
+    inputs.patch_sha256 = prepared.patch_sha256.clone();
+
+    let (test_command, test_source) = match &job.test.command {
+        Some(c) => (c.clone(), "job".to_owned()),
+        None => match repo::detect_test_command(&repo_dir) {
+            Some(found) => found,
+            None => {
+                return refuse(
+                    "test",
+                    "no [test] command in the job and none detected (Cargo.toml, package.json scripts.test, go.mod, \
+                     pyproject.toml/pytest.ini/setup.cfg, Makefile test target, tests/test.sh)",
+                    inputs,
+                )
+            }
+        },
+    };
+    let (uid, gid) = if root {
+        (SANDBOX_ID, SANDBOX_ID)
+    } else {
+        (0, 0)
+    };
+    let home_dir = dir.fs.join("home");
+    let setup = (|| -> Result<(), String> {
+        fs::create_dir(&home_dir).map_err(|e| format!("{}: {e}", home_dir.display()))?;
+        if root {
+            for d in [&repo_dir, &home_dir] {
+                repo::chown_tree(d, uid, gid).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        return refuse("fence", &e, inputs);
+    }
+
+    let mut verdict = Verdict::new(
+        attestation::verdict::Outcome::TestsPassed,
+        opts.isolation,
+        inputs,
+        AGENT_VERSION,
+    );
+    verdict.limits = applied_limits(job);
+    let ctx = PhaseCtx {
+        job,
+        opts,
+        dir,
+        read_paths: &read_paths,
+        root,
+        uid,
+        gid,
+        repo_dir: &repo_dir,
+        home_dir: &home_dir,
+    };
+
+    let mut install_facts = None;
+    if let Some(install) = &job.install {
+        let socket = dir.path().join("egress.sock");
+        let session = match &opts.proxy {
+            Some(p) => match p.start(&install.allow, &socket) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    verdict.findings.push(finding(
+                        "install",
+                        "egress-proxy",
+                        format!("the egress proxy did not start: {e}"),
+                    ));
+                    None
+                }
+            },
+            None => {
+                verdict.findings.push(finding(
+                    "install",
+                    "egress-proxy",
+                    "no egress proxy in this build: the install phase had loopback only",
+                ));
+                None
+            }
+        };
+        let forward = session.as_ref().map(|_| ForwardSpec {
+            port: RELAY_PORT,
+            socket: socket.clone(),
+        });
+        let run = ctx.phase(
+            "install",
+            &install.command,
+            install.timeout_seconds,
+            forward,
+        );
+        let egress = session.map(|s| s.finish()).unwrap_or_default();
+        let _ = fs::remove_file(&socket);
+        verdict.install = Some(InstallPhase {
+            command: install.command.clone(),
+            source: "job".into(),
+            exit_code: run.report.exit_code,
+            signal: run.report.signal,
+            duration_ms: run.report.duration_ms,
+            egress,
+            env_names: run.env_names.clone(),
+            sandbox: run.sandbox.clone(),
+        });
+        verdict.output_tail.install = tail_with_header(&run.header, &run.output);
+        absorb(&mut verdict, &run);
+        install_facts = Some(run.facts.clone());
+        // The cut: the install namespace must be gone and every process of it dead before tests start.
+        if run.left_after_teardown > 0 || !run.report.namespace_dead {
+            verdict.findings.push(finding(
+                "cut",
+                "cut-not-verified",
+                format!(
+                    "after the install phase {} process(es) remained and PID 1 dead = {}; the test phase was not started",
+                    run.left_after_teardown, run.report.namespace_dead
+                ),
+            ));
+            verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+            return verdict;
+        }
+        if let Some((outcome, why)) = classify::install_stops(&run.facts) {
+            verdict
+                .findings
+                .push(finding("install", "install-phase", why));
+            verdict.set_outcome(outcome);
+            return verdict;
+        }
+    }
+    let _ = install_facts;
+
+    let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None);
+    verdict.test = Some(TestPhase {
+        command: test_command.clone(),
+        source: test_source,
+        exit_code: run.report.exit_code,
+        signal: run.report.signal,
+        duration_ms: run.report.duration_ms,
+        network: TestNetwork::None,
+        env_names: run.env_names.clone(),
+        sandbox: run.sandbox.clone(),
+    });
+    verdict.output_tail.test = tail_with_header(&run.header, &run.output);
+    absorb(&mut verdict, &run);
+
+    let junit = job.test.junit.as_ref().map(|j| repo_dir.join(j));
+    let junit = junit.filter(|p| {
+        p.starts_with(&repo_dir) && !p.components().any(|c| c == std::path::Component::ParentDir)
+    });
+    let counts = if run.output.truncated() {
+        super::counts::CountsResult::Unparsed {
+            why: format!(
+                "the output was {} bytes, more than the {} bytes kept for counting",
+                run.output.total,
+                run.output.head.len()
+            ),
+        }
+    } else {
+        super::counts::parse(&run.output.head, run.report.exit_code, junit.as_deref())
+    };
+    if let Some(c) = counts.counted() {
+        verdict.tests = Some(TestCounts {
+            passed: c.counts.passed,
+            failed: c.counts.failed,
+            skipped: c.counts.skipped,
+            parser: c.parser_name(),
+        });
+        if let Some(d) = c.disagreement() {
+            verdict
+                .findings
+                .push(finding("counts", "exit-code-disagrees", d));
+        }
+    }
+    let (outcome, why) = classify::test_outcome(&run.facts, &counts);
+    if let Some(why) = why {
+        verdict.findings.push(finding("test", "outcome", why));
+    }
+    verdict.set_outcome(outcome);
+    verdict
+}
+
+fn absorb(verdict: &mut Verdict, run: &PhaseRun) {
+    verdict.processes.started += run.report.tasks_started;
+    verdict.processes.running_at_end += run.report.running_at_end;
+    verdict.processes.left_after_teardown += run.left_after_teardown;
+    verdict.findings.extend(run.findings.iter().cloned());
+}
+
+fn tail_with_header(header: &str, out: &Output) -> String {
+    let room = OUTPUT_TAIL_MAX.saturating_sub(header.len());
+    let start = out.tail.len().saturating_sub(room);
+    let mut s = header.to_owned();
+    s.push_str(&String::from_utf8_lossy(&out.tail[start..]));
+    s
+}
+
+struct PhaseCtx<'a> {
+    job: &'a Job,
+    opts: &'a RunOptions,
+    dir: &'a RunDir,
+    read_paths: &'a [PathBuf],
+    root: bool,
+    uid: u32,
+    gid: u32,
+    repo_dir: &'a Path,
+    home_dir: &'a Path,
+}
+
+impl PhaseCtx<'_> {
+    fn env(&self, forward: Option<&ForwardSpec>) -> Vec<(String, String)> {
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        let mut path = String::new();
+        for p in self.read_paths {
+            if p.file_name().is_some_and(|n| n == "bin") {
+                path.push_str(&p.to_string_lossy());
+                path.push(':');
+            }
+        }
+        path.push_str(SANDBOX_PATH);
+        env.insert("PATH".into(), path);
+        env.insert("HOME".into(), spec::SANDBOX_HOME.into());
+        env.insert("TMPDIR".into(), spec::SANDBOX_TMP.into());
+        env.insert("LANG".into(), "C.UTF-8".into());
+        for name in &self.job.env.passthrough {
+            if let Ok(v) = std::env::var(name) {
+                env.insert(name.clone(), v);
+            }
+        }
+        for (k, v) in &self.job.env.set {
+            env.insert(k.clone(), v.clone());
+        }
+        if let Some(f) = forward {
+            let url = format!("http://127.0.0.1:{}", f.port);
+            for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.insert(k.into(), url.clone());
+            }
+        }
+        env.into_iter().collect()
+    }
+
+    fn sandbox_lines(
+        &self,
+        phase: &str,
+        forward: Option<&ForwardSpec>,
+        cgroup: Option<&PhaseCgroup>,
+        timeout: u64,
+    ) -> Vec<String> {
+        let l = &self.job.limits;
+        let mut lines = vec![format!(
+            "namespaces: {}pid (own PID 1), mount, ipc, uts, net",
+            if self.root { "" } else { "user, " }
+        )];
+        lines.push(match forward {
+            Some(f) => format!("network: loopback only; relay 127.0.0.1:{} -> egress proxy (HTTP_PROXY, HTTPS_PROXY)", f.port),
+            None if phase == "install" => "network: loopback only (no egress proxy)".into(),
+            None => "network: none (fresh namespace, loopback only)".into(),
+        });
+        let sys: Vec<&str> = spec::SYSTEM_DIRS
+            .iter()
+            .copied()
+            .filter(|d| Path::new(d).exists())
+            .collect();
+        lines.push(format!("read-only: {}", sys.join(" ")));
+        if !self.read_paths.is_empty() {
+            let extra: Vec<String> = self
+                .read_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            lines.push(format!("read-only ([sandbox] read): {}", extra.join(" ")));
+        }
+        lines.push(format!(
+            "read-write: {} (repository), {} (HOME), {} (TMPDIR){}",
+            spec::SANDBOX_REPO,
+            spec::SANDBOX_HOME,
+            spec::SANDBOX_TMP,
+            if self.root {
+                format!(" on a {} MiB tmpfs", l.disk_mib)
+            } else {
+                " (no size limit: not root)".into()
+            }
+        ));
+        lines.push(format!(
+            "root: read-only tmpfs; /proc of the sandbox only; /dev: {}",
+            spec::DEVICES.join(" ")
+        ));
+        lines.push(if self.root {
+            format!(
+                "user: uid {} gid {}, no capabilities, no_new_privs",
+                self.uid, self.gid
+            )
+        } else {
+            "user: uid 0 of a user namespace mapped to the runner's uid, no_new_privs".into()
+        });
+        lines.push(format!(
+            "limits: wall clock {timeout} s; memory {} MiB, pids {} ({}); RLIMIT_NOFILE {}, RLIMIT_FSIZE {} MiB, RLIMIT_CORE 0",
+            l.memory_mib,
+            l.pids,
+            cgroup.map(|c| c.describe()).unwrap_or_else(|| "not enforced: no cgroup".into()),
+            l.open_files,
+            l.disk_mib
+        ));
+        lines
+    }
+
+    fn phase(
+        &self,
+        phase: &str,
+        command: &str,
+        timeout_seconds: u64,
+        forward: Option<ForwardSpec>,
+    ) -> PhaseRun {
+        let mut findings = Vec::new();
+        let env = self.env(forward.as_ref());
+        let env_names: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
+        let l = &self.job.limits;
+        let cgroup_name = format!(
+            "fenced-run-{}-{}-{:08x}",
+            std::process::id(),
+            phase,
+            rand::random::<u32>()
+        );
+        let cgroup = match PhaseCgroup::create(
+            &cgroup_name,
+            l.memory_mib.saturating_mul(1024 * 1024),
+            l.pids,
+        ) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                findings.push(finding(
+                    phase,
+                    "no-cgroup",
+                    format!("memory and pids limits not enforced: {e}"),
+                ));
+                None
+            }
+        };
+        let sandbox = self.sandbox_lines(phase, forward.as_ref(), cgroup.as_ref(), timeout_seconds);
+        let mut header = format!(
+            "# fenced-run {phase} phase: {command}\n# env: {}\n",
+            env_names.join(" ")
+        );
+        for line in &sandbox {
+            header.push_str("# sandbox: ");
+            header.push_str(line);
+            header.push('\n');
+        }
+        let base = self.dir.path();
+        let root_dir = base.join(format!("root-{phase}"));
+        let tmp_dir = self.dir.fs.join(format!("tmp-{phase}"));
+        let spec_path = base.join(format!("{phase}.spec.json"));
+        let report_path = base.join(format!("{phase}.report.json"));
+        let stderr_path = base.join(format!("{phase}.helper.log"));
+        let spec = PhaseSpec {
+            phase: phase.into(),
+            command: command.into(),
+            env,
+            root_dir: root_dir.clone(),
+            repo_dir: self.repo_dir.to_owned(),
+            home_dir: self.home_dir.to_owned(),
+            tmp_dir: tmp_dir.clone(),
+            read_paths: self.read_paths.to_vec(),
+            uid: self.uid,
+            gid: self.gid,
+            user_ns: !self.root,
+            timeout_ms: timeout_seconds.saturating_mul(1000),
+            open_files: l.open_files,
+            file_size_bytes: l.disk_mib.saturating_mul(1024 * 1024),
+            cgroup_procs: cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            forward,
+            report_path: report_path.clone(),
+        };
+        let mut run = PhaseRun {
+            report: PhaseReport::default(),
+            output: Output::default(),
+            facts: PhaseFacts::default(),
+            left_after_teardown: 0,
+            findings: Vec::new(),
+            env_names,
+            sandbox,
+            header,
+        };
+        let prepared = (|| -> Result<(), String> {
+            fs::create_dir(&root_dir).map_err(|e| format!("{}: {e}", root_dir.display()))?;
+            fs::create_dir(&tmp_dir).map_err(|e| format!("{}: {e}", tmp_dir.display()))?;
+            if self.root {
+                std::os::unix::fs::lchown(&tmp_dir, Some(self.uid), Some(self.gid))
+                    .map_err(|e| format!("{}: {e}", tmp_dir.display()))?;
+            }
+            let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
+            fs::write(&spec_path, json).map_err(|e| format!("{}: {e}", spec_path.display()))
+        })();
+        match prepared {
+            Ok(()) => self.spawn(&spec_path, &stderr_path, timeout_seconds, &mut run),
+            Err(e) => run.report.setup_error = Some(e),
+        }
+        if let Some(e) = &run.report.setup_error {
+            findings.push(finding(phase, "sandbox-setup", e.clone()));
+        }
+        // Teardown checks: the namespace's PID 1 reaped, the cgroup empty, then removed.
+        let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();
+        if let Some(c) = cgroup {
+            let left = c.processes();
+            run.left_after_teardown += left;
+            if left > 0 {
+                findings.push(finding(
+                    phase,
+                    "left-after-teardown",
+                    format!("{left} process(es) still in {}", c.describe()),
+                ));
+            }
+            if let Err(e) = c.remove() {
+                findings.push(finding("teardown", "left-on-host", format!("cgroup: {e}")));
+            }
+        }
+        let _ = fs::remove_dir_all(&tmp_dir);
+        let _ = fs::remove_dir(&root_dir);
+        let disk_full = self.root
+            && run
+                .report
+                .scratch_free_bytes
+                .is_some_and(|free| free < 64 * 1024);
+        run.facts = PhaseFacts {
+            setup_error: run.report.setup_error.clone(),
+            exec_error: run.report.exec_error.clone(),
+            exit_code: run.report.exit_code,
+            signal: run.report.signal,
+            timed_out: run.report.timed_out,
+            oom_kills: events.oom_kills,
+            pids_max: events.pids_max,
+            disk_full,
+        };
+        run.findings = findings;
+        run
+    }
+
+    /// Starts the helper, reads the phase's whole output, waits (with a backstop beyond the helper's own
+    /// wall clock), and loads its report.
+    fn spawn(
+        &self,
+        spec_path: &Path,
+        stderr_path: &Path,
+        timeout_seconds: u64,
+        run: &mut PhaseRun,
+    ) {
+        let stderr = match fs::File::create(stderr_path) {
+            Ok(f) => f,
+            Err(e) => {
+                run.report.setup_error = Some(format!("{}: {e}", stderr_path.display()));
+                return;
+            }
+        };
+        let child = Command::new(&self.opts.helper)
+            .arg(HELPER_ARG)
+            .arg(spec_path)
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => {
+                run.report.setup_error = Some(format!(
+                    "cannot start the fence helper {}: {e}",
+                    self.opts.helper.display()
+                ));
+                return;
+            }
+        };
+        let cap = self.opts.output_cap;
+        let reader = child
+            .stdout
+            .take()
+            .map(|out| std::thread::spawn(move || Output::read_all(out, cap)));
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        let backstop = Duration::from_secs(timeout_seconds.saturating_add(30));
+        let status = match rx.recv_timeout(backstop) {
+            Ok(s) => s.ok(),
+            Err(_) => {
+                // The helper did not end on its own: kill it; its PID 1 dies with it (PR_SET_PDEATHSIG).
+                if let Ok(p) = i32::try_from(pid) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                rx.recv().ok().and_then(Result::ok)
+            }
+        };
+        if let Some(r) = reader {
+            run.output = r.join().unwrap_or_default();
+        }
+        let report_path = spec_path.with_file_name(
+            spec_path
+                .file_name()
+                .map(|n| n.to_string_lossy().replace(".spec.json", ".report.json"))
+                .unwrap_or_default(),
+        );
+        match fs::read(&report_path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<PhaseReport>(&b).map_err(|e| e.to_string()))
+        {
+            Ok(r) => run.report = r,
+            Err(e) => {
+                let log = fs::read_to_string(stderr_path).unwrap_or_default();
+                run.report.setup_error = Some(format!(
+                    "the fence helper gave no report ({e}); it ended with {}: {}",
+                    status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "unknown status".into()),
+                    log.trim()
+                ));
+            }
+        }
+    }
+}

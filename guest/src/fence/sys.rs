@@ -1,0 +1,111 @@
+//! The few system calls of the fence that have no safe wrapper: fork, `_exit`, pidfd_open, bringing loopback
+//! up, and dropping the capability bounding set. Every `unsafe` block of the fence lives here, each with the
+//! reason it is sound; the rest of the fence calls these safe functions.
+#![allow(unsafe_code)]
+
+use nix::errno::Errno;
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Which side of a fork the caller is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forked {
+    /// The parent, with the child's pid.
+    Parent(nix::unistd::Pid),
+    /// The child.
+    Child,
+}
+
+/// Forks the calling process.
+///
+/// Callers must be single-threaded (the fence helper and its PID 1 are): the child then owns the only thread
+/// and may allocate, as the parent could.
+pub fn fork_single_threaded() -> Result<Forked, Errno> {
+    // SAFETY: the fence helper is a freshly exec'd process that starts no thread before it forks (checked by
+    // `helper::dispatch` being the first statement of `main`), so the child cannot inherit a lock held by
+    // another thread; after the fork the child continues with ordinary Rust code exactly as a single-threaded
+    // process would.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+    }
+}
+
+/// Ends the calling process at once with `code`, without running exit handlers or flushing stdio buffers
+/// (which belong to the parent's copy after a fork).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` takes no pointers and never returns; skipping destructors is the point.
+    unsafe { libc::_exit(code) }
+}
+
+/// Opens a pidfd for `pid` (a process this process can see), readable when the process exits.
+pub fn pidfd_open(pid: nix::unistd::Pid) -> Result<OwnedFd, Errno> {
+    // SAFETY: pidfd_open takes two integers and returns a new file descriptor or -1; no memory is shared.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let fd = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
+    // SAFETY: the kernel just returned this descriptor to us and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Sets the `IFF_UP` flag of the loopback interface of the caller's network namespace.
+pub fn loopback_up() -> Result<(), Errno> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: `ifreq` is plain old data for which all-zero bytes are a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: SIOCGIFFLAGS reads the name and writes the flags member of the `ifreq` we own, which lives for
+    // the whole call; the socket is a valid descriptor.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: the flags member is the active member after SIOCGIFFLAGS.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above; SIOCSIFFLAGS reads the name and flags of our `ifreq`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Drops every capability from the bounding set of the calling thread (needs CAP_SETPCAP, so call it before
+/// giving up root), and clears the ambient set.
+pub fn drop_capability_bounding_set() -> Result<(), Errno> {
+    for cap in 0..=63 {
+        // SAFETY: prctl(PR_CAPBSET_DROP, cap) takes integers only.
+        let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if r < 0 {
+            let e = Errno::last();
+            // EINVAL: no such capability on this kernel (the list ends); anything else is a failure.
+            if e == Errno::EINVAL {
+                break;
+            }
+            return Err(e);
+        }
+    }
+    // SAFETY: integers only.
+    let r = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
