@@ -3,3 +3,4 @@
 //! a guest image and obtain, independently of any host, the values a genuine launch must report.
 
 pub mod snp;
+pub mod tdx;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
-use measurements::snp;
+use measurements::{snp, tdx};
 
 /// Expected SEV-SNP and TDX launch measurements, and the measurement sets auditors sign.
 #[derive(Parser, Debug)]
@@ -21,6 +21,21 @@ struct Cli {
 enum Cmd {
     /// SEV-SNP launch digest of a QEMU/KVM, EC2 or GCE guest booted from OVMF (flags as in sev-snp-measure).
     Snp(SnpArgs),
+    /// TDX: MRTD of a TDVF/OVMF image and/or RTMR0-3 replayed from a CCEL event log.
+    Tdx(TdxArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct TdxArgs {
+    /// The TDVF/OVMF image whose MRTD to compute.
+    #[arg(long, value_name = "PATH", required_unless_present = "event_log")]
+    ovmf: Option<PathBuf>,
+    /// A CCEL / TCG2 crypto-agile event log to replay into RTMR0-3 (e.g. /sys/firmware/acpi/tables/data/CCEL).
+    #[arg(long, value_name = "FILE")]
+    event_log: Option<PathBuf>,
+    /// Print a JSON object instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -223,10 +238,61 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
     Ok(())
 }
 
+fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
+    let mut out = serde_json::Map::new();
+    if let Some(path) = &a.ovmf {
+        let ovmf = snp::load_ovmf(path).map_err(|e| usage(e.to_string()))?;
+        let mrtd = tdx::mrtd(&ovmf).map_err(|e| usage(format!("TDVF {}: {e}", path.display())))?;
+        if a.json {
+            out.insert("mrtd".into(), hex::encode(mrtd).into());
+        } else {
+            println!("MRTD: {}", hex::encode(mrtd));
+        }
+    }
+    if let Some(path) = &a.event_log {
+        let bytes =
+            std::fs::read(path).map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
+        let replay = tdx::replay_rtmrs(&bytes)
+            .map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
+        if a.json {
+            let events: Vec<_> = replay
+                .events
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "offset": e.offset,
+                        "mr_index": e.mr_index,
+                        "rtmr": e.rtmr,
+                        "type": e.event_type,
+                        "type_name": e.type_name(),
+                        "sha384": e.sha384.map(hex::encode),
+                        "data_len": e.data.len(),
+                    })
+                })
+                .collect();
+            out.insert("events".into(), events.into());
+            let rtmrs: Vec<String> = replay.rtmrs.iter().map(hex::encode).collect();
+            out.insert("rtmrs".into(), rtmrs.into());
+        } else {
+            for e in &replay.events {
+                println!("{e}");
+            }
+            for (i, r) in replay.rtmrs.iter().enumerate() {
+                println!("RTMR{i}: {}", hex::encode(r));
+            }
+        }
+    }
+    if a.json {
+        println!("{:#}", serde_json::Value::Object(out));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Snp(a) => run_snp(a),
+        Cmd::Tdx(a) => run_tdx(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
