@@ -71,6 +71,10 @@ fn helper_main(spec_path: &Path) -> i32 {
     }
 }
 
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn errno(what: &str, e: Errno) -> String {
     format!("{what}: {}", e.desc())
 }
@@ -144,7 +148,16 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             timed_out = true;
-            let _ = kill(init, Signal::SIGKILL);
+            // Ask PID 1 to wrap up (count, kill everything, report); kill it outright if it does not.
+            let _ = kill(init, Signal::SIGUSR1);
+            let mut fds = [nix::poll::PollFd::new(
+                pidfd.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(2000u16)), Ok(n) if n > 0)
+            {
+                let _ = kill(init, Signal::SIGKILL);
+            }
             break;
         }
         let ms = u16::try_from(left.as_millis().min(30_000)).unwrap_or(30_000);
@@ -171,12 +184,14 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
             Err(_) => break false,
         }
     };
-    let elapsed = started.elapsed();
     let mut text = String::new();
     let _ = fs::File::from(status_r).read_to_string(&mut text);
     let mut report: PhaseReport = match serde_json::from_str(&text) {
         Ok(r) => r,
-        Err(_) if timed_out => PhaseReport::default(),
+        Err(_) if timed_out => PhaseReport {
+            duration_ms: millis(started.elapsed()),
+            ..Default::default()
+        },
         Err(_) => PhaseReport {
             setup_error: Some("PID 1 of the sandbox ended without a report".into()),
             ..Default::default()
@@ -184,9 +199,6 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
     };
     report.timed_out = timed_out;
     report.namespace_dead = namespace_dead;
-    if timed_out {
-        report.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-    }
     Ok(report)
 }
 
@@ -207,6 +219,9 @@ fn enter_user_namespace() -> Result<(), String> {
 /// and reports through `status`. Returns its exit code.
 fn pid1(spec: &PhaseSpec, go: OwnedFd, status: OwnedFd) -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    if sys::install_timeout_handler().is_err() {
+        return 1;
+    }
     let mut byte = [0u8; 1];
     if !matches!(fs::File::from(go).read(&mut byte), Ok(1)) {
         return 1;
@@ -271,11 +286,15 @@ fn pid1_inner(spec: &PhaseSpec) -> Result<PhaseReport, String> {
                 report.signal = Some(sig as i32);
                 break;
             }
+            Err(Errno::EINTR) if sys::timeout_requested() => {
+                report.timed_out = true;
+                break;
+            }
             Ok(_) | Err(Errno::EINTR) => continue,
             Err(e) => return Err(errno("waiting for the command", e)),
         }
     }
-    report.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    report.duration_ms = millis(started.elapsed());
     if !exec_error.is_empty() {
         report.exec_error = Some(exec_error);
         report.exit_code = None;

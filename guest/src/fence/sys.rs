@@ -109,3 +109,29 @@ pub fn drop_capability_bounding_set() -> Result<(), Errno> {
     }
     Ok(())
 }
+
+static TIMEOUT_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_timeout_signal(_: libc::c_int) {
+    TIMEOUT_REQUESTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Installs a handler for `SIGUSR1` (without `SA_RESTART`, so that a blocked `waitpid` returns `EINTR`) that
+/// records a timeout request, read back with [`timeout_requested`].
+pub fn install_timeout_handler() -> Result<(), Errno> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let action = SigAction::new(
+        SigHandler::Handler(on_timeout_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe; no other handler for SIGUSR1
+    // exists in this process.
+    unsafe { sigaction(Signal::SIGUSR1, &action) }?;
+    Ok(())
+}
+
+/// Whether the timeout signal has arrived.
+pub fn timeout_requested() -> bool {
+    TIMEOUT_REQUESTED.load(std::sync::atomic::Ordering::SeqCst)
+}
