@@ -21,6 +21,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The re-executed fence helper must start before clap, tokio or any thread exists.
+    guest::fence::helper::dispatch();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
