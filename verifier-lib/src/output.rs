@@ -1,1 +1,207 @@
-//! The JSON object and the aligned human table that `verify-attestation` prints.
+//! The JSON object and the aligned human table that `verify-attestation` prints, and the [`Failure`] record
+//! every check reports.
+//!
+//! A failure names the check, what was seen and what was expected; a verifier collects all of them rather than
+//! stopping at the first, so a founder sees every reason at once.
+
+use crate::snp::{ChainOptions, RootKind, SnpVerification};
+use attestation::snp::{Product, TcbVersion};
+use serde::Serialize;
+use std::fmt;
+
+/// One failed check: which check, and a detail naming the value seen and the value expected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// Stable name of the check (e.g. `report-signature`, `leaf-signature`, `measurement`).
+    pub check: &'static str,
+    /// What was seen and what was expected.
+    pub detail: String,
+}
+
+impl Failure {
+    /// A failure of `check` with `detail`.
+    pub fn new(check: &'static str, detail: impl Into<String>) -> Failure {
+        Failure {
+            check,
+            detail: detail.into(),
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.check, self.detail)
+    }
+}
+
+/// Prints rows as an aligned two-column table; every line is prefixed with `prefix` (e.g. `SIMULATED `).
+pub fn print_table(rows: &[(String, String)], prefix: &str) -> String {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in rows {
+        let mut lines = v.lines();
+        let first = lines.next().unwrap_or("");
+        out.push_str(&format!("{prefix}{k:<width$}  {first}\n"));
+        for more in lines {
+            out.push_str(&format!("{prefix}{:<width$}  {more}\n", ""));
+        }
+    }
+    out
+}
+
+/// The `tee` label a verified SEV-SNP chain implies: `sev-snp` for an AMD root, `sim-sev-snp` otherwise.
+pub fn snp_tee_label(v: &SnpVerification) -> &'static str {
+    if v.simulated() {
+        "sim-sev-snp"
+    } else {
+        "sev-snp"
+    }
+}
+
+/// The REPORTED_TCB decoded for the product (`null` components where the product is unknown).
+pub fn decoded_tcb(tcb: TcbVersion, product: Option<Product>) -> serde_json::Value {
+    match product {
+        Some(p) => {
+            let d = tcb.decode(p);
+            let mut v = serde_json::json!({
+                "raw": tcb.to_string(),
+                "bootloader": d.bootloader,
+                "tee": d.tee,
+                "snp": d.snp,
+                "microcode": d.microcode,
+            });
+            if let (Some(fmc), Some(o)) = (d.fmc, v.as_object_mut()) {
+                o.insert("fmc".into(), fmc.into());
+            }
+            v
+        }
+        None => serde_json::json!({ "raw": tcb.to_string() }),
+    }
+}
+
+fn fmt_at(at: &time::OffsetDateTime) -> String {
+    at.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| at.unix_timestamp().to_string())
+}
+
+/// The JSON object of `verify-attestation snp-report --json` (keys as the issue fixes them, plus details).
+pub fn snp_json(v: &SnpVerification, opts: &ChainOptions) -> serde_json::Value {
+    let r = &v.report;
+    serde_json::json!({
+        "verified": v.verified(),
+        "tee": snp_tee_label(v),
+        "simulated": v.simulated(),
+        "product": v.product().map(|p| p.name()),
+        "signing_key": r.key_info.signing_key.name(),
+        "measurement": hex::encode(r.measurement),
+        "report_data": hex::encode(r.report_data),
+        "chip_id": hex::encode(r.chip_id),
+        "reported_tcb": decoded_tcb(r.reported_tcb, v.product()),
+        "policy": r.policy,
+        "failures": v.failures,
+        "report_version": r.version,
+        "vmpl": r.vmpl,
+        "host_data": hex::encode(r.host_data),
+        "signature_valid": v.signature_valid,
+        "chain": {
+            "root": match v.chain.root { RootKind::Amd(p) => format!("AMD ARK-{p}"), RootKind::Unpinned => "unpinned (simulated)".to_string() },
+            "ark_self_signed": v.chain.ark_self_signed,
+            "intermediate_signed_by_ark": v.chain.intermediate_signed_by_ark,
+            "leaf_signed_by_intermediate": v.chain.leaf_signed_by_intermediate,
+            "time_valid": v.chain.time_valid,
+            "leaf": v.chain.leaf,
+        },
+        "checked_at": fmt_at(&opts.at),
+    })
+}
+
+/// The rows of the human table for a SEV-SNP verification.
+pub fn snp_rows(v: &SnpVerification, opts: &ChainOptions) -> Vec<(String, String)> {
+    let r = &v.report;
+    let mut rows = vec![
+        (
+            "result".to_string(),
+            if v.verified() {
+                "VERIFIED".to_string()
+            } else {
+                "REJECTED".to_string()
+            },
+        ),
+        ("tee".to_string(), snp_tee_label(v).to_string()),
+        (
+            "root".to_string(),
+            match v.chain.root {
+                RootKind::Amd(p) => format!("AMD ARK-{p} (pinned)"),
+                RootKind::Unpinned => "not an AMD root (simulated)".to_string(),
+            },
+        ),
+        (
+            "product".to_string(),
+            v.product()
+                .map(|p| p.name().to_string())
+                .unwrap_or_else(|| "unknown".into()),
+        ),
+        (
+            "signing key".to_string(),
+            r.key_info.signing_key.name().to_string(),
+        ),
+        ("report version".to_string(), r.version.to_string()),
+        ("measurement".to_string(), hex::encode(r.measurement)),
+        ("report data".to_string(), hex::encode(r.report_data)),
+        (
+            "reported tcb".to_string(),
+            match v.product() {
+                Some(p) => format!("{} ({})", r.reported_tcb, r.reported_tcb.decode(p)),
+                None => r.reported_tcb.to_string(),
+            },
+        ),
+        (
+            "guest policy".to_string(),
+            format!(
+                "{:#018x} (debug={} migrate_ma={} smt={} single_socket={} abi>={}.{})",
+                r.policy.0,
+                r.policy.debug_allowed(),
+                r.policy.migrate_ma_allowed(),
+                r.policy.smt_allowed(),
+                r.policy.single_socket(),
+                r.policy.abi_major(),
+                r.policy.abi_minor()
+            ),
+        ),
+        ("vmpl".to_string(), r.vmpl.to_string()),
+        ("checked at".to_string(), fmt_at(&opts.at)),
+    ];
+    if v.failures.is_empty() {
+        rows.push(("failures".to_string(), "none".to_string()));
+    }
+    for f in &v.failures {
+        rows.push((format!("FAIL {}", f.check), f.detail.clone()));
+    }
+    rows
+}
+
+/// The human table for a SEV-SNP verification; every line says SIMULATED when the root is not AMD's.
+pub fn snp_table(v: &SnpVerification, opts: &ChainOptions) -> String {
+    print_table(
+        &snp_rows(v, opts),
+        if v.simulated() { "SIMULATED " } else { "" },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_and_prefixes_every_line() {
+        let t = print_table(
+            &[("a".into(), "1".into()), ("long key".into(), "x\ny".into())],
+            "SIMULATED ",
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines.iter().all(|l| l.starts_with("SIMULATED ")));
+        assert_eq!(lines[0], "SIMULATED a         1");
+        assert_eq!(lines[2], "SIMULATED           y");
+    }
+}

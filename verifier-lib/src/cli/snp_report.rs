@@ -1,16 +1,203 @@
-//! `verify-attestation snp-report` (not built yet: it refuses to run rather than pretend).
+//! `verify-attestation snp-report`: a raw SEV-SNP ATTESTATION_REPORT against its VCEK/VLEK chain and a policy,
+//! and [`PolicyArgs`], the policy flags every SEV-SNP subcommand shares (one flag per [`Policy`] field).
+//!
+//! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
+use crate::output::{self, Failure};
+use crate::snp::policy::{AbiVersion, HexBytes, TcbMinimum};
+use crate::snp::{self, CertBundle, ChainOptions, Policy};
+use attestation::snp::AttestationReport;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Arguments of this subcommand.
-#[derive(clap::Args, Debug)]
-pub struct Args {
-    /// Input file.
-    pub input: std::path::PathBuf,
+/// The acceptability policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PolicyArgs {
+    /// Accepted launch MEASUREMENT (96 hex digits); repeat for any of several. Default: not checked.
+    #[arg(long = "measurement", value_name = "HEX")]
+    pub measurement: Vec<HexBytes<48>>,
+    /// Required REPORT_DATA (128 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub report_data: Option<HexBytes<64>>,
+    /// Required HOST_DATA (64 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub host_data: Option<HexBytes<32>>,
+    /// Required FAMILY_ID (32 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub family_id: Option<HexBytes<16>>,
+    /// Required IMAGE_ID (32 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub image_id: Option<HexBytes<16>>,
+    /// Accepted ID_KEY_DIGEST (96 hex digits); repeatable. Default: not checked.
+    #[arg(long = "id-key-digest", value_name = "HEX")]
+    pub id_key_digest: Vec<HexBytes<48>>,
+    /// Accepted AUTHOR_KEY_DIGEST (96 hex digits, AUTHOR_KEY_EN must be set); repeatable. Default: not checked.
+    #[arg(long = "author-key-digest", value_name = "HEX")]
+    pub author_key_digest: Vec<HexBytes<48>>,
+    /// Accept a guest whose policy allows debugging. Default: forbidden.
+    #[arg(long)]
+    pub allow_debug: bool,
+    /// Accept a guest whose policy allows a migration agent. Default: forbidden.
+    #[arg(long)]
+    pub allow_migration_agent: bool,
+    /// Reject a guest policy that allows SMT, or a platform with SMT enabled. Default: SMT allowed.
+    #[arg(long)]
+    pub forbid_smt: bool,
+    /// Require the guest policy's SINGLE_SOCKET bit. Default: not required.
+    #[arg(long)]
+    pub require_single_socket: bool,
+    /// Minimum firmware ABI as MAJOR.MINOR (current firmware). Default: none.
+    #[arg(long, value_name = "MAJOR.MINOR")]
+    pub min_abi: Option<AbiVersion>,
+    /// Required VMPL of the report request. Default: any VMPL.
+    #[arg(long, value_name = "N")]
+    pub vmpl: Option<u32>,
+    /// Minimum GUEST_SVN. Default: none.
+    #[arg(long, value_name = "N")]
+    pub min_guest_svn: Option<u32>,
+    /// Minimum CURRENT/COMMITTED/REPORTED TCB, e.g. `bl=3,tee=0,snp=10,ucode=115[,fmc=1]`. Default: none.
+    #[arg(long, value_name = "LIST")]
+    pub min_tcb: Option<TcbMinimum>,
+    /// Minimum LAUNCH_TCB, same syntax as --min-tcb. Default: none.
+    #[arg(long, value_name = "LIST")]
+    pub min_launch_tcb: Option<TcbMinimum>,
+    /// Minimum firmware build (current and committed). Default: none.
+    #[arg(long, value_name = "N")]
+    pub min_build: Option<u8>,
+    /// Reject provisional firmware (CURRENT differs from COMMITTED). Default: allowed.
+    #[arg(long)]
+    pub forbid_provisional_firmware: bool,
 }
 
-/// Runs the subcommand; this one is not implemented yet and exits 2.
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("verify-attestation snp-report: not implemented yet");
+impl PolicyArgs {
+    /// The [`Policy`] these flags describe.
+    pub fn to_policy(&self) -> Policy {
+        Policy {
+            allow_debug: self.allow_debug,
+            allow_migration_agent: self.allow_migration_agent,
+            allow_smt: !self.forbid_smt,
+            require_single_socket: self.require_single_socket,
+            min_abi: self.min_abi,
+            vmpl: self.vmpl,
+            min_guest_svn: self.min_guest_svn,
+            min_tcb: self.min_tcb.unwrap_or_default(),
+            min_launch_tcb: self.min_launch_tcb.unwrap_or_default(),
+            min_build: self.min_build,
+            allow_provisional_firmware: !self.forbid_provisional_firmware,
+            measurements: self.measurement.clone(),
+            report_data: self.report_data,
+            host_data: self.host_data,
+            family_id: self.family_id,
+            image_id: self.image_id,
+            id_key_digests: self.id_key_digest.clone(),
+            author_key_digests: self.author_key_digest.clone(),
+        }
+    }
+}
+
+/// Parses a verification time: RFC 3339 (`2025-01-01T00:00:00Z`) or Unix seconds.
+pub fn parse_time(s: &str) -> Result<time::OffsetDateTime, String> {
+    if let Ok(secs) = s.parse::<i64>() {
+        return time::OffsetDateTime::from_unix_timestamp(secs).map_err(|e| format!("`{s}`: {e}"));
+    }
+    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("`{s}` is neither RFC 3339 nor Unix seconds ({e})"))
+}
+
+/// Arguments of `verify-attestation snp-report`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The raw 1184-byte ATTESTATION_REPORT.
+    pub report: PathBuf,
+    /// Directory with ark.pem, ask.pem or asvk.pem, and vcek.der/vcek.pem or vlek.der/vlek.pem (or cert_chain.pem
+    /// in place of ark.pem + ask.pem/asvk.pem), the layout snpguest and AMD's key server use.
+    #[arg(long, value_name = "DIR")]
+    pub certs: PathBuf,
+    /// Check certificate validity at this time (RFC 3339 or Unix seconds). Default: now.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub at: Option<time::OffsetDateTime>,
+    /// A CRL (DER or PEM) signed by the ARK; a revoked ASK/ASVK is rejected. Default: no revocation check.
+    #[arg(long, value_name = "FILE")]
+    pub crl: Option<PathBuf>,
+    /// Accept a chain whose root is not a pinned AMD ARK (sim evidence); output then says SIMULATED.
+    #[arg(long)]
+    pub allow_simulated: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Policy flags.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Prints an unusable-input result (JSON or message) and returns exit code 2.
+pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
+    if json {
+        let v = serde_json::json!({ "verified": false, "failures": [Failure::new(check, detail)] });
+        println!("{v}");
+    } else {
+        eprintln!("verify-attestation: {detail}");
+    }
     ExitCode::from(2)
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    let bytes = match std::fs::read(&args.report) {
+        Ok(b) => b,
+        Err(e) => {
+            return unusable(
+                args.json,
+                "input",
+                format!("cannot read report {}: {e}", args.report.display()),
+            )
+        }
+    };
+    let report = match AttestationReport::from_bytes(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            return unusable(
+                args.json,
+                "report-format",
+                format!("{}: {e}", args.report.display()),
+            )
+        }
+    };
+    let bundle = match CertBundle::from_dir(&args.certs, report.key_info.signing_key) {
+        Ok(b) => b,
+        Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
+    };
+    let crl = match &args.crl {
+        Some(p) => match std::fs::read(p) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                return unusable(
+                    args.json,
+                    "input",
+                    format!("cannot read --crl {}: {e}", p.display()),
+                )
+            }
+        },
+        None => None,
+    };
+    let opts = ChainOptions {
+        at: args.at.unwrap_or_else(|| {
+            time::OffsetDateTime::now_utc()
+                .replace_nanosecond(0)
+                .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
+        }),
+        crl,
+        allow_simulated: args.allow_simulated,
+    };
+    let v = snp::verify_report(&report, &bundle, &opts, &args.policy.to_policy());
+    if args.json {
+        println!("{}", output::snp_json(&v, &opts));
+    } else {
+        print!("{}", output::snp_table(&v, &opts));
+    }
+    if v.verified() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

@@ -1,0 +1,673 @@
+//! Authenticity of a SEV-SNP report: the ARK pinned per product, the RSASSA-PSS chain ARK -> ASK/ASVK ->
+//! VCEK/VLEK with its exact parameters and profile, validity at a time, an optional CRL, and then the report's
+//! ECDSA P-384 signature and its binding to the VCEK (TCB extensions, hwID).
+//!
+//! Nothing here judges whether an authentic report is acceptable; that is [`super::policy`].
+
+use super::certs::{common_name, parse_cert, CertBundle, LeafInfo};
+use crate::output::Failure;
+use attestation::snp::{
+    AttestationReport, Product, Signature, SigningKey, SIGNATURE_ALGO_ECDSA_P384_SHA384,
+};
+use serde::Serialize;
+use sha2::{Digest, Sha256, Sha384};
+use x509_parser::prelude::*;
+
+/// SHA-256 of the SubjectPublicKeyInfo (DER) of AMD's ARK for each product. These public keys are the roots of
+/// trust; the certificates are published by AMD's key server and shipped by virtee/sev and go-sev-guest.
+pub const ARK_SPKI_SHA256: [(Product, &str); 3] = [
+    (
+        Product::Milan,
+        "9f056bee44377e29308cb5ffa895bdfb62d18881fa6bed8d6f075b0204089cb9",
+    ),
+    (
+        Product::Genoa,
+        "429a69c9422aa258ee4d8db5fcda9c6470ef15f8cd5a9cebd6cbc7d90b863831",
+    ),
+    (
+        Product::Turin,
+        "4f125410563a2ab9a50356f9243f6fe0b6f73de98603f53f90339c70e9d7ad08",
+    ),
+];
+
+const OID_RSASSA_PSS: &str = "1.2.840.113549.1.1.10";
+const OID_MGF1: &str = "1.2.840.113549.1.1.8";
+const OID_SHA384: &str = "2.16.840.1.101.3.4.2.2";
+const OID_EC_PUBLIC_KEY: &str = "1.2.840.10045.2.1";
+const OID_SECP384R1: &str = "1.3.132.0.34";
+const RSA_MODULUS_BITS: usize = 4096;
+
+/// Check names a chain failure can carry.
+pub mod checks {
+    /// A certificate did not parse.
+    pub const CERT_PARSE: &str = "cert-parse";
+    /// The chain does not end in a pinned AMD ARK (simulated evidence).
+    pub const ROOT: &str = "root";
+    /// The ARK is not validly self-signed.
+    pub const ARK_SIGNATURE: &str = "ark-signature";
+    /// The ASK/ASVK is not validly signed by the ARK.
+    pub const INTERMEDIATE_SIGNATURE: &str = "intermediate-signature";
+    /// The VCEK/VLEK is not validly signed by the ASK/ASVK.
+    pub const LEAF_SIGNATURE: &str = "leaf-signature";
+    /// A certificate does not have AMD's profile (names, key types, algorithm parameters).
+    pub const CERT_PROFILE: &str = "cert-profile";
+    /// A certificate is outside its validity period at the verification time.
+    pub const CERT_VALIDITY: &str = "cert-validity";
+    /// The CRL is unusable or revokes the intermediate.
+    pub const CRL: &str = "crl";
+    /// The products named by CPUID, the certificates and the ARK disagree, or none is known.
+    pub const PRODUCT: &str = "product";
+    /// The report's signature does not verify with the VCEK/VLEK key.
+    pub const REPORT_SIGNATURE: &str = "report-signature";
+    /// SIGNATURE_ALGO is not ECDSA P-384 with SHA-384.
+    pub const SIGNATURE_ALGO: &str = "signature-algo";
+    /// KEY_INFO names a different key than the certificate chain provides (or none).
+    pub const SIGNING_KEY: &str = "signing-key";
+    /// The VCEK/VLEK TCB extensions differ from REPORTED_TCB.
+    pub const TCB_EXTENSIONS: &str = "tcb-extensions";
+    /// The VCEK hwID differs from CHIP_ID.
+    pub const HWID: &str = "hwid";
+    /// The chain-related checks, for callers that ask "did the chain fail?".
+    pub const CHAIN: [&str; 9] = [
+        CERT_PARSE,
+        ROOT,
+        ARK_SIGNATURE,
+        INTERMEDIATE_SIGNATURE,
+        LEAF_SIGNATURE,
+        CERT_PROFILE,
+        CERT_VALIDITY,
+        CRL,
+        PRODUCT,
+    ];
+}
+
+/// Where the chain ends: a pinned AMD root for a product, or a root that is not AMD's (simulated evidence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum RootKind {
+    /// The ARK is AMD's pinned root for this product.
+    Amd(Product),
+    /// The ARK matches no pinned AMD root: the evidence is simulated (or forged).
+    Unpinned,
+}
+
+impl RootKind {
+    /// Whether this root is not AMD's.
+    pub fn is_simulated(self) -> bool {
+        matches!(self, RootKind::Unpinned)
+    }
+}
+
+/// How to verify a chain.
+#[derive(Clone, Debug)]
+pub struct ChainOptions {
+    /// The time at which every certificate must be valid.
+    pub at: ::time::OffsetDateTime,
+    /// A CRL (DER or PEM) signed by the ARK; a listed ASK/ASVK is rejected.
+    pub crl: Option<Vec<u8>>,
+    /// Accept a chain whose root is not a pinned AMD ARK (sim evidence).
+    pub allow_simulated: bool,
+}
+
+impl Default for ChainOptions {
+    fn default() -> Self {
+        ChainOptions {
+            at: ::time::OffsetDateTime::now_utc(),
+            crl: None,
+            allow_simulated: false,
+        }
+    }
+}
+
+/// The outcome of checking a certificate chain; reusable for every report signed by the same VCEK/VLEK.
+#[derive(Clone, Debug)]
+pub struct ChainOutcome {
+    /// Where the chain ends.
+    pub root: RootKind,
+    /// The product, from CPUID where the caller gave it, else the certificates.
+    pub product: Option<Product>,
+    /// Facts of the VCEK/VLEK, if it parsed.
+    pub leaf: Option<LeafInfo>,
+    /// The VCEK/VLEK public key, if it is a P-384 key.
+    pub leaf_key: Option<p384::ecdsa::VerifyingKey>,
+    /// The ARK's self-signature verified.
+    pub ark_self_signed: bool,
+    /// The ASK/ASVK signature by the ARK verified.
+    pub intermediate_signed_by_ark: bool,
+    /// The VCEK/VLEK signature by the ASK/ASVK verified.
+    pub leaf_signed_by_intermediate: bool,
+    /// Every certificate was within its validity at the verification time.
+    pub time_valid: bool,
+    /// Every failed chain check.
+    pub failures: Vec<Failure>,
+}
+
+impl ChainOutcome {
+    /// Whether all three RSASSA-PSS signatures verified (the vectors' `chain_valid`, which ignores dates).
+    pub fn signatures_valid(&self) -> bool {
+        self.ark_self_signed && self.intermediate_signed_by_ark && self.leaf_signed_by_intermediate
+    }
+}
+
+/// SHA-256 of a certificate's SubjectPublicKeyInfo, hex.
+pub fn spki_sha256(cert: &X509Certificate<'_>) -> String {
+    hex::encode(Sha256::digest(cert.public_key().raw))
+}
+
+/// The product whose pinned ARK has this SPKI hash, if any.
+pub fn pinned_product(spki_sha256_hex: &str) -> Option<Product> {
+    ARK_SPKI_SHA256
+        .iter()
+        .find(|(_, h)| *h == spki_sha256_hex)
+        .map(|(p, _)| *p)
+}
+
+/// Checks that an AlgorithmIdentifier is exactly RSASSA-PSS with SHA-384, MGF1-SHA-384, salt 48, trailer 1.
+pub fn check_pss_params(alg: &AlgorithmIdentifier<'_>) -> Result<(), String> {
+    let oid = alg.algorithm.to_id_string();
+    if oid != OID_RSASSA_PSS {
+        return Err(format!(
+            "signature algorithm is {oid}, expected RSASSA-PSS ({OID_RSASSA_PSS})"
+        ));
+    }
+    let params = match x509_parser::signature_algorithm::SignatureAlgorithm::try_from(alg) {
+        Ok(x509_parser::signature_algorithm::SignatureAlgorithm::RSASSA_PSS(p)) => p,
+        _ => return Err("RSASSA-PSS parameters are missing or malformed".into()),
+    };
+    let hash = params.hash_algorithm_oid().to_id_string();
+    if hash != OID_SHA384 {
+        return Err(format!(
+            "PSS hash is {hash}, expected SHA-384 ({OID_SHA384})"
+        ));
+    }
+    let mgf = params
+        .mask_gen_algorithm()
+        .map_err(|_| "PSS mask generation algorithm is malformed".to_string())?;
+    if mgf.mgf.to_id_string() != OID_MGF1 || mgf.hash.to_id_string() != OID_SHA384 {
+        return Err(format!(
+            "PSS mask generation is {} with {}, expected MGF1 with SHA-384",
+            mgf.mgf, mgf.hash
+        ));
+    }
+    if params.salt_length() != 48 {
+        return Err(format!(
+            "PSS salt length is {}, expected 48",
+            params.salt_length()
+        ));
+    }
+    if params.trailer_field() != 1 {
+        return Err(format!(
+            "PSS trailer field is {}, expected 1",
+            params.trailer_field()
+        ));
+    }
+    Ok(())
+}
+
+/// Verifies `cert`'s RSASSA-PSS signature with `issuer`'s RSA key (parameters checked exactly).
+pub fn verify_pss_signature(
+    cert: &X509Certificate<'_>,
+    issuer: &X509Certificate<'_>,
+) -> Result<(), String> {
+    if cert.signature_algorithm != cert.tbs_certificate.signature {
+        return Err(
+            "outer signatureAlgorithm differs from the tbsCertificate signature field".into(),
+        );
+    }
+    check_pss_params(&cert.signature_algorithm)?;
+    let key = rsa_key(issuer)?;
+    verify_pss(
+        cert.tbs_certificate.as_ref(),
+        &cert.signature_value.data,
+        key,
+    )
+}
+
+fn rsa_key(cert: &X509Certificate<'_>) -> Result<rsa::RsaPublicKey, String> {
+    use rsa::pkcs1::DecodeRsaPublicKey;
+    use rsa::traits::PublicKeyParts;
+    let spki = cert.public_key();
+    let key = rsa::RsaPublicKey::from_pkcs1_der(&spki.subject_public_key.data)
+        .map_err(|e| format!("issuer key is not an RSA public key ({e})"))?;
+    if key.size() * 8 != RSA_MODULUS_BITS {
+        return Err(format!(
+            "issuer RSA key is {} bits, expected {RSA_MODULUS_BITS}",
+            key.size() * 8
+        ));
+    }
+    Ok(key)
+}
+
+fn verify_pss(msg: &[u8], sig: &[u8], key: rsa::RsaPublicKey) -> Result<(), String> {
+    use signature::Verifier;
+    let vk = rsa::pss::VerifyingKey::<Sha384>::new_with_salt_len(key, 48);
+    let sig =
+        rsa::pss::Signature::try_from(sig).map_err(|e| format!("malformed RSA signature ({e})"))?;
+    vk.verify(msg, &sig)
+        .map_err(|_| "RSASSA-PSS signature does not verify".to_string())
+}
+
+fn p384_key(cert: &X509Certificate<'_>) -> Result<p384::ecdsa::VerifyingKey, String> {
+    let spki = cert.public_key();
+    let alg = spki.algorithm.algorithm.to_id_string();
+    let curve = spki
+        .algorithm
+        .parameters
+        .as_ref()
+        .and_then(|p| p.as_oid().ok())
+        .map(|o| o.to_id_string())
+        .unwrap_or_default();
+    if alg != OID_EC_PUBLIC_KEY || curve != OID_SECP384R1 {
+        return Err(format!(
+            "public key is {alg} on {curve:?}, expected an EC key on P-384 ({OID_SECP384R1})"
+        ));
+    }
+    p384::ecdsa::VerifyingKey::from_sec1_bytes(&spki.subject_public_key.data)
+        .map_err(|_| "P-384 public key is not a valid point".to_string())
+}
+
+fn fmt_time(t: i64) -> String {
+    ::time::OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|d| {
+            d.format(&::time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| t.to_string())
+}
+
+fn check_validity(
+    cert: &X509Certificate<'_>,
+    what: &str,
+    at: i64,
+    failures: &mut Vec<Failure>,
+) -> bool {
+    let nb = cert.validity().not_before.timestamp();
+    let na = cert.validity().not_after.timestamp();
+    if at < nb || at > na {
+        failures.push(Failure::new(
+            checks::CERT_VALIDITY,
+            format!(
+                "{what} is valid from {} to {}, verification time is {}",
+                fmt_time(nb),
+                fmt_time(na),
+                fmt_time(at)
+            ),
+        ));
+        return false;
+    }
+    true
+}
+
+/// Verifies the chain of `bundle`. `cpuid_product` is the product the report's CPUID names (v3+), which
+/// takes precedence over the certificates; a disagreement is a failure.
+pub fn verify_chain(
+    bundle: &CertBundle,
+    opts: &ChainOptions,
+    cpuid_product: Option<Product>,
+) -> ChainOutcome {
+    let mut out = ChainOutcome {
+        root: RootKind::Unpinned,
+        product: cpuid_product,
+        leaf: None,
+        leaf_key: None,
+        ark_self_signed: false,
+        intermediate_signed_by_ark: false,
+        leaf_signed_by_intermediate: false,
+        time_valid: false,
+        failures: Vec::new(),
+    };
+    let f = &mut out.failures;
+    let ark = parse_cert(&bundle.ark, "ARK")
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .ok();
+    let inter = parse_cert(&bundle.intermediate, "ASK/ASVK")
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .ok();
+    let leaf = parse_cert(&bundle.leaf, "VCEK/VLEK")
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .ok();
+
+    // The leaf: its facts, its key and the product it names.
+    let mut cert_product = None;
+    if let Some(leaf) = &leaf {
+        match LeafInfo::from_cert(leaf) {
+            Ok(info) => {
+                cert_product = info.product();
+                out.leaf = Some(info);
+            }
+            Err(e) => f.push(Failure::new(checks::CERT_PARSE, format!("VCEK/VLEK: {e}"))),
+        }
+        match p384_key(leaf) {
+            Ok(k) => out.leaf_key = Some(k),
+            Err(e) => f.push(Failure::new(
+                checks::CERT_PROFILE,
+                format!("VCEK/VLEK: {e}"),
+            )),
+        }
+    }
+    match (cpuid_product, cert_product) {
+        (Some(c), Some(p)) if c != p => f.push(Failure::new(
+            checks::PRODUCT,
+            format!("CPUID names {c}, the VCEK/VLEK names {p}"),
+        )),
+        (None, p) => out.product = p,
+        _ => {}
+    }
+
+    // The root: pinned or not, self-signed.
+    if let Some(ark) = &ark {
+        let hash = spki_sha256(ark);
+        match pinned_product(&hash) {
+            Some(p) => {
+                out.root = RootKind::Amd(p);
+                match out.product {
+                    Some(q) if q != p => f.push(Failure::new(
+                        checks::PRODUCT,
+                        format!("the ARK is AMD's {p} root, the report and certificates name {q}"),
+                    )),
+                    None => out.product = Some(p),
+                    _ => {}
+                }
+            }
+            None if opts.allow_simulated => {}
+            None => f.push(Failure::new(
+                checks::ROOT,
+                format!(
+                    "SIMULATED: the ARK public key (SHA-256 {hash}) is not a pinned AMD root; \
+                     expected one of {} (allow simulated evidence to accept it)",
+                    ARK_SPKI_SHA256
+                        .iter()
+                        .map(|(p, h)| format!("{p} {}", &h[..16]))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
+        }
+        if ark.subject().as_raw() != ark.issuer().as_raw() {
+            f.push(Failure::new(
+                checks::CERT_PROFILE,
+                "ARK issuer differs from its subject (not self-signed)",
+            ));
+        }
+        match verify_pss_signature(ark, ark) {
+            Ok(()) => out.ark_self_signed = true,
+            Err(e) => f.push(Failure::new(
+                checks::ARK_SIGNATURE,
+                format!("ARK self-signature: {e}"),
+            )),
+        }
+    }
+    if out.product.is_none() {
+        f.push(Failure::new(
+            checks::PRODUCT,
+            "no product: the report has no known CPUID and the certificates name none of Milan, Genoa, Turin",
+        ));
+    }
+
+    // Profile of names, given the product and key kind.
+    let kind = out
+        .leaf
+        .as_ref()
+        .map(|l| l.kind)
+        .unwrap_or(SigningKey::Vcek);
+    if let Some(p) = out.product {
+        let expect_ark = format!("ARK-{p}");
+        let expect_inter = match kind {
+            SigningKey::Vlek => format!("SEV-VLEK-{p}"),
+            _ => format!("SEV-{p}"),
+        };
+        let expect_leaf = match kind {
+            SigningKey::Vlek => "SEV-VLEK",
+            _ => "SEV-VCEK",
+        };
+        let mut name_check = |cert: &Option<X509Certificate<'_>>,
+                              what: &str,
+                              subject: &str,
+                              issuer: &str| {
+            if let Some(c) = cert {
+                let s = common_name(c.subject()).unwrap_or_default();
+                let i = common_name(c.issuer()).unwrap_or_default();
+                if s != subject || i != issuer {
+                    f.push(Failure::new(
+                        checks::CERT_PROFILE,
+                        format!("{what} is CN={s} issued by CN={i}, expected CN={subject} issued by CN={issuer}"),
+                    ));
+                }
+            }
+        };
+        name_check(&ark, "ARK", &expect_ark, &expect_ark);
+        name_check(&inter, "intermediate", &expect_inter, &expect_ark);
+        name_check(&leaf, "VCEK/VLEK", expect_leaf, &expect_inter);
+    }
+
+    // Issuer linkage and signatures.
+    if let (Some(ark), Some(inter)) = (&ark, &inter) {
+        if inter.issuer().as_raw() != ark.subject().as_raw() {
+            f.push(Failure::new(
+                checks::CERT_PROFILE,
+                "intermediate issuer name differs from the ARK subject",
+            ));
+        }
+        match verify_pss_signature(inter, ark) {
+            Ok(()) => out.intermediate_signed_by_ark = true,
+            Err(e) => f.push(Failure::new(
+                checks::INTERMEDIATE_SIGNATURE,
+                format!("ASK/ASVK by ARK: {e}"),
+            )),
+        }
+    }
+    if let (Some(inter), Some(leaf)) = (&inter, &leaf) {
+        if leaf.issuer().as_raw() != inter.subject().as_raw() {
+            f.push(Failure::new(
+                checks::CERT_PROFILE,
+                "VCEK/VLEK issuer name differs from the intermediate subject",
+            ));
+        }
+        match verify_pss_signature(leaf, inter) {
+            Ok(()) => out.leaf_signed_by_intermediate = true,
+            Err(e) => f.push(Failure::new(
+                checks::LEAF_SIGNATURE,
+                format!("VCEK/VLEK by ASK/ASVK: {e}"),
+            )),
+        }
+    }
+
+    // Validity at the verification time.
+    let at = opts.at.unix_timestamp();
+    let mut time_ok = ark.is_some() && inter.is_some() && leaf.is_some();
+    for (cert, what) in [(&ark, "ARK"), (&inter, "ASK/ASVK"), (&leaf, "VCEK/VLEK")] {
+        if let Some(c) = cert {
+            time_ok &= check_validity(c, what, at, f);
+        }
+    }
+    out.time_valid = time_ok;
+
+    // Revocation.
+    if let (Some(crl), Some(ark), Some(inter)) = (&opts.crl, &ark, &inter) {
+        if let Err(e) = check_crl(crl, ark, inter) {
+            f.push(Failure::new(checks::CRL, e));
+        }
+    }
+    out
+}
+
+/// Checks a CRL (DER or PEM) issued and signed by the ARK, and that it does not list the intermediate.
+pub fn check_crl(
+    data: &[u8],
+    ark: &X509Certificate<'_>,
+    inter: &X509Certificate<'_>,
+) -> Result<(), String> {
+    let der = if data.windows(10).any(|w| w == b"-----BEGIN") {
+        let pem = Pem::iter_from_buffer(data)
+            .next()
+            .ok_or("CRL file holds no PEM block")?
+            .map_err(|e| format!("CRL PEM is malformed ({e})"))?;
+        pem.contents
+    } else {
+        data.to_vec()
+    };
+    let (_, crl) =
+        parse_x509_crl(&der).map_err(|e| format!("CRL is not a DER CertificateList ({e})"))?;
+    if crl.issuer().as_raw() != ark.subject().as_raw() {
+        return Err(format!(
+            "CRL issuer CN={} is not the ARK CN={}",
+            common_name(crl.issuer()).unwrap_or_default(),
+            common_name(ark.subject()).unwrap_or_default()
+        ));
+    }
+    if crl.signature_algorithm != crl.tbs_cert_list.signature {
+        return Err("CRL outer signatureAlgorithm differs from its tbsCertList".into());
+    }
+    check_pss_params(&crl.signature_algorithm).map_err(|e| format!("CRL: {e}"))?;
+    verify_pss(
+        crl.tbs_cert_list.as_ref(),
+        &crl.signature_value.data,
+        rsa_key(ark)?,
+    )
+    .map_err(|e| format!("CRL signature by the ARK: {e}"))?;
+    let serial = inter.raw_serial();
+    if let Some(r) = crl
+        .iter_revoked_certificates()
+        .find(|r| r.raw_serial() == serial)
+    {
+        return Err(format!(
+            "the intermediate CN={} (serial {}) is revoked since {}",
+            common_name(inter.subject()).unwrap_or_default(),
+            inter.raw_serial_as_string(),
+            r.revocation_date
+        ));
+    }
+    Ok(())
+}
+
+/// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F).
+pub fn verify_report_signature(
+    signed: &[u8],
+    sig: &Signature,
+    key: &p384::ecdsa::VerifyingKey,
+) -> Result<(), String> {
+    use signature::Verifier;
+    if !sig.padding_is_zero() {
+        return Err("the high 24 bytes of R or S are not zero".into());
+    }
+    let s = p384::ecdsa::Signature::from_scalars(sig.r_be(), sig.s_be())
+        .map_err(|_| "R or S is not a valid P-384 scalar".to_string())?;
+    key.verify(signed, &s)
+        .map_err(|_| "ECDSA P-384/SHA-384 signature over 0x000..0x29F does not verify".to_string())
+}
+
+/// The same check on raw report bytes, for reports that do not parse (e.g. a must-be-zero byte set).
+pub fn verify_raw_report_signature(
+    bytes: &[u8],
+    key: &p384::ecdsa::VerifyingKey,
+) -> Result<(), String> {
+    if bytes.len() != attestation::snp::REPORT_LEN {
+        return Err(format!(
+            "report is {} bytes, expected {}",
+            bytes.len(),
+            attestation::snp::REPORT_LEN
+        ));
+    }
+    let mut r = [0u8; 72];
+    let mut s = [0u8; 72];
+    r.copy_from_slice(&bytes[0x2A0..0x2E8]);
+    s.copy_from_slice(&bytes[0x2E8..0x330]);
+    verify_report_signature(
+        &bytes[..attestation::snp::SIGNED_LEN],
+        &Signature { r, s },
+        key,
+    )
+}
+
+/// The report-level authenticity checks against a verified (or failed) chain: signature algorithm, signing
+/// key kind, signature, TCB extensions == REPORTED_TCB, hwID == CHIP_ID. Returns (signature_valid, failures).
+pub fn verify_report_against_chain(
+    report: &AttestationReport,
+    chain: &ChainOutcome,
+) -> (bool, Vec<Failure>) {
+    let mut f = Vec::new();
+    if report.signature_algo != SIGNATURE_ALGO_ECDSA_P384_SHA384 {
+        f.push(Failure::new(
+            checks::SIGNATURE_ALGO,
+            format!("SIGNATURE_ALGO is {}, expected {SIGNATURE_ALGO_ECDSA_P384_SHA384} (ECDSA P-384 SHA-384)", report.signature_algo),
+        ));
+    }
+    let key = report.key_info.signing_key;
+    if let Some(leaf) = &chain.leaf {
+        if key != leaf.kind {
+            f.push(Failure::new(
+                checks::SIGNING_KEY,
+                format!(
+                    "KEY_INFO says the report is signed by the {key}, the certificate is a {}",
+                    leaf.kind
+                ),
+            ));
+        }
+    }
+    let mut signature_valid = false;
+    match &chain.leaf_key {
+        Some(k) => match verify_report_signature(&report.signed_bytes(), &report.signature, k) {
+            Ok(()) => signature_valid = true,
+            Err(e) => f.push(Failure::new(checks::REPORT_SIGNATURE, e)),
+        },
+        None => f.push(Failure::new(
+            checks::REPORT_SIGNATURE,
+            "no usable VCEK/VLEK key to verify the report with",
+        )),
+    }
+    if let (Some(leaf), Some(product)) = (&chain.leaf, chain.product) {
+        match leaf.extensions.tcb(product) {
+            Some(tcb) if tcb == report.reported_tcb => {}
+            Some(tcb) => f.push(Failure::new(
+                checks::TCB_EXTENSIONS,
+                format!(
+                    "certificate SPLs give {tcb} ({}), REPORTED_TCB is {} ({})",
+                    tcb.decode(product),
+                    report.reported_tcb,
+                    report.reported_tcb.decode(product)
+                ),
+            )),
+            None => f.push(Failure::new(
+                checks::TCB_EXTENSIONS,
+                format!("the certificate lacks an SPL extension the {product} TCB layout needs"),
+            )),
+        }
+        if leaf.kind == SigningKey::Vcek {
+            if let Some(e) = hwid_mismatch(report, leaf, product) {
+                f.push(Failure::new(checks::HWID, e));
+            }
+        }
+    }
+    (signature_valid, f)
+}
+
+/// Whether the VCEK hwID matches CHIP_ID (Turin: 8 bytes, the rest of CHIP_ID zero); `None` if it does or the
+/// chip ID is masked.
+pub fn hwid_mismatch(
+    report: &AttestationReport,
+    leaf: &LeafInfo,
+    product: Product,
+) -> Option<String> {
+    if report.key_info.mask_chip_key || report.chip_id.iter().all(|&b| b == 0) {
+        return None;
+    }
+    let Some(hw) = &leaf.extensions.hw_id else {
+        return Some("the VCEK has no hwID extension".into());
+    };
+    let want_len = if product == Product::Turin { 8 } else { 64 };
+    if hw.len() != want_len {
+        return Some(format!(
+            "hwID is {} bytes, a {product} VCEK has {want_len}",
+            hw.len()
+        ));
+    }
+    let (head, tail) = report.chip_id.split_at(want_len);
+    if head != hw.as_slice() || tail.iter().any(|&b| b != 0) {
+        return Some(format!(
+            "CHIP_ID is {}, VCEK hwID is {}",
+            hex::encode(report.chip_id),
+            hex::encode(hw)
+        ));
+    }
+    None
+}
