@@ -1,0 +1,168 @@
+//! Acceptability of an authentic TDX quote: one declarative `Policy` that every `tdx-quote` flag maps to.
+//! Defaults: TCB status UpToDate or SWHardeningNeeded, debug TDs forbidden, SEPT_VE_DISABLE required,
+//! MR_SERVICETD zero, collateral required, no expected measurement unless given.
+
+use std::collections::BTreeSet;
+
+use attestation::tdx::Quote;
+
+use super::tcb::TcbStatus;
+use super::Failure;
+
+/// What a founder accepts of an authentic TDX quote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// TCB statuses accepted.
+    pub accepted_tcb_statuses: BTreeSet<TcbStatus>,
+    /// Advisory IDs that reject the quote whatever its status.
+    pub denied_advisories: BTreeSet<String>,
+    /// Accept a debug TD (its memory is readable by the host: a verdict from it proves nothing).
+    pub allow_debug: bool,
+    /// Require TD attribute SEPT_VE_DISABLE.
+    pub require_sept_ve_disable: bool,
+    /// Accept a non-zero MR_SERVICETD (TD 1.5 quotes).
+    pub allow_service_td: bool,
+    /// Require collateral (TCB status, revocation); without it the TCB cannot be judged.
+    pub require_collateral: bool,
+    /// Expected MRTD: the quote must carry one of these (empty: not checked).
+    pub mrtd: Vec<[u8; 48]>,
+    /// Expected RTMR0..3.
+    pub rtmr: [Option<[u8; 48]>; 4],
+    /// Expected MRCONFIGID.
+    pub mr_config_id: Option<[u8; 48]>,
+    /// Expected MROWNER.
+    pub mr_owner: Option<[u8; 48]>,
+    /// Expected XFAM.
+    pub xfam: Option<[u8; 8]>,
+    /// Expected TD attributes (all 64 bits).
+    pub td_attributes: Option<[u8; 8]>,
+    /// Minimum TEE_TCB_SVN, compared component by component.
+    pub min_tee_tcb_svn: Option<[u8; 16]>,
+    /// Expected REPORTDATA.
+    pub report_data: Option<[u8; 64]>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            accepted_tcb_statuses: [TcbStatus::UpToDate, TcbStatus::SWHardeningNeeded]
+                .into_iter()
+                .collect(),
+            denied_advisories: BTreeSet::new(),
+            allow_debug: false,
+            require_sept_ve_disable: true,
+            allow_service_td: false,
+            require_collateral: true,
+            mrtd: Vec::new(),
+            rtmr: [None; 4],
+            mr_config_id: None,
+            mr_owner: None,
+            xfam: None,
+            td_attributes: None,
+            min_tee_tcb_svn: None,
+            report_data: None,
+        }
+    }
+}
+
+fn eq_check(failures: &mut Vec<Failure>, check: &str, seen: &[u8], want: Option<&[u8]>) {
+    if let Some(w) = want {
+        if seen != w {
+            failures.push(Failure::new(check, hex::encode(seen), hex::encode(w)));
+        }
+    }
+}
+
+impl Policy {
+    /// Checks the TD fields of `quote` against this policy, pushing every failure.
+    pub fn check_td(&self, quote: &Quote, failures: &mut Vec<Failure>) {
+        let td = quote.td();
+        let attrs = td.attributes();
+        if attrs.debug() && !self.allow_debug {
+            failures.push(Failure::new(
+                "td_attributes.debug",
+                "set (debug TD)",
+                "clear (--allow-debug to accept)",
+            ));
+        }
+        if self.require_sept_ve_disable && !attrs.sept_ve_disable() {
+            failures.push(Failure::new("td_attributes.sept_ve_disable", "clear", "set"));
+        }
+        if let Some(b) = quote.body.td15() {
+            if !self.allow_service_td && b.mr_servicetd.iter().any(|x| *x != 0) {
+                failures.push(Failure::new(
+                    "mr_servicetd",
+                    hex::encode(b.mr_servicetd),
+                    "zero (--allow-service-td)",
+                ));
+            }
+        }
+        if !self.mrtd.is_empty() && !self.mrtd.iter().any(|m| *m == td.mrtd) {
+            let want: Vec<String> = self.mrtd.iter().map(hex::encode).collect();
+            failures.push(Failure::new(
+                "mrtd",
+                hex::encode(td.mrtd),
+                format!("one of {}", want.join(", ")),
+            ));
+        }
+        for (i, want) in self.rtmr.iter().enumerate() {
+            eq_check(
+                failures,
+                &format!("rtmr{i}"),
+                &td.rtmr[i],
+                want.as_ref().map(|w| &w[..]),
+            );
+        }
+        eq_check(
+            failures,
+            "mr_config_id",
+            &td.mr_config_id,
+            self.mr_config_id.as_ref().map(|w| &w[..]),
+        );
+        eq_check(
+            failures,
+            "mr_owner",
+            &td.mr_owner,
+            self.mr_owner.as_ref().map(|w| &w[..]),
+        );
+        eq_check(failures, "xfam", &td.xfam, self.xfam.as_ref().map(|w| &w[..]));
+        eq_check(
+            failures,
+            "td_attributes",
+            &td.td_attributes,
+            self.td_attributes.as_ref().map(|w| &w[..]),
+        );
+        eq_check(
+            failures,
+            "report_data",
+            &td.report_data,
+            self.report_data.as_ref().map(|w| &w[..]),
+        );
+        if let Some(min) = &self.min_tee_tcb_svn {
+            if td.tee_tcb_svn.iter().zip(min).any(|(have, want)| have < want) {
+                failures.push(Failure::new(
+                    "tee_tcb_svn",
+                    hex::encode(td.tee_tcb_svn),
+                    format!("each component >= {}", hex::encode(min)),
+                ));
+            }
+        }
+    }
+
+    /// Checks a TCB status and its advisories against this policy.
+    pub fn check_tcb(&self, status: TcbStatus, advisories: &[String], failures: &mut Vec<Failure>) {
+        if !self.accepted_tcb_statuses.contains(&status) {
+            let want: Vec<&str> = self.accepted_tcb_statuses.iter().map(|s| s.name()).collect();
+            failures.push(Failure::new(
+                "tcb_status",
+                status.name(),
+                format!("one of {}", want.join(", ")),
+            ));
+        }
+        for a in advisories {
+            if self.denied_advisories.contains(a) {
+                failures.push(Failure::new("advisory_ids", a, "not a denied advisory"));
+            }
+        }
+    }
+}

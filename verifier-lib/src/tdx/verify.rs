@@ -1,0 +1,571 @@
+//! The verification procedure: authenticity (quote signature, PCK chain to the pinned root, QE report
+//! signature and binding), then collateral (signatures, chains, CRLs, freshness, FMSPC), then the TCB
+//! evaluation, then the policy. Nothing stops at the first failure: every check runs that can.
+
+use sha2::{Digest, Sha256};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use attestation::tdx::{CertificationData, Quote};
+
+use super::pck::PckExtensions;
+use super::tcb;
+use super::x509::{p256_from_raw, parse_pem_chain, verify_raw_sig, Cert, INTEL_SGX_ROOT_CA_SPKI_SHA256};
+use super::{
+    Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification, VerifyOptions,
+};
+
+fn iso(t: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|d| d.format(&Rfc3339).ok())
+        .unwrap_or_else(|| format!("@{t}"))
+}
+
+/// Checks `not_before <= at <= not_after`, one failure per side, named `<name>.not_before` / `.not_after`.
+fn window(failures: &mut Vec<Failure>, name: &str, at: i64, from: i64, until: Option<i64>) -> bool {
+    let mut ok = true;
+    if at < from {
+        failures.push(Failure::new(
+            format!("{name}.not_yet_valid"),
+            format!("time {}", iso(at)),
+            format!("at or after {}", iso(from)),
+        ));
+        ok = false;
+    }
+    if let Some(u) = until {
+        if at > u {
+            failures.push(Failure::new(
+                format!("{name}.expired"),
+                format!("time {}", iso(at)),
+                format!("at or before {}", iso(u)),
+            ));
+            ok = false;
+        }
+    }
+    ok
+}
+
+fn cert_role(i: usize, len: usize, prefix: &str) -> String {
+    if i + 1 == len {
+        format!("{prefix}.root")
+    } else if i == 0 {
+        format!("{prefix}.leaf")
+    } else {
+        format!("{prefix}.ca")
+    }
+}
+
+/// Verifies a chain leaf-first: signatures, a self-signed root, validity at `at`. Returns (sigs ok, time ok).
+fn check_chain(failures: &mut Vec<Failure>, prefix: &str, chain: &[Cert], at: i64) -> (bool, bool) {
+    let mut sigs = true;
+    let mut times = true;
+    for (i, c) in chain.iter().enumerate() {
+        let role = cert_role(i, chain.len(), prefix);
+        let issuer = chain.get(i + 1).unwrap_or(c);
+        if let Err(e) = c.signed_by(issuer) {
+            failures.push(Failure::new(
+                format!("{role}.signature"),
+                e,
+                format!("signed by {}", issuer.subject()),
+            ));
+            sigs = false;
+        }
+        let (nb, na) = c.validity();
+        times &= window(failures, &format!("{role}.validity"), at, nb, Some(na));
+    }
+    (sigs, times)
+}
+
+fn root_kind(root: &Cert) -> Root {
+    if root.spki_sha256() == INTEL_SGX_ROOT_CA_SPKI_SHA256 {
+        Root::Intel
+    } else {
+        Root::Simulated
+    }
+}
+
+/// Parses and verifies a quote (see [`verify_quote_parsed`]).
+pub fn verify_quote(bytes: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
+    let quote = Quote::parse(bytes)?;
+    Ok(verify_quote_parsed(quote, None, opts))
+}
+
+/// Verifies a TDX quote carried in evidence: `certs` (DER, leaf first) is the PCK chain when the quote
+/// does not carry one, and `collateral_json` the collateral in the `collateral.json` layout.
+pub fn verify_quote_for_evidence(
+    report: &[u8],
+    certs: &[Vec<u8>],
+    collateral_json: Option<&[u8]>,
+    at: i64,
+    policy: &Policy,
+    allow_simulated: bool,
+) -> Result<TdxVerification, TdxError> {
+    let quote = Quote::parse(report)?;
+    let collateral = collateral_json.map(Collateral::from_json).transpose()?;
+    let chain = if quote.pck_chain_pem().is_none() && !certs.is_empty() {
+        let mut out = Vec::new();
+        for (i, der) in certs.iter().enumerate() {
+            out.push(
+                Cert::from_der(&format!("certs[{i}]"), der)
+                    .map_err(|e| TdxError::Collateral(super::CollateralError::X509(e)))?,
+            );
+        }
+        Some(out)
+    } else {
+        None
+    };
+    let opts = VerifyOptions {
+        collateral: collateral.as_ref(),
+        at,
+        policy,
+        allow_simulated,
+    };
+    Ok(verify_quote_parsed(quote, chain, &opts))
+}
+
+/// Verifies a parsed quote; `chain` overrides the PCK chain carried in the quote.
+pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &VerifyOptions<'_>) -> TdxVerification {
+    let at = opts.at;
+    let mut failures = Vec::new();
+    let mut auth = Authenticity::default();
+
+    // 1. The quote signature by the attestation key.
+    match p256_from_raw(&quote.signature_data.attestation_key) {
+        Some(key) => match verify_raw_sig(&key, &quote.signed_bytes(), &quote.signature_data.signature) {
+            Ok(()) => auth.quote_signature = true,
+            Err(e) => failures.push(Failure::new(
+                "quote.signature",
+                e,
+                "valid ECDSA P-256 over header and body",
+            )),
+        },
+        None => failures.push(Failure::new(
+            "quote.attestation_key",
+            hex::encode(quote.signature_data.attestation_key),
+            "a P-256 point",
+        )),
+    }
+
+    // 2. The PCK chain (from the quote, type 6 holding type 5).
+    let qe = match &quote.signature_data.certification {
+        CertificationData::QeReport(q) => Some(q.as_ref()),
+        CertificationData::Other { cert_type, .. } => {
+            failures.push(Failure::new(
+                "quote.certification_data",
+                format!("type {cert_type}"),
+                "type 6 (QE report)",
+            ));
+            None
+        }
+    };
+    let chain = match chain {
+        Some(c) => Some(c),
+        None => match quote.pck_chain_pem() {
+            Some(pem) => match parse_pem_chain("pck_chain", pem) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    failures.push(Failure::new("pck_chain", e, "a readable PEM chain"));
+                    None
+                }
+            },
+            None => {
+                if qe.is_some() {
+                    failures.push(Failure::new("pck_chain", "no type 5 PCK chain", "type 5 inside type 6"));
+                }
+                None
+            }
+        },
+    };
+    let chain = chain.filter(|c| {
+        if c.len() < 2 {
+            failures.push(Failure::new(
+                "pck_chain",
+                format!("{} certificate(s)", c.len()),
+                "leaf, PCK CA, root",
+            ));
+            false
+        } else {
+            true
+        }
+    });
+    let mut simulated = false;
+    let mut pck = None;
+    if let Some(chain) = &chain {
+        let (sigs, times) = check_chain(&mut failures, "pck_chain", chain, at);
+        auth.pck_chain_signatures = sigs;
+        auth.pck_chain_time = times;
+        let root = root_kind(&chain[chain.len() - 1]);
+        auth.root = Some(root);
+        if root == Root::Simulated {
+            simulated = true;
+            if !opts.allow_simulated {
+                failures.push(Failure::new(
+                    "pck_chain.root.pin",
+                    format!(
+                        "key sha256 {} (not Intel's: simulated or foreign)",
+                        hex::encode(chain[chain.len() - 1].spki_sha256())
+                    ),
+                    format!(
+                        "Intel SGX Root CA key sha256 {} (or --allow-simulated)",
+                        hex::encode(INTEL_SGX_ROOT_CA_SPKI_SHA256)
+                    ),
+                ));
+            }
+        }
+        match PckExtensions::from_cert(&chain[0]) {
+            Ok(p) => pck = Some(p),
+            Err(e) => failures.push(Failure::new(
+                "pck_chain.leaf.sgx_extensions",
+                e,
+                "Intel's SGX extension profile",
+            )),
+        }
+        // 3. The QE report, signed by the PCK leaf key, binding the attestation key.
+        if let Some(q) = qe {
+            match chain[0].p256_key() {
+                Some(key) => match verify_raw_sig(&key, &q.qe_report.to_bytes(), &q.qe_report_signature) {
+                    Ok(()) => auth.qe_report_signature = true,
+                    Err(e) => failures.push(Failure::new(
+                        "qe_report.signature",
+                        e,
+                        "valid ECDSA P-256 by the PCK leaf key",
+                    )),
+                },
+                None => failures.push(Failure::new("pck_chain.leaf.key", "not a P-256 key", "a P-256 key")),
+            }
+        }
+    }
+    if let Some(q) = qe {
+        let mut h = Sha256::new();
+        h.update(quote.signature_data.attestation_key);
+        h.update(&q.qe_auth_data);
+        let want: [u8; 32] = h.finalize().into();
+        let rd = &q.qe_report.report_data;
+        if rd[..32] == want && rd[32..].iter().all(|b| *b == 0) {
+            auth.qe_report_data_binding = true;
+        } else {
+            failures.push(Failure::new(
+                "qe_report.report_data",
+                hex::encode(rd),
+                format!("{}{}", hex::encode(want), "00".repeat(32)),
+            ));
+        }
+    }
+
+    // 4. Collateral, TCB, policy.
+    let mut coll_checks = None;
+    let mut tcb_eval = None;
+    match opts.collateral {
+        Some(coll) => {
+            let (checks, eval) = check_collateral(coll, &quote, chain.as_deref(), pck.as_ref(), at, &mut failures);
+            coll_checks = Some(checks);
+            if let Some(ev) = &eval {
+                opts.policy.check_tcb(ev.status, &ev.advisory_ids, &mut failures);
+            }
+            tcb_eval = eval;
+        }
+        None => {
+            if opts.policy.require_collateral {
+                failures.push(Failure::new(
+                    "collateral",
+                    "none given",
+                    "TCB Info, QE Identity and CRLs (--collateral)",
+                ));
+            }
+        }
+    }
+    opts.policy.check_td(&quote, &mut failures);
+
+    TdxVerification {
+        quote,
+        simulated,
+        authenticity: auth,
+        collateral: coll_checks,
+        pck,
+        tcb: tcb_eval,
+        at,
+        failures,
+    }
+}
+
+fn parse_time(failures: &mut Vec<Failure>, check: &str, s: &str) -> Option<i64> {
+    match OffsetDateTime::parse(s, &Rfc3339) {
+        Ok(t) => Some(t.unix_timestamp()),
+        Err(e) => {
+            failures.push(Failure::new(check, format!("{s:?} ({e})"), "an RFC 3339 time"));
+            None
+        }
+    }
+}
+
+/// Checks a signed JSON body: its chain (to the same root as the PCK chain), signature, and issue window.
+#[allow(clippy::too_many_arguments)]
+fn check_signed_body(
+    failures: &mut Vec<Failure>,
+    name: &str,
+    chain: &[Cert],
+    text: &str,
+    sig: &[u8],
+    issue: &str,
+    next: &str,
+    pck_root: Option<&Cert>,
+    at: i64,
+) -> (bool, bool, bool) {
+    let (sigs, times) = check_chain(failures, &format!("{name}_issuer_chain"), chain, at);
+    let mut chain_ok = sigs && times && chain.len() >= 2;
+    if chain.len() < 2 {
+        failures.push(Failure::new(
+            format!("{name}_issuer_chain"),
+            format!("{} certificate(s)", chain.len()),
+            "signer, root",
+        ));
+    }
+    let root = &chain[chain.len() - 1];
+    let anchor_ok = match pck_root {
+        Some(r) => r.spki_sha256() == root.spki_sha256(),
+        None => root.spki_sha256() == INTEL_SGX_ROOT_CA_SPKI_SHA256,
+    };
+    if !anchor_ok {
+        chain_ok = false;
+        failures.push(Failure::new(
+            format!("{name}_issuer_chain.root.pin"),
+            format!("key sha256 {}", hex::encode(root.spki_sha256())),
+            "the root of the PCK chain",
+        ));
+    }
+    let sig_ok = match chain[0].p256_key() {
+        Some(key) => match verify_raw_sig(&key, text.as_bytes(), sig) {
+            Ok(()) => true,
+            Err(e) => {
+                failures.push(Failure::new(
+                    format!("{name}.signature"),
+                    e,
+                    format!("signed by {}", chain[0].subject()),
+                ));
+                false
+            }
+        },
+        None => {
+            failures.push(Failure::new(
+                format!("{name}_issuer_chain.leaf.key"),
+                "not P-256",
+                "a P-256 key",
+            ));
+            false
+        }
+    };
+    let mut fresh = true;
+    let issued = parse_time(failures, &format!("{name}.issue_date"), issue);
+    let next = parse_time(failures, &format!("{name}.next_update"), next);
+    match (issued, next) {
+        (Some(i), Some(n)) => {
+            if at < i {
+                failures.push(Failure::new(
+                    format!("{name}.issue_date"),
+                    format!("time {}", iso(at)),
+                    format!("at or after {issue}"),
+                ));
+                fresh = false;
+            }
+            if at >= n {
+                failures.push(Failure::new(
+                    format!("{name}.next_update"),
+                    format!("time {} (expired)", iso(at)),
+                    format!("before {next}", next = iso(n)),
+                ));
+                fresh = false;
+            }
+        }
+        _ => fresh = false,
+    }
+    (sig_ok, chain_ok, fresh)
+}
+
+fn check_collateral(
+    coll: &Collateral,
+    quote: &Quote,
+    chain: Option<&[Cert]>,
+    pck: Option<&PckExtensions>,
+    at: i64,
+    failures: &mut Vec<Failure>,
+) -> (CollateralChecks, Option<tcb::TcbEvaluation>) {
+    let mut c = CollateralChecks::default();
+    let pck_root = chain.and_then(|ch| ch.last());
+    let pck_ca = chain.filter(|ch| ch.len() >= 2).map(|ch| &ch[ch.len() - 2]);
+    let empty = |failures: &mut Vec<Failure>, n: &str| {
+        failures.push(Failure::new(n, "empty chain", "signer, root"));
+    };
+
+    // TCB Info and QE Identity: exact-text signatures with the TCB signing chain.
+    let ti = &coll.tcb_info;
+    if coll.tcb_info_issuer_chain.is_empty() {
+        empty(failures, "tcb_info_issuer_chain");
+    } else {
+        let (s, ch, fresh) = check_signed_body(
+            failures,
+            "tcb_info",
+            &coll.tcb_info_issuer_chain,
+            &coll.tcb_info_text,
+            &coll.tcb_info_signature,
+            &ti.issue_date,
+            &ti.next_update,
+            pck_root,
+            at,
+        );
+        c.tcb_info_signature = s;
+        c.tcb_info_chain = ch;
+        c.fresh = fresh;
+    }
+    if ti.id != "TDX" || ti.version < 3 {
+        failures.push(Failure::new(
+            "tcb_info.id",
+            format!("{} v{}", ti.id, ti.version),
+            "TDX v3 or later",
+        ));
+    }
+    let qi = &coll.qe_identity;
+    if coll.qe_identity_issuer_chain.is_empty() {
+        empty(failures, "qe_identity_issuer_chain");
+    } else {
+        let (s, ch, fresh) = check_signed_body(
+            failures,
+            "qe_identity",
+            &coll.qe_identity_issuer_chain,
+            &coll.qe_identity_text,
+            &coll.qe_identity_signature,
+            &qi.issue_date,
+            &qi.next_update,
+            pck_root,
+            at,
+        );
+        c.qe_identity_signature = s;
+        c.qe_identity_chain = ch;
+        c.fresh &= fresh;
+    }
+    if qi.id != "TD_QE" {
+        failures.push(Failure::new("qe_identity.id", &qi.id, "TD_QE"));
+    }
+
+    // CRLs: signed by the root and by the PCK CA of the quote's chain, fresh, and revoking nothing we use.
+    let mut crl_fresh = true;
+    let mut none_revoked = true;
+    if let Some(root) = pck_root {
+        match coll.root_ca_crl.signed_by(root) {
+            Ok(()) => c.root_ca_crl_signature = true,
+            Err(e) => failures.push(Failure::new(
+                "root_ca_crl.signature",
+                e,
+                format!("signed by {}", root.subject()),
+            )),
+        }
+    }
+    if let Some(ca) = pck_ca {
+        match coll.pck_crl.signed_by(ca) {
+            Ok(()) => c.pck_crl_signature = true,
+            Err(e) => failures.push(Failure::new(
+                "pck_crl.signature",
+                e,
+                format!("signed by {}", ca.subject()),
+            )),
+        }
+        match coll.pck_crl_issuer_chain.first() {
+            Some(first) if first.spki_sha256() == ca.spki_sha256() => {}
+            Some(first) => failures.push(Failure::new(
+                "pck_crl_issuer_chain.leaf",
+                first.subject(),
+                format!("the PCK CA of the quote ({})", ca.subject()),
+            )),
+            None => empty(failures, "pck_crl_issuer_chain"),
+        }
+    }
+    for (name, crl) in [("root_ca_crl", &coll.root_ca_crl), ("pck_crl", &coll.pck_crl)] {
+        let (this, next) = crl.window();
+        if at < this {
+            failures.push(Failure::new(
+                format!("{name}.this_update"),
+                format!("time {}", iso(at)),
+                format!("at or after {}", iso(this)),
+            ));
+            crl_fresh = false;
+        }
+        match next {
+            Some(n) if at >= n => {
+                failures.push(Failure::new(
+                    format!("{name}.next_update"),
+                    format!("time {} (expired)", iso(at)),
+                    format!("before {}", iso(n)),
+                ));
+                crl_fresh = false;
+            }
+            Some(_) => {}
+            None => {
+                failures.push(Failure::new(format!("{name}.next_update"), "absent", "a nextUpdate"));
+                crl_fresh = false;
+            }
+        }
+    }
+    c.fresh &= crl_fresh;
+    if let Some(ch) = chain {
+        if coll.pck_crl.revokes(&ch[0].serial()) {
+            failures.push(Failure::new(
+                "pck_chain.leaf.revoked",
+                hex::encode(ch[0].serial()),
+                "not in the PCK CRL",
+            ));
+            none_revoked = false;
+        }
+        for (i, cert) in ch.iter().enumerate().skip(1).take(ch.len().saturating_sub(2)) {
+            if coll.root_ca_crl.revokes(&cert.serial()) {
+                failures.push(Failure::new(
+                    format!("{}.revoked", cert_role(i, ch.len(), "pck_chain")),
+                    hex::encode(cert.serial()),
+                    "not in the root CA CRL",
+                ));
+                none_revoked = false;
+            }
+        }
+    }
+    for (name, ch) in [
+        ("tcb_info_issuer_chain", &coll.tcb_info_issuer_chain),
+        ("qe_identity_issuer_chain", &coll.qe_identity_issuer_chain),
+    ] {
+        if let Some(signer) = ch.first().filter(|_| ch.len() >= 2) {
+            if coll.root_ca_crl.revokes(&signer.serial()) {
+                failures.push(Failure::new(
+                    format!("{name}.leaf.revoked"),
+                    hex::encode(signer.serial()),
+                    "not in the root CA CRL",
+                ));
+                none_revoked = false;
+            }
+        }
+    }
+    c.none_revoked = none_revoked;
+
+    // FMSPC / PCE-ID, then the TCB evaluation.
+    let Some(pck) = pck else { return (c, None) };
+    let fmspc_ok = hex::decode(&ti.fmspc).map(|f| f == pck.fmspc).unwrap_or(false);
+    if !fmspc_ok {
+        failures.push(Failure::new(
+            "tcb_info.fmspc",
+            ti.fmspc.to_lowercase(),
+            hex::encode(&pck.fmspc),
+        ));
+    }
+    let pceid_ok = hex::decode(&ti.pce_id).map(|f| f == pck.pceid).unwrap_or(false);
+    if !pceid_ok {
+        failures.push(Failure::new(
+            "tcb_info.pce_id",
+            ti.pce_id.to_lowercase(),
+            hex::encode(&pck.pceid),
+        ));
+    }
+    c.fmspc_match = fmspc_ok && pceid_ok;
+    let qe_grade = match quote.qe_cert_data() {
+        Some(q) => tcb::grade_qe(qi, &q.qe_report, failures),
+        None => (tcb::TcbStatus::NotSupported, Vec::new()),
+    };
+    let ev = tcb::evaluate(ti, pck, quote.td(), qe_grade, failures);
+    (c, Some(ev))
+}

@@ -1,0 +1,261 @@
+//! Certificates and CRLs of the Intel PKI: PEM/DER parsing, ECDSA P-256 SHA-256 signature checks done with
+//! the `p256` crate over the exact TBS bytes, validity windows, serial numbers, and the pinned root key.
+//! Intel's whole SGX/TDX PKI (root, PCK CAs, TCB signing) uses ecdsa-with-SHA256 on P-256.
+
+use p256::ecdsa::signature::Verifier;
+use p256::ecdsa::{Signature, VerifyingKey};
+use sha2::{Digest, Sha256};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::prelude::FromDer;
+use x509_parser::revocation_list::CertificateRevocationList;
+
+/// SHA-256 of the SubjectPublicKeyInfo (DER) of the Intel SGX Root CA, the trust anchor of every PCK chain
+/// and of the TCB signing chain. Computed from `../shared/vectors/tdx/roots/intel_sgx_root_ca.pem`.
+pub const INTEL_SGX_ROOT_CA_SPKI_SHA256: [u8; 32] = [
+    0xa0, 0xaf, 0x03, 0x12, 0x89, 0xf5, 0xd5, 0xd4, 0x13, 0x2f, 0x91, 0x86, 0x06, 0x8a, 0x7f, 0xc1, 0x36, 0x28, 0x63,
+    0x3b, 0xa2, 0x35, 0x77, 0x74, 0x72, 0xe2, 0x9b, 0x6b, 0x6c, 0x67, 0xa4, 0x9e,
+];
+
+/// OID of ecdsa-with-SHA256.
+const ECDSA_WITH_SHA256: &str = "1.2.840.10045.4.3.2";
+
+/// A certificate kept as DER, parsed on demand (x509-parser borrows from the DER).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cert {
+    /// The DER bytes.
+    pub der: Vec<u8>,
+}
+
+/// Why a certificate or CRL could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum X509Error {
+    /// PEM armour could not be read.
+    #[error("{what}: PEM not readable: {detail}")]
+    Pem {
+        /// Which input.
+        what: String,
+        /// The parser's message.
+        detail: String,
+    },
+    /// DER could not be parsed as a certificate or CRL.
+    #[error("{what}: DER not readable: {detail}")]
+    Der {
+        /// Which input.
+        what: String,
+        /// The parser's message.
+        detail: String,
+    },
+    /// A chain was empty.
+    #[error("{0}: no certificate found")]
+    Empty(String),
+}
+
+impl Cert {
+    /// Parses (to check) and keeps one DER certificate.
+    pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
+        match X509Certificate::from_der(der) {
+            Ok((rest, _)) if rest.is_empty() => Ok(Cert { der: der.to_vec() }),
+            Ok(_) => Err(X509Error::Der {
+                what: what.into(),
+                detail: "bytes after the certificate".into(),
+            }),
+            Err(e) => Err(X509Error::Der {
+                what: what.into(),
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    /// The parsed view.
+    pub fn parsed(&self) -> X509Certificate<'_> {
+        // Checked in `from_der`; the DER never changes afterwards.
+        match X509Certificate::from_der(&self.der) {
+            Ok((_, c)) => c,
+            Err(_) => unreachable_parse(),
+        }
+    }
+
+    /// SHA-256 of the SubjectPublicKeyInfo DER.
+    pub fn spki_sha256(&self) -> [u8; 32] {
+        Sha256::digest(self.parsed().public_key().raw).into()
+    }
+
+    /// The subject as an RFC 4514-ish string.
+    pub fn subject(&self) -> String {
+        self.parsed().subject().to_string()
+    }
+
+    /// The serial number, big-endian, without leading zero bytes.
+    pub fn serial(&self) -> Vec<u8> {
+        strip_zeros(self.parsed().raw_serial())
+    }
+
+    /// The P-256 public key, if the certificate holds one.
+    pub fn p256_key(&self) -> Option<VerifyingKey> {
+        VerifyingKey::from_sec1_bytes(&self.parsed().public_key().subject_public_key.data).ok()
+    }
+
+    /// The validity window as unix seconds.
+    pub fn validity(&self) -> (i64, i64) {
+        let c = self.parsed();
+        (c.validity().not_before.timestamp(), c.validity().not_after.timestamp())
+    }
+
+    /// Whether `issuer` signed this certificate (ecdsa-with-SHA256, P-256) and names it as issuer.
+    pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
+        let c = self.parsed();
+        let i = issuer.parsed();
+        if c.issuer().as_raw() != i.subject().as_raw() {
+            return Err(format!(
+                "issuer name {} is not the subject {} of the next certificate",
+                c.issuer(),
+                i.subject()
+            ));
+        }
+        let alg = c.signature_algorithm.algorithm.to_id_string();
+        if alg != ECDSA_WITH_SHA256 {
+            return Err(format!("signature algorithm {alg} is not ecdsa-with-SHA256"));
+        }
+        let key = issuer
+            .p256_key()
+            .ok_or_else(|| "issuer key is not a P-256 key".to_string())?;
+        verify_der_sig(&key, c.tbs_certificate.as_ref(), &c.signature_value.data)
+    }
+}
+
+#[cold]
+fn unreachable_parse() -> ! {
+    // `Cert` is only built by `from_der`, which parsed the same bytes successfully.
+    panic!("certificate DER changed after it was checked")
+}
+
+/// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256).
+pub fn verify_der_sig(key: &VerifyingKey, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
+    let sig = Signature::from_der(der_sig).map_err(|e| format!("signature is not DER ECDSA: {e}"))?;
+    key.verify(msg, &sig)
+        .map_err(|_| "signature does not verify".to_string())
+}
+
+/// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256).
+pub fn verify_raw_sig(key: &VerifyingKey, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+    let sig = Signature::from_slice(raw).map_err(|e| format!("signature is not r||s P-256: {e}"))?;
+    key.verify(msg, &sig)
+        .map_err(|_| "signature does not verify".to_string())
+}
+
+/// A P-256 key from raw x || y (64 bytes), as the quote carries the attestation key.
+pub fn p256_from_raw(xy: &[u8; 64]) -> Option<VerifyingKey> {
+    let mut sec1 = [0u8; 65];
+    sec1[0] = 4;
+    sec1[1..].copy_from_slice(xy);
+    VerifyingKey::from_sec1_bytes(&sec1).ok()
+}
+
+/// Strips leading zero bytes (DER integers carry one when the top bit is set).
+pub fn strip_zeros(b: &[u8]) -> Vec<u8> {
+    let i = b.iter().position(|x| *x != 0).unwrap_or(b.len());
+    b[i..].to_vec()
+}
+
+/// Parses a PEM chain (leaf first). Text between certificates (NUL terminators, newlines) is ignored.
+pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
+    // The QE stores the chain NUL-terminated; x509-parser's PEM reader stops at what it cannot read.
+    let text = String::from_utf8_lossy(pem);
+    let mut out = Vec::new();
+    let begin = "-----BEGIN CERTIFICATE-----";
+    let end = "-----END CERTIFICATE-----";
+    let mut rest = text.as_ref();
+    while let Some(b) = rest.find(begin) {
+        let after = &rest[b + begin.len()..];
+        let e = after.find(end).ok_or_else(|| X509Error::Pem {
+            what: what.into(),
+            detail: format!("certificate {} has no END line", out.len()),
+        })?;
+        let body: String = after[..e].chars().filter(|c| !c.is_whitespace()).collect();
+        let der =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.as_bytes()).map_err(|err| {
+                X509Error::Pem {
+                    what: what.into(),
+                    detail: format!("certificate {}: base64: {err}", out.len()),
+                }
+            })?;
+        out.push(Cert::from_der(&format!("{what}[{}]", out.len()), &der)?);
+        rest = &after[e + end.len()..];
+    }
+    if out.is_empty() {
+        return Err(X509Error::Empty(what.into()));
+    }
+    Ok(out)
+}
+
+/// A CRL kept as DER.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crl {
+    /// The DER bytes.
+    pub der: Vec<u8>,
+}
+
+impl Crl {
+    /// Parses (to check) and keeps one DER CRL.
+    pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
+        match CertificateRevocationList::from_der(der) {
+            Ok((rest, _)) if rest.is_empty() => Ok(Crl { der: der.to_vec() }),
+            Ok(_) => Err(X509Error::Der {
+                what: what.into(),
+                detail: "bytes after the CRL".into(),
+            }),
+            Err(e) => Err(X509Error::Der {
+                what: what.into(),
+                detail: e.to_string(),
+            }),
+        }
+    }
+
+    fn parsed(&self) -> CertificateRevocationList<'_> {
+        match CertificateRevocationList::from_der(&self.der) {
+            Ok((_, c)) => c,
+            Err(_) => unreachable_parse(),
+        }
+    }
+
+    /// Whether `issuer` signed this CRL and is named as its issuer.
+    pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
+        let c = self.parsed();
+        let i = issuer.parsed();
+        if c.issuer().as_raw() != i.subject().as_raw() {
+            return Err(format!("CRL issuer {} is not {}", c.issuer(), i.subject()));
+        }
+        let alg = c.signature_algorithm.algorithm.to_id_string();
+        if alg != ECDSA_WITH_SHA256 {
+            return Err(format!("signature algorithm {alg} is not ecdsa-with-SHA256"));
+        }
+        let key = issuer
+            .p256_key()
+            .ok_or_else(|| "issuer key is not a P-256 key".to_string())?;
+        verify_der_sig(&key, c.tbs_cert_list.as_ref(), &c.signature_value.data)
+    }
+
+    /// thisUpdate and nextUpdate (if any) as unix seconds.
+    pub fn window(&self) -> (i64, Option<i64>) {
+        let c = self.parsed();
+        (c.last_update().timestamp(), c.next_update().map(|t| t.timestamp()))
+    }
+
+    /// Whether `serial` (no leading zeros) is listed.
+    pub fn revokes(&self, serial: &[u8]) -> bool {
+        self.parsed()
+            .iter_revoked_certificates()
+            .any(|r| strip_zeros(r.raw_serial()) == serial)
+    }
+
+    /// Number of revoked entries.
+    pub fn len(&self) -> usize {
+        self.parsed().iter_revoked_certificates().count()
+    }
+
+    /// Whether no certificate is revoked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
