@@ -1,1 +1,0 @@
-//! The egress proxy of the install phase: allowlist, own resolution, address policy, egress log.

@@ -1,0 +1,668 @@
+//! One client connection of the egress proxy: every request on it is judged on its own (allowlist, resolution,
+//! address policy), then tunnelled (CONNECT) or forwarded (plain HTTP) to exactly the address that was checked,
+//! and logged with the bytes moved each way.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use intake::addr;
+use intake::job::{AllowEntry, HostName};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::Semaphore;
+
+use super::wire::{self, BufIn, HeadError, RequestHead};
+use super::{Counters, Dialer, Log, ProxyLimits, Resolver};
+
+/// State shared by every connection.
+pub(crate) struct Shared {
+    pub allow: Vec<AllowEntry>,
+    pub resolver: Arc<dyn Resolver>,
+    pub dialer: Arc<dyn Dialer>,
+    pub loopback_for_tests: bool,
+    pub limits: ProxyLimits,
+    pub log: Arc<Log>,
+}
+
+/// Accepts until told to stop.
+pub(crate) async fn accept_loop(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let slots = Arc::new(Semaphore::new(shared.limits.max_connections.max(1)));
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                match slots.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            handle(stream, &shared).await;
+                            drop(permit);
+                        });
+                    }
+                    Err(_) => {
+                        let reason = format!("more than {} connections at once", shared.limits.max_connections);
+                        shared.log.record("", 0, false, reason.clone());
+                        let mut stream = stream;
+                        let _ = respond(&mut stream, 503, "Service Unavailable", &reason).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A refusal: the status sent to the client and the reason logged.
+struct Refusal {
+    status: u16,
+    reason: String,
+}
+
+impl Refusal {
+    fn forbidden(reason: String) -> Self {
+        Self {
+            status: 403,
+            reason,
+        }
+    }
+}
+
+/// What the judge allowed: the normalised host, the entry that allowed it, and the checked addresses.
+struct Allowed {
+    host: String,
+    entry: String,
+    addrs: Vec<IpAddr>,
+}
+
+fn status_text(code: u16) -> &'static str {
+    match code {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Error",
+    }
+}
+
+async fn respond<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    code: u16,
+    text: &str,
+    reason: &str,
+) -> std::io::Result<()> {
+    let body = format!("fenced-run egress proxy: {reason}\n");
+    let head = format!(
+        "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    w.write_all(head.as_bytes()).await?;
+    w.write_all(body.as_bytes()).await?;
+    w.flush().await
+}
+
+async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, log: &Log, host: &str, port: u16, r: Refusal) {
+    log.record(host, port, false, r.reason.clone());
+    let _ = respond(w, r.status, status_text(r.status), &r.reason).await;
+}
+
+/// Serves one client connection: requests one after another until one is refused, a tunnel ends, or either
+/// side closes.
+async fn handle(stream: UnixStream, shared: &Shared) {
+    let (rd, mut wr) = stream.into_split();
+    let mut input = BufIn::new(rd);
+    let limits = &shared.limits;
+    loop {
+        let head = match input
+            .read_request(limits.max_header_bytes, limits.header_timeout)
+            .await
+        {
+            Ok(Some(h)) => h,
+            Ok(None) => return,
+            Err(e) => {
+                let status = match e {
+                    HeadError::TooLarge(_) => 431,
+                    HeadError::Timeout(_) => 408,
+                    _ => 400,
+                };
+                // A connection closed before any request is not an attempt; anything else is logged.
+                refuse(
+                    &mut wr,
+                    &shared.log,
+                    "",
+                    0,
+                    Refusal {
+                        status,
+                        reason: format!("unreadable request: {e}"),
+                    },
+                )
+                .await;
+                return;
+            }
+        };
+        if head.method.eq_ignore_ascii_case("CONNECT") {
+            connect(head, input, wr, shared).await;
+            return;
+        }
+        match forward(&head, &mut input, &mut wr, shared).await {
+            Ok(true) => continue,
+            Ok(false) => return,
+            Err(()) => return,
+        }
+    }
+}
+
+/// Judges `host:port` as the client wrote it: allowlist, resolution, every answer against the address policy.
+async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (String, Refusal)> {
+    let host = match HostName::parse(host_text) {
+        Ok(h) => h,
+        Err(e) => {
+            return Err((
+                host_text.to_string(),
+                Refusal::forbidden(format!("bad host name: {e}")),
+            ))
+        }
+    };
+    let shown = host.to_string();
+    let Some(entry) = shared
+        .allow
+        .iter()
+        .find(|e| e.port == port && e.matches_normal(&host))
+    else {
+        let reason = match host {
+            HostName::Ip(ip) => {
+                format!("IP literal {ip} port {port} is not listed in the allowlist")
+            }
+            _ => format!("{shown}:{port} is not in the allowlist"),
+        };
+        return Err((shown, Refusal::forbidden(reason)));
+    };
+    let addrs = match &host {
+        HostName::Ip(ip) => vec![*ip],
+        HostName::Name(name) => {
+            match tokio::time::timeout(shared.limits.resolve_timeout, shared.resolver.resolve(name))
+                .await
+            {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
+                    return Err((
+                        shown.clone(),
+                        Refusal {
+                            status: 502,
+                            reason: format!("resolving {shown}: {e}"),
+                        },
+                    ))
+                }
+                Err(_) => {
+                    let reason = format!(
+                        "resolving {shown}: no answer within {:?}",
+                        shared.limits.resolve_timeout
+                    );
+                    return Err((
+                        shown,
+                        Refusal {
+                            status: 504,
+                            reason,
+                        },
+                    ));
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    if addrs.is_empty() {
+        return Err((
+            shown.clone(),
+            Refusal {
+                status: 502,
+                reason: format!("{shown} has no A or AAAA answer"),
+            },
+        ));
+    }
+    let mut bad = Vec::new();
+    for ip in &addrs {
+        if let Err(why) = check_addr(*ip, shared.loopback_for_tests) {
+            bad.push(why);
+        }
+    }
+    if !bad.is_empty() {
+        let all: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
+        let reason = format!(
+            "{shown} resolved to [{}]; refused because every answer must pass the address policy: {}",
+            all.join(", "),
+            bad.join("; ")
+        );
+        return Err((shown, Refusal::forbidden(reason)));
+    }
+    Ok(Allowed {
+        host: shown,
+        entry: entry.to_string(),
+        addrs,
+    })
+}
+
+/// The address policy of intake, with the one test-only exception: plain loopback when the knob is set.
+fn check_addr(ip: IpAddr, loopback_for_tests: bool) -> Result<(), String> {
+    match addr::check(ip) {
+        Ok(()) => Ok(()),
+        Err(_) if loopback_for_tests && ip.is_loopback() => Ok(()),
+        Err(r) => Err(r.to_string()),
+    }
+}
+
+/// Dials the checked addresses in order, each with the connect timeout; the first that answers is used.
+async fn dial(
+    shared: &Shared,
+    addrs: &[IpAddr],
+    port: u16,
+) -> Result<(TcpStream, SocketAddr), String> {
+    let mut errors = Vec::new();
+    for ip in addrs {
+        let sa = SocketAddr::new(*ip, port);
+        match tokio::time::timeout(shared.limits.connect_timeout, shared.dialer.dial(sa)).await {
+            Ok(Ok(s)) => return Ok((s, sa)),
+            Ok(Err(e)) => errors.push(format!("{sa}: {e}")),
+            Err(_) => errors.push(format!(
+                "{sa}: no answer within {:?}",
+                shared.limits.connect_timeout
+            )),
+        }
+    }
+    Err(errors.join("; "))
+}
+
+/// CONNECT host:port: judged, dialed, then a byte-counting tunnel until both sides close.
+async fn connect(
+    head: RequestHead,
+    input: BufIn<tokio::net::unix::OwnedReadHalf>,
+    mut wr: tokio::net::unix::OwnedWriteHalf,
+    shared: &Shared,
+) {
+    let (host_text, port) = match wire::split_authority(&head.target, None) {
+        Ok(x) => x,
+        Err(e) => {
+            let r = Refusal {
+                status: 400,
+                reason: format!("CONNECT target: {e}"),
+            };
+            return refuse(&mut wr, &shared.log, &head.target, 0, r).await;
+        }
+    };
+    let allowed = match judge(shared, host_text, port).await {
+        Ok(a) => a,
+        Err((host, r)) => return refuse(&mut wr, &shared.log, &host, port, r).await,
+    };
+    let (upstream, sa) = match dial(shared, &allowed.addrs, port).await {
+        Ok(x) => x,
+        Err(e) => {
+            let reason = format!(
+                "allowlisted by {}, but connecting failed: {e}",
+                allowed.entry
+            );
+            shared.log.record(&allowed.host, port, true, reason.clone());
+            let _ = respond(&mut wr, 502, "Bad Gateway", &reason).await;
+            return;
+        }
+    };
+    let reason = format!("allowlisted by {}; CONNECT to {sa}", allowed.entry);
+    let counters = shared.log.record(&allowed.host, port, true, reason);
+    if wr
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let (client_rd, early) = input.into_parts();
+    let (up_rd, mut up_wr) = upstream.into_split();
+    // Bytes the client sent right after the CONNECT head (e.g. a TLS ClientHello) belong to the tunnel.
+    if !early.is_empty() {
+        if up_wr.write_all(&early).await.is_err() {
+            return;
+        }
+        counters.up.fetch_add(early.len() as u64, Ordering::Relaxed);
+    }
+    tunnel(client_rd, wr, up_rd, up_wr, &counters).await;
+}
+
+async fn tunnel(
+    client_rd: tokio::net::unix::OwnedReadHalf,
+    client_wr: tokio::net::unix::OwnedWriteHalf,
+    up_rd: tokio::net::tcp::OwnedReadHalf,
+    up_wr: tokio::net::tcp::OwnedWriteHalf,
+    counters: &Counters,
+) {
+    let upward = wire::pump(client_rd, up_wr, &counters.up);
+    let downward = wire::pump(up_rd, client_wr, &counters.down);
+    let _ = tokio::join!(upward, downward);
+}
+
+/// Headers never passed on: hop-by-hop ones, proxy credentials, and protocol switches.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// Copies the headers of `headers` except the hop-by-hop ones and those named in `Connection`.
+fn end_to_end(headers: &[(String, Vec<u8>)], out: &mut Vec<u8>, skip_framing: bool) {
+    let named = wire::header_tokens(headers, "connection");
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if HOP_BY_HOP.contains(&lower.as_str()) || named.contains(&lower) {
+            continue;
+        }
+        if skip_framing && (lower == "content-length" || lower == "transfer-encoding") {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// How a message body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// The body framing of a message from its headers (RFC 9112 section 6), refusing ambiguous framing.
+fn framing(headers: &[(String, Vec<u8>)], is_request: bool) -> Result<Body, String> {
+    let te = wire::header_tokens(headers, "transfer-encoding");
+    let cls: Vec<&[u8]> = wire::header_values(headers, "content-length").collect();
+    if !te.is_empty() {
+        if !cls.is_empty() {
+            return Err(
+                "both Transfer-Encoding and Content-Length (a request-smuggling shape)".into(),
+            );
+        }
+        if te.last().map(String::as_str) == Some("chunked")
+            && te.iter().filter(|t| *t == "chunked").count() == 1
+        {
+            return Ok(Body::Chunked);
+        }
+        if is_request {
+            return Err(format!(
+                "Transfer-Encoding `{}` is not supported in requests",
+                te.join(", ")
+            ));
+        }
+        return Ok(Body::UntilClose);
+    }
+    let mut len: Option<u64> = None;
+    for v in cls {
+        for part in String::from_utf8_lossy(v).split(',') {
+            let p = part.trim();
+            if p.is_empty() || p.len() > 19 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(format!("Content-Length `{p}` is not a number"));
+            }
+            let n: u64 = p
+                .parse()
+                .map_err(|_| format!("Content-Length `{p}` out of range"))?;
+            if len.is_some_and(|l| l != n) {
+                return Err("conflicting Content-Length values".into());
+            }
+            len = Some(n);
+        }
+    }
+    Ok(match (len, is_request) {
+        (Some(n), _) => Body::Length(n),
+        (None, true) => Body::None,
+        (None, false) => Body::UntilClose,
+    })
+}
+
+/// Plain HTTP: one absolute-URI request judged, forwarded on a fresh upstream connection to exactly the checked
+/// address, its response relayed. `Ok(true)` when the client connection may carry another request.
+async fn forward(
+    head: &RequestHead,
+    input: &mut BufIn<tokio::net::unix::OwnedReadHalf>,
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    shared: &Shared,
+) -> Result<bool, ()> {
+    let log = &shared.log;
+    let limits = &shared.limits;
+    let (authority, path) = match wire::split_http_uri(&head.target) {
+        Ok(x) => x,
+        Err(e) => {
+            let r = Refusal {
+                status: 400,
+                reason: format!("{} {}: {e}", head.method, head.target),
+            };
+            refuse(wr, log, "", 0, r).await;
+            return Err(());
+        }
+    };
+    let (uri_host, uri_port) = match wire::split_authority(authority, Some(80)) {
+        Ok(x) => x,
+        Err(e) => {
+            refuse(
+                wr,
+                log,
+                authority,
+                0,
+                Refusal {
+                    status: 400,
+                    reason: format!("URI authority: {e}"),
+                },
+            )
+            .await;
+            return Err(());
+        }
+    };
+    // The Host header must be present once and name the same host and port as the URI.
+    let hosts: Vec<&[u8]> = wire::header_values(&head.headers, "host").collect();
+    let host_header = match hosts.as_slice() {
+        [one] => String::from_utf8_lossy(one).trim().to_string(),
+        [] => {
+            let r = Refusal::forbidden("request without a Host header".into());
+            refuse(wr, log, uri_host, uri_port, r).await;
+            return Err(());
+        }
+        _ => {
+            let r = Refusal::forbidden("more than one Host header".into());
+            refuse(wr, log, uri_host, uri_port, r).await;
+            return Err(());
+        }
+    };
+    let agrees = match (
+        wire::split_authority(&host_header, Some(80)),
+        HostName::parse(uri_host),
+    ) {
+        (Ok((h, p)), Ok(uri_norm)) => {
+            p == uri_port && HostName::parse(h).is_ok_and(|hn| hn == uri_norm)
+        }
+        _ => false,
+    };
+    if !agrees {
+        let reason =
+            format!("Host header `{host_header}` disagrees with the URI authority `{authority}`");
+        refuse(wr, log, uri_host, uri_port, Refusal::forbidden(reason)).await;
+        return Err(());
+    }
+    let body = match framing(&head.headers, true) {
+        Ok(b) => b,
+        Err(e) => {
+            refuse(
+                wr,
+                log,
+                uri_host,
+                uri_port,
+                Refusal {
+                    status: 400,
+                    reason: e,
+                },
+            )
+            .await;
+            return Err(());
+        }
+    };
+    let allowed = match judge(shared, uri_host, uri_port).await {
+        Ok(a) => a,
+        Err((host, r)) => {
+            refuse(wr, log, &host, uri_port, r).await;
+            return Err(());
+        }
+    };
+    let (upstream, sa) = match dial(shared, &allowed.addrs, uri_port).await {
+        Ok(x) => x,
+        Err(e) => {
+            let reason = format!(
+                "allowlisted by {}, but connecting failed: {e}",
+                allowed.entry
+            );
+            log.record(&allowed.host, uri_port, true, reason.clone());
+            let _ = respond(wr, 502, "Bad Gateway", &reason).await;
+            return Err(());
+        }
+    };
+    let reason = format!("allowlisted by {}; {} to {sa}", allowed.entry, head.method);
+    let counters = log.record(&allowed.host, uri_port, true, reason);
+
+    let client_keep_alive = {
+        let mut tokens = wire::header_tokens(&head.headers, "connection");
+        tokens.extend(wire::header_tokens(&head.headers, "proxy-connection"));
+        if head.version == 0 {
+            tokens.iter().any(|t| t == "keep-alive")
+        } else {
+            !tokens.iter().any(|t| t == "close")
+        }
+    };
+
+    // The request as sent upstream: origin form, end-to-end headers, a fresh connection closed after it.
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, path).as_bytes());
+    end_to_end(&head.headers, &mut out, false);
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    let (up_rd, mut up_wr) = upstream.into_split();
+    let sent = async {
+        up_wr.write_all(&out).await?;
+        counters.up.fetch_add(out.len() as u64, Ordering::Relaxed);
+        match body {
+            Body::None => Ok(()),
+            Body::Length(n) => {
+                input
+                    .copy_exact(n, &mut up_wr, &counters.up, limits.io_idle_timeout)
+                    .await
+            }
+            Body::Chunked => {
+                input
+                    .copy_chunked(&mut up_wr, &counters.up, limits.io_idle_timeout)
+                    .await
+            }
+            Body::UntilClose => Ok(()),
+        }
+    }
+    .await;
+    if let Err(e) = sent {
+        let _ = respond(
+            wr,
+            502,
+            "Bad Gateway",
+            &format!("sending the request upstream: {e}"),
+        )
+        .await;
+        return Err(());
+    }
+    let _ = up_wr.flush().await;
+
+    // The response: interim 1xx heads passed on, then the final head and its body.
+    let mut up_in = BufIn::new(up_rd);
+    loop {
+        let resp = match up_in
+            .read_response(limits.max_header_bytes, limits.io_idle_timeout)
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = respond(wr, 502, "Bad Gateway", &format!("upstream response: {e}")).await;
+                return Err(());
+            }
+        };
+        let interim = (100..200).contains(&resp.code) && resp.code != 101;
+        let no_body = head.method.eq_ignore_ascii_case("HEAD")
+            || resp.code == 204
+            || resp.code == 304
+            || interim;
+        let rbody = if no_body {
+            Body::None
+        } else if resp.code == 101 {
+            Body::UntilClose
+        } else {
+            match framing(&resp.headers, false) {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ =
+                        respond(wr, 502, "Bad Gateway", &format!("upstream response: {e}")).await;
+                    return Err(());
+                }
+            }
+        };
+        let keep = client_keep_alive && rbody != Body::UntilClose && !interim;
+        let mut rhead = Vec::with_capacity(512);
+        rhead.extend_from_slice(format!("HTTP/1.1 {} {}\r\n", resp.code, resp.reason).as_bytes());
+        end_to_end(&resp.headers, &mut rhead, false);
+        if !interim {
+            rhead.extend_from_slice(if keep {
+                b"Connection: keep-alive\r\n" as &[u8]
+            } else {
+                b"Connection: close\r\n"
+            });
+        }
+        rhead.extend_from_slice(b"\r\n");
+        if wr.write_all(&rhead).await.is_err() {
+            return Err(());
+        }
+        counters
+            .down
+            .fetch_add(rhead.len() as u64, Ordering::Relaxed);
+        if interim {
+            continue;
+        }
+        let relayed = match rbody {
+            Body::None => Ok(()),
+            Body::Length(n) => {
+                up_in
+                    .copy_exact(n, wr, &counters.down, limits.io_idle_timeout)
+                    .await
+            }
+            Body::Chunked => {
+                up_in
+                    .copy_chunked(wr, &counters.down, limits.io_idle_timeout)
+                    .await
+            }
+            Body::UntilClose => {
+                up_in
+                    .copy_to_eof(wr, &counters.down, limits.io_idle_timeout)
+                    .await
+            }
+        };
+        let _ = wr.flush().await;
+        return match relayed {
+            Ok(()) if keep => Ok(true),
+            Ok(()) => {
+                let _ = wr.shutdown().await;
+                Ok(false)
+            }
+            Err(_) => Err(()),
+        };
+    }
+}
