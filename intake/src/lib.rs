@@ -1,7 +1,367 @@
-//! Intake stages 1-5 (receive, unpack, structure, normalise, scan). Nothing reachable from here spawns a
-//! process or loads code; a test (`tests/no_exec.rs`) walks the code to keep it so.
-//! Also home of the job-file loader ([`job`]) and the address policy ([`addr`]) that the fence and its
-//! egress proxy share with intake.
+//! Intake stages 1-5 (receive, unpack, structure, normalise, scan): refuse a bad bundle before a byte of
+//! it runs. Nothing reachable from here spawns a process or loads code; `tests/no_exec.rs` walks this crate
+//! and its dependency graph to keep it so. Also home of the job-file loader ([`job`]) and of the address
+//! policy ([`addr`]) that the fence and its egress proxy share with intake.
 
 pub mod addr;
 pub mod job;
+pub mod normalise;
+pub mod receive;
+pub mod report;
+pub mod scan;
+pub mod structure;
+pub mod unpack;
+
+pub use report::{
+    Finding, IntakeLimits, IntakeReport, Refusal, Severity, Stage, StageResult, StageStatus,
+};
+
+use normalise::{Isolation, TierLimits};
+use receive::{BundleKind, ReceiveError, Resolver, SystemResolver};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use unpack::ArchiveFormat;
+
+/// How to run intake.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct IntakeOptions {
+    /// Size, count and ratio limits.
+    pub limits: IntakeLimits,
+    /// The tier the job will run in (stage 4).
+    pub isolation: Isolation,
+    /// The tier's resource limits (default: [`TierLimits::for_tier`]).
+    pub tier_limits: TierLimits,
+    /// Where the fresh work directory is created (default: the system temporary directory).
+    pub work_parent: PathBuf,
+    /// Resolver for repository URLs (default: the system's).
+    pub resolver: Arc<dyn Resolver>,
+    /// Keep the work directory when intake refuses (for inspection); default false.
+    pub keep_on_refusal: bool,
+}
+
+impl std::fmt::Debug for IntakeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IntakeOptions")
+            .field("limits", &self.limits)
+            .field("isolation", &self.isolation)
+            .field("tier_limits", &self.tier_limits)
+            .field("work_parent", &self.work_parent)
+            .field("keep_on_refusal", &self.keep_on_refusal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for IntakeOptions {
+    fn default() -> Self {
+        IntakeOptions::for_tier(Isolation::Process)
+    }
+}
+
+impl IntakeOptions {
+    /// Defaults for a tier.
+    pub fn for_tier(isolation: Isolation) -> Self {
+        IntakeOptions {
+            limits: IntakeLimits::default(),
+            isolation,
+            tier_limits: TierLimits::for_tier(isolation),
+            work_parent: std::env::temp_dir(),
+            resolver: Arc::new(SystemResolver),
+            keep_on_refusal: false,
+        }
+    }
+
+    /// The same options with another work parent directory.
+    pub fn with_work_parent(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.work_parent = dir.into();
+        self
+    }
+
+    /// The same options with another resolver.
+    pub fn with_resolver(mut self, r: Arc<dyn Resolver>) -> Self {
+        self.resolver = r;
+        self
+    }
+
+    /// The same options with other limits.
+    pub fn with_limits(mut self, limits: IntakeLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Creates a directory that did not exist before (never reusing one: `mkdir` fails on an existing name).
+fn fresh_dir(parent: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut last = None;
+    for _ in 0..64 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = parent.join(format!("fenced-run-intake-{nanos:x}-{n}"));
+        match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no fresh name")))
+}
+
+struct Run {
+    report: IntakeReport,
+}
+
+impl Run {
+    fn pass(&mut self, stage: Stage, findings: Vec<Finding>) {
+        self.report.stages.push(StageResult {
+            stage,
+            status: StageStatus::Passed,
+            findings,
+        });
+    }
+
+    fn refuse(&mut self, stage: Stage, mut findings: Vec<Finding>, location: &str, reason: String) {
+        if !findings.iter().any(|f| f.severity == Severity::Refusal) {
+            findings.insert(0, Finding::new(stage, Severity::Refusal, location, reason));
+        }
+        let first = findings
+            .iter()
+            .find(|f| f.severity == Severity::Refusal)
+            .map(|f| {
+                if f.location.is_empty() {
+                    f.what.clone()
+                } else {
+                    format!("{}: {}", f.location, f.what)
+                }
+            })
+            .unwrap_or_default();
+        self.report.refusal = Some(Refusal {
+            stage,
+            reason: first,
+        });
+        self.report.stages.push(StageResult {
+            stage,
+            status: StageStatus::Refused,
+            findings,
+        });
+    }
+
+    fn finish(mut self, opts: &IntakeOptions) -> IntakeReport {
+        for s in Stage::ALL {
+            if !self.report.stages.iter().any(|r| r.stage == s) {
+                self.report.stages.push(StageResult {
+                    stage: s,
+                    status: StageStatus::NotRun,
+                    findings: Vec::new(),
+                });
+            }
+        }
+        self.report.accepted = self.report.unusable.is_none()
+            && self
+                .report
+                .stages
+                .iter()
+                .all(|s| s.status == StageStatus::Passed);
+        if !self.report.accepted && !opts.keep_on_refusal {
+            // Best effort: a failure to remove leaves `work_dir` set so the caller can see it.
+            if self.report.cleanup().is_err() {
+                return self.report;
+            }
+            self.report.root = None;
+            self.report.repository_dir = None;
+        }
+        self.report
+    }
+}
+
+/// Runs stages 1-5 on a bundle (a directory or a .tar/.tar.gz/.zip whose root holds `job.toml`). Executes
+/// nothing. On acceptance the report holds the unpacked root, the repository directory and the loaded job.
+pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
+    let mut run = Run {
+        report: IntakeReport {
+            input: input.to_path_buf(),
+            unusable: None,
+            stages: Vec::new(),
+            refusal: None,
+            accepted: false,
+            work_dir: None,
+            root: None,
+            repository_dir: None,
+            job: None,
+        },
+    };
+    let limits = &opts.limits;
+
+    // 1 receive
+    let received = match receive::receive(input, limits) {
+        Ok(r) => r,
+        Err(ReceiveError::Unusable(m)) => {
+            run.report.unusable = Some(m);
+            return run.finish(opts);
+        }
+        Err(ReceiveError::Refused(m)) => {
+            run.refuse(Stage::Receive, Vec::new(), "bundle", m);
+            return run.finish(opts);
+        }
+    };
+    let mut notes = Vec::new();
+    match receive::peek_job(input, &received, limits) {
+        Some(bytes) => {
+            if let Ok(job) = job::Job::from_bytes(&bytes, Path::new("job.toml")) {
+                if let Some(Ok(url)) = job.repository.url() {
+                    if let Err(why) = receive::check_repository_url(&url, opts.resolver.as_ref()) {
+                        run.refuse(Stage::Receive, Vec::new(), "repository.path", why);
+                        return run.finish(opts);
+                    }
+                }
+            }
+        }
+        None => notes.push(Finding::new(
+            Stage::Receive,
+            Severity::Note,
+            "job.toml",
+            "not found cheaply in stage 1; the repository URL (if any) is checked in stage 3",
+        )),
+    }
+    run.pass(Stage::Receive, notes);
+
+    // 2 unpack
+    let work = match fresh_dir(&opts.work_parent) {
+        Ok(w) => w,
+        Err(e) => {
+            run.report.unusable = Some(format!(
+                "cannot create a work directory under {}: {e}",
+                opts.work_parent.display()
+            ));
+            return run.finish(opts);
+        }
+    };
+    run.report.work_dir = Some(work.clone());
+    let root = work.join("bundle");
+    let unpacked = match (&received.kind, &received.bytes) {
+        (BundleKind::Directory, _) => unpack::copy_dir(input, &root, limits),
+        (BundleKind::Archive(fmt), Some(bytes)) => {
+            unpack::unpack_archive(bytes, *fmt, &root, limits)
+        }
+        (BundleKind::Archive(_), None) => Err(unpack::UnpackError {
+            member: "<archive>".into(),
+            reason: "archive bytes missing".into(),
+        }),
+    };
+    let summary = match unpacked.and_then(|s| unpack::verify_tree(&root).map(|_| s)) {
+        Ok(s) => s,
+        Err(e) => {
+            run.refuse(Stage::Unpack, Vec::new(), &e.member, e.reason);
+            return run.finish(opts);
+        }
+    };
+    let mut unpack_notes = vec![Finding::new(
+        Stage::Unpack,
+        Severity::Note,
+        "bundle",
+        format!(
+            "{} entries: {} files ({} bytes), {} symlinks, {} hard links",
+            summary.entries, summary.files, summary.bytes, summary.symlinks, summary.hardlinks
+        ),
+    )];
+    run.report.root = Some(root.clone());
+    // A repository shipped as an archive inside the bundle is unpacked under the same rules.
+    let mut repo_unpacked = None;
+    if let Ok(job) = job::Job::load(&root.join("job.toml")) {
+        if job.repository.url().is_none() {
+            if let Ok(full) =
+                structure::inside(&root, Path::new(&job.repository.path), "repository.path")
+            {
+                if std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_file()) {
+                    match unpack::read_limited(&full, limits.max_bundle_bytes) {
+                        Ok(Some(bytes)) => {
+                            if let Some(fmt) = ArchiveFormat::detect(&bytes) {
+                                let dest = work.join("repository");
+                                let who = format!("repository archive {}", job.repository.path);
+                                match unpack::unpack_archive(&bytes, fmt, &dest, limits)
+                                    .and_then(|s| unpack::verify_tree(&dest).map(|_| s))
+                                {
+                                    Ok(s) => {
+                                        unpack_notes.push(Finding::new(
+                                            Stage::Unpack,
+                                            Severity::Note,
+                                            who,
+                                            format!(
+                                                "{} entries: {} files ({} bytes)",
+                                                s.entries, s.files, s.bytes
+                                            ),
+                                        ));
+                                        repo_unpacked = Some(dest);
+                                    }
+                                    Err(e) => {
+                                        run.refuse(
+                                            Stage::Unpack,
+                                            Vec::new(),
+                                            &format!("{who}: {}", e.member),
+                                            e.reason,
+                                        );
+                                        return run.finish(opts);
+                                    }
+                                }
+                            }
+                        }
+                        Ok(None) => {
+                            run.refuse(
+                                Stage::Unpack,
+                                Vec::new(),
+                                &job.repository.path,
+                                format!(
+                                    "repository archive is larger than max_bundle_bytes = {}",
+                                    limits.max_bundle_bytes
+                                ),
+                            );
+                            return run.finish(opts);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    run.pass(Stage::Unpack, unpack_notes);
+
+    // 3 structure
+    let st = match structure::structure(&root, repo_unpacked.as_deref(), opts.resolver.as_ref()) {
+        Ok(s) => s,
+        Err(why) => {
+            run.refuse(Stage::Structure, Vec::new(), "", why);
+            return run.finish(opts);
+        }
+    };
+    run.report.repository_dir = st.repository_dir.clone();
+    run.report.job = Some(st.job.clone());
+    run.pass(Stage::Structure, st.notes);
+
+    // 4 normalise
+    let n = normalise::normalise(&st.job, opts.isolation, &opts.tier_limits);
+    if n.iter().any(|f| f.severity == Severity::Refusal) {
+        run.refuse(Stage::Normalise, n, "", String::new());
+        return run.finish(opts);
+    }
+    run.pass(Stage::Normalise, n);
+
+    // 5 scan
+    let mut s = scan::scan_job(&st.job);
+    let refused = !s.is_empty();
+    if let Some(dir) = &st.repository_dir {
+        s.extend(scan::scan_repository(dir, limits));
+    }
+    if refused {
+        run.refuse(Stage::Scan, s, "", String::new());
+    } else {
+        run.pass(Stage::Scan, s);
+    }
+    run.finish(opts)
+}

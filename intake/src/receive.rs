@@ -1,0 +1,161 @@
+//! Stage 1: receive. What the input is (a directory or an archive), whether it is within the size limit,
+//! and whether a repository given as a URL points at an address the address policy refuses. Names are
+//! resolved (through an injectable [`Resolver`]) but nothing is fetched.
+
+use crate::addr;
+use crate::job::{HostName, RepoUrl, MAX_JOB_FILE_BYTES};
+use crate::report::IntakeLimits;
+use crate::unpack::{self, ArchiveFormat};
+use std::io::{self, Read};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::Path;
+
+/// Resolves host names for the repository-URL check; tests inject their own.
+pub trait Resolver: Send + Sync {
+    /// Every address `host` resolves to.
+    fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
+}
+
+/// The system resolver (`getaddrinfo` through the standard library).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemResolver;
+
+impl Resolver for SystemResolver {
+    fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>> {
+        Ok((host, port).to_socket_addrs()?.map(|a| a.ip()).collect())
+    }
+}
+
+/// What the input is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BundleKind {
+    /// A directory holding `job.toml`.
+    Directory,
+    /// An archive of that format.
+    Archive(ArchiveFormat),
+}
+
+/// A received bundle.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Received {
+    /// Directory or archive.
+    pub kind: BundleKind,
+    /// The archive's bytes, held so that every later pass reads the same bytes (`None` for a directory).
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// Why stage 1 did not pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiveError {
+    /// The input cannot be used at all (exit 2).
+    #[error("unusable input: {0}")]
+    Unusable(String),
+    /// The input is refused (exit 1).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Stage 1 on the input path: its kind and size.
+pub fn receive(input: &Path, limits: &IntakeLimits) -> Result<Received, ReceiveError> {
+    let meta = std::fs::metadata(input)
+        .map_err(|e| ReceiveError::Unusable(format!("{}: {e}", input.display())))?;
+    if meta.is_dir() {
+        return Ok(Received {
+            kind: BundleKind::Directory,
+            bytes: None,
+        });
+    }
+    if !meta.is_file() {
+        return Err(ReceiveError::Unusable(format!(
+            "{}: neither a directory nor a regular file",
+            input.display()
+        )));
+    }
+    if meta.len() > limits.max_bundle_bytes {
+        return Err(ReceiveError::Refused(format!(
+            "bundle is {} bytes, more than max_bundle_bytes = {}",
+            meta.len(),
+            limits.max_bundle_bytes
+        )));
+    }
+    let bytes = unpack::read_limited(input, limits.max_bundle_bytes)
+        .map_err(|e| ReceiveError::Unusable(format!("{}: {e}", input.display())))?
+        .ok_or_else(|| {
+            ReceiveError::Refused(format!(
+                "bundle grew past max_bundle_bytes = {} while being read",
+                limits.max_bundle_bytes
+            ))
+        })?;
+    let format = ArchiveFormat::detect(&bytes).ok_or_else(|| {
+        ReceiveError::Unusable(format!(
+            "{}: not a bundle (a directory, .tar, .tar.gz or .zip)",
+            input.display()
+        ))
+    })?;
+    Ok(Received {
+        kind: BundleKind::Archive(format),
+        bytes: Some(bytes),
+    })
+}
+
+/// Checks a repository URL's host against the address policy: an IP literal directly, a name through the
+/// resolver (every answer must pass; a name that does not resolve is refused). Returns the addresses.
+pub fn check_repository_url(url: &RepoUrl, resolver: &dyn Resolver) -> Result<Vec<IpAddr>, String> {
+    let addrs = match &url.host {
+        HostName::Ip(ip) => vec![*ip],
+        HostName::Name(n) => {
+            let a = resolver
+                .resolve(n, url.port)
+                .map_err(|e| format!("repository host `{n}` does not resolve: {e}"))?;
+            if a.is_empty() {
+                return Err(format!("repository host `{n}` resolves to no address"));
+            }
+            a
+        }
+    };
+    for ip in &addrs {
+        addr::check(*ip).map_err(|r| {
+            format!(
+                "repository host `{}` resolves to {}: {}",
+                url.host, r.addr, r.why
+            )
+        })?;
+    }
+    Ok(addrs)
+}
+
+/// The bytes of the bundle's `job.toml`, if it can be found cheaply (directory, zip central directory, or
+/// a tar whose headers pass the bounded raw check); `None` otherwise (stage 3 checks again).
+pub fn peek_job(input: &Path, received: &Received, limits: &IntakeLimits) -> Option<Vec<u8>> {
+    match (&received.kind, &received.bytes) {
+        (BundleKind::Directory, _) => {
+            let p = input.join("job.toml");
+            let m = std::fs::symlink_metadata(&p).ok()?;
+            if !m.is_file() {
+                return None;
+            }
+            unpack::read_limited(&p, MAX_JOB_FILE_BYTES).ok().flatten()
+        }
+        (BundleKind::Archive(ArchiveFormat::Zip), Some(bytes)) => {
+            let mut z = zip::ZipArchive::new(io::Cursor::new(bytes.as_slice())).ok()?;
+            let name = ["job.toml", "./job.toml"]
+                .into_iter()
+                .find(|n| z.index_for_name(n).is_some())?;
+            let f = z.by_name(name).ok()?;
+            if f.size() > MAX_JOB_FILE_BYTES {
+                return None;
+            }
+            let mut out = Vec::new();
+            f.take(MAX_JOB_FILE_BYTES).read_to_end(&mut out).ok()?;
+            Some(out)
+        }
+        (BundleKind::Archive(fmt), Some(bytes)) => {
+            unpack::peek_tar_file(bytes, *fmt, limits, "job.toml")
+        }
+        _ => None,
+    }
+}

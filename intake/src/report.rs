@@ -1,0 +1,229 @@
+//! What intake says about a bundle: one result per stage, the findings, and the options and limits it ran
+//! with. Serialised as JSON by `fenced-run intake --json`; the verdict's `refusal` is `{stage, reason}` of the
+//! first refusing stage.
+
+use crate::job::Job;
+use serde::Serialize;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The five intake stages, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Stage {
+    /// 1: size limits, input kind, repository URLs against the address policy.
+    Receive,
+    /// 2: unpack into a fresh directory under the archive rules.
+    Unpack,
+    /// 3: the job file loads; repository and patch are present.
+    Structure,
+    /// 4: resources within the tier's limits; environment deny list.
+    Normalise,
+    /// 5: job commands and repository install hooks scanned.
+    Scan,
+}
+
+impl Stage {
+    /// All stages in order.
+    pub const ALL: [Stage; 5] = [
+        Stage::Receive,
+        Stage::Unpack,
+        Stage::Structure,
+        Stage::Normalise,
+        Stage::Scan,
+    ];
+
+    /// The stage's name as used in verdicts (`receive`, `unpack`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Receive => "receive",
+            Stage::Unpack => "unpack",
+            Stage::Structure => "structure",
+            Stage::Normalise => "normalise",
+            Stage::Scan => "scan",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a stage ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StageStatus {
+    /// The stage found nothing that refuses the bundle.
+    Passed,
+    /// The stage refused the bundle.
+    Refused,
+    /// The stage did not run (an earlier one refused, or the input was unusable).
+    NotRun,
+}
+
+/// How much a finding weighs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Severity {
+    /// The reason a stage refused.
+    Refusal,
+    /// Recorded, not refused: the fence contains it (a repository hook fetching code, say).
+    Contained,
+    /// For information (something intake could not look into, an unusual but allowed setting).
+    Note,
+}
+
+/// One thing a stage noticed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Finding {
+    /// The stage that found it.
+    pub stage: Stage,
+    /// Its weight.
+    pub severity: Severity,
+    /// Where: an archive member, a file of the repository (`path:line`), or a job key.
+    pub location: String,
+    /// What, in words.
+    pub what: String,
+}
+
+impl Finding {
+    /// A new finding.
+    pub fn new(
+        stage: Stage,
+        severity: Severity,
+        location: impl Into<String>,
+        what: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            stage,
+            severity,
+            location: location.into(),
+            what: what.into(),
+        }
+    }
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Refusal => "refused",
+            Severity::Contained => "finding",
+            Severity::Note => "note",
+        };
+        write!(
+            f,
+            "[{}] {sev}: {}: {}",
+            self.stage, self.location, self.what
+        )
+    }
+}
+
+/// The result of one stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct StageResult {
+    /// Which stage.
+    pub stage: Stage,
+    /// How it ended.
+    pub status: StageStatus,
+    /// Everything it noticed (a refusing stage has at least one `Refusal`).
+    pub findings: Vec<Finding>,
+}
+
+/// `{stage, reason}` of the refusing stage, as the verdict's `refusal` field carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct Refusal {
+    /// The stage that refused.
+    pub stage: Stage,
+    /// Why (its first refusal finding, with the location).
+    pub reason: String,
+}
+
+/// Everything intake says about a bundle.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct IntakeReport {
+    /// The input as given.
+    pub input: PathBuf,
+    /// Set when the input could not be used at all (missing, unreadable, not a bundle): exit 2.
+    pub unusable: Option<String>,
+    /// One entry per stage, in order.
+    pub stages: Vec<StageResult>,
+    /// The first refusal, if any.
+    pub refusal: Option<Refusal>,
+    /// Whether every stage passed.
+    pub accepted: bool,
+    /// The fresh directory intake made (holds `bundle/` and perhaps `repository/`); the caller removes it
+    /// (see [`IntakeReport::cleanup`]). Removed already when intake refused.
+    pub work_dir: Option<PathBuf>,
+    /// The unpacked bundle root (holds `job.toml`), when unpacking succeeded.
+    pub root: Option<PathBuf>,
+    /// The repository as a directory (inside the bundle, or unpacked from its archive), when there is one.
+    pub repository_dir: Option<PathBuf>,
+    /// The loaded job, when stage 3 passed.
+    pub job: Option<Job>,
+}
+
+impl IntakeReport {
+    /// Every finding of every stage, in order.
+    pub fn findings(&self) -> impl Iterator<Item = &Finding> {
+        self.stages.iter().flat_map(|s| s.findings.iter())
+    }
+
+    /// Removes the work directory (never following a symbolic link out of it).
+    pub fn cleanup(&mut self) -> std::io::Result<()> {
+        if let Some(dir) = self.work_dir.take() {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Limits on what intake accepts; every one is named in the refusal that exceeds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct IntakeLimits {
+    /// Largest bundle (archive file) accepted by stage 1, bytes. Default 256 MiB.
+    pub max_bundle_bytes: u64,
+    /// Largest total unpacked size, bytes (bundle and repository archive each). Default 2 GiB.
+    pub max_unpacked_bytes: u64,
+    /// Most members in an archive or files in a directory bundle. Default 50,000.
+    pub max_entries: u64,
+    /// Largest ratio of unpacked bytes to archive bytes for compressed archives. Default 100.
+    pub max_ratio: u64,
+    /// Unpacked bytes always allowed whatever the ratio (small bundles compress well). Default 8 MiB.
+    pub ratio_slack_bytes: u64,
+    /// Longest member path, bytes. Default 1024.
+    pub max_path_bytes: usize,
+    /// Longest single path component, bytes. Default 255.
+    pub max_name_bytes: usize,
+    /// Deepest member path, components. Default 64.
+    pub max_depth: usize,
+    /// Largest repository file stage 5 reads; larger files are noted and skipped. Default 1 MiB.
+    pub max_scan_file_bytes: u64,
+}
+
+impl Default for IntakeLimits {
+    fn default() -> Self {
+        IntakeLimits {
+            max_bundle_bytes: 256 << 20,
+            max_unpacked_bytes: 2 << 30,
+            max_entries: 50_000,
+            max_ratio: 100,
+            ratio_slack_bytes: 8 << 20,
+            max_path_bytes: 1024,
+            max_name_bytes: 255,
+            max_depth: 64,
+            max_scan_file_bytes: 1 << 20,
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Stage 3: structure. The bundle's `job.toml` loads with the same loader as `fenced-run run`, and what it
+//! names is present inside the bundle: the repository (a directory, an archive unpacked by stage 2, a git
+//! bundle, or a URL whose host passes the address policy) and the patch.
+
+use crate::job::Job;
+use crate::receive::{check_repository_url, Resolver};
+use crate::report::{Finding, Severity, Stage};
+use std::fs;
+use std::path::{Component, Path, PathBuf};
+
+/// What stage 3 establishes about a bundle.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Structure {
+    /// The loaded job.
+    pub job: Job,
+    /// Where the repository is as a directory, when it is one (or was unpacked from an archive).
+    pub repository_dir: Option<PathBuf>,
+    /// Notes (a git bundle intake cannot look into, a URL repository's addresses).
+    pub notes: Vec<Finding>,
+}
+
+/// A path named by the job, which must stay inside the bundle root: relative, no `..`, and (after
+/// resolving links) still under the root.
+pub fn inside(root: &Path, rel: &Path, key: &str) -> Result<PathBuf, String> {
+    if rel.is_absolute() {
+        return Err(format!(
+            "{key} = `{}`: must be relative to the bundle root",
+            rel.display()
+        ));
+    }
+    if rel.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!(
+            "{key} = `{}`: must not contain `..`",
+            rel.display()
+        ));
+    }
+    let full = root.join(rel);
+    if let (Ok(c), Ok(r)) = (fs::canonicalize(&full), fs::canonicalize(root)) {
+        if !c.starts_with(&r) {
+            return Err(format!(
+                "{key} = `{}`: resolves outside the bundle",
+                rel.display()
+            ));
+        }
+    }
+    Ok(full)
+}
+
+/// Whether a file starts like a git bundle (`# v2 git bundle` / `# v3 git bundle`).
+pub fn is_git_bundle(path: &Path) -> bool {
+    let mut head = [0u8; 16];
+    match fs::File::open(path) {
+        Ok(mut f) => {
+            use std::io::Read;
+            f.read(&mut head).is_ok()
+                && (head.starts_with(b"# v2 git bundle") || head.starts_with(b"# v3 git bundle"))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Stage 3 on an unpacked bundle root. `unpacked_repository` is where stage 2 unpacked a repository
+/// archive, if it did.
+pub fn structure(
+    root: &Path,
+    unpacked_repository: Option<&Path>,
+    resolver: &dyn Resolver,
+) -> Result<Structure, String> {
+    let job_path = root.join("job.toml");
+    match fs::symlink_metadata(&job_path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err("job.toml is not a regular file".into()),
+        Err(_) => return Err("the bundle root holds no job.toml".into()),
+    }
+    let job = Job::load(&job_path).map_err(|e| {
+        // Messages name the file by its place in the bundle, not the temporary directory.
+        e.to_string()
+            .replacen(&job_path.display().to_string(), "job.toml", 1)
+    })?;
+    let mut notes = Vec::new();
+    let repository_dir = match job.repository.url() {
+        Some(Err(e)) => return Err(format!("repository.path: {e}")),
+        Some(Ok(url)) => {
+            let addrs = check_repository_url(&url, resolver)?;
+            let shown: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+            notes.push(Finding::new(
+                Stage::Structure,
+                Severity::Note,
+                "repository.path",
+                format!(
+                    "repository is fetched from {}:{} ({}); intake did not fetch it, so its hooks were not scanned",
+                    url.host,
+                    url.port,
+                    shown.join(", ")
+                ),
+            ));
+            None
+        }
+        None => {
+            let rel = Path::new(&job.repository.path);
+            let full = inside(root, rel, "repository.path")?;
+            let m = fs::symlink_metadata(&full).map_err(|_| {
+                format!("repository.path = `{}` is not in the bundle", rel.display())
+            })?;
+            if m.is_dir() {
+                Some(full)
+            } else if let Some(u) = unpacked_repository {
+                Some(u.to_path_buf())
+            } else if m.is_file() && is_git_bundle(&full) {
+                notes.push(Finding::new(
+                    Stage::Structure,
+                    Severity::Note,
+                    "repository.path",
+                    "repository is a git bundle; reading it needs git, so intake did not look inside (the fence contains its hooks)",
+                ));
+                None
+            } else {
+                return Err(format!(
+                    "repository.path = `{}` is neither a directory, a .tar/.tar.gz/.zip archive nor a git bundle",
+                    rel.display()
+                ));
+            }
+        }
+    };
+    if let Some(patch) = &job.repository.patch {
+        let full = inside(root, patch, "repository.patch")?;
+        match fs::symlink_metadata(&full) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "repository.patch = `{}` is not a regular file",
+                    patch.display()
+                ))
+            }
+            Err(_) => {
+                return Err(format!(
+                    "repository.patch = `{}` is claimed but not in the bundle",
+                    patch.display()
+                ))
+            }
+        }
+    }
+    if let Some(j) = &job.test.junit {
+        if j.is_absolute() || j.components().any(|c| matches!(c, Component::ParentDir)) {
+            return Err(format!(
+                "test.junit = `{}`: must be relative to the repository, without `..`",
+                j.display()
+            ));
+        }
+    }
+    Ok(Structure {
+        job,
+        repository_dir,
+        notes,
+    })
+}
