@@ -97,7 +97,7 @@ impl Policy {
                 ));
             }
         }
-        if !self.mrtd.is_empty() && !self.mrtd.iter().any(|m| *m == td.mrtd) {
+        if !self.mrtd.is_empty() && !self.mrtd.contains(&td.mrtd) {
             let want: Vec<String> = self.mrtd.iter().map(hex::encode).collect();
             failures.push(Failure::new(
                 "mrtd",

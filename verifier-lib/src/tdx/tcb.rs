@@ -107,7 +107,7 @@ fn unhex_or_empty(s: &str) -> Vec<u8> {
 /// Grades an ISV SVN against identity levels: the first level (highest SVN first) not above it.
 fn grade_isv(levels: &[IsvTcbLevel], svn: u16) -> Option<&IsvTcbLevel> {
     let mut sorted: Vec<&IsvTcbLevel> = levels.iter().collect();
-    sorted.sort_by(|a, b| b.tcb.isvsvn.cmp(&a.tcb.isvsvn));
+    sorted.sort_by_key(|l| std::cmp::Reverse(l.tcb.isvsvn));
     sorted.into_iter().find(|l| l.tcb.isvsvn <= svn)
 }
 

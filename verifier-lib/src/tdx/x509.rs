@@ -55,7 +55,7 @@ impl Cert {
     /// Parses (to check) and keeps one DER certificate.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
         match X509Certificate::from_der(der) {
-            Ok((rest, _)) if rest.is_empty() => Ok(Cert { der: der.to_vec() }),
+            Ok(([], _)) => Ok(Cert { der: der.to_vec() }),
             Ok(_) => Err(X509Error::Der {
                 what: what.into(),
                 detail: "bytes after the certificate".into(),
@@ -200,7 +200,7 @@ impl Crl {
     /// Parses (to check) and keeps one DER CRL.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
         match CertificateRevocationList::from_der(der) {
-            Ok((rest, _)) if rest.is_empty() => Ok(Crl { der: der.to_vec() }),
+            Ok(([], _)) => Ok(Crl { der: der.to_vec() }),
             Ok(_) => Err(X509Error::Der {
                 what: what.into(),
                 detail: "bytes after the CRL".into(),
