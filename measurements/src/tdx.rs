@@ -203,6 +203,17 @@ pub fn tdvf_sections(ovmf: &Ovmf) -> Result<Vec<TdvfSection>, TdvfError> {
                 section.data_offset
             )));
         }
+        // QEMU copies raw data only into BFV/CFV sections; one that extends MRTD must be supplied in full by
+        // the image (this also bounds the hashing work to the image size).
+        if section.attributes & ATTR_MR_EXTEND != 0
+            && (section.raw_size == 0
+                || section.mem_size != u64::from(section.raw_size).div_ceil(PAGE) * PAGE)
+        {
+            return Err(sec(format!(
+                "MR_EXTEND section with raw size {:#x} but memory size {:#x} (must be the raw data, page-rounded)",
+                section.raw_size, section.mem_size
+            )));
+        }
         if section.attributes & !(ATTR_MR_EXTEND | ATTR_PAGE_AUG) != 0 {
             return Err(sec(format!("unknown attributes {:#x}", section.attributes)));
         }

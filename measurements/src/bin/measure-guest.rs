@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
-use measurements::{snp, tdx};
+use measurements::set::{self, Hex, HexU64, MeasurementSet};
+use measurements::{sim, snp, tdx};
+use sha2::{Digest, Sha256};
 
 /// Expected SEV-SNP and TDX launch measurements, and the measurement sets auditors sign.
 #[derive(Parser, Debug)]
@@ -23,6 +25,105 @@ enum Cmd {
     Snp(SnpArgs),
     /// TDX: MRTD of a TDVF/OVMF image and/or RTMR0-3 replayed from a CCEL event log.
     Tdx(TdxArgs),
+    /// Compute a measurement set from the artifacts of a guest image release and write it as TOML.
+    Pin(PinArgs),
+    /// Sign a measurement set with an auditor key (writes a detached signature file).
+    Sign(SignArgs),
+    /// Generate an auditor key pair (PREFIX.key, PKCS#8 PEM, mode 0600; PREFIX.pub, public key PEM).
+    Keygen(KeygenArgs),
+    /// Check that at least K trusted auditors signed a set, and optionally that a measurement is in it.
+    VerifySet(VerifySetArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct PinArgs {
+    /// Release name of the guest image.
+    #[arg(long)]
+    name: String,
+    /// Release version.
+    #[arg(long = "release-version", value_name = "VERSION")]
+    release_version: String,
+    /// The kernel.
+    #[arg(long, value_name = "PATH")]
+    kernel: PathBuf,
+    /// The initramfs.
+    #[arg(long, value_name = "PATH")]
+    initrd: PathBuf,
+    /// The kernel command line.
+    #[arg(long, value_name = "CMDLINE", default_value = "")]
+    append: String,
+    /// OVMF image for the SNP entries (omit for a set without SNP entries).
+    #[arg(long, value_name = "PATH")]
+    ovmf: Option<PathBuf>,
+    /// vCPU counts of the SNP entries (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    snp_vcpus: Vec<u32>,
+    /// vCPU types of the SNP entries (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "EPYC-Milan,EPYC-Genoa")]
+    snp_vcpu_types: Vec<String>,
+    /// Guest features of the SNP entries (comma-separated).
+    #[arg(long, value_delimiter = ',', value_parser = parse_int::<u64>, default_value = "0x1")]
+    snp_guest_features: Vec<u64>,
+    /// VMM types of the SNP entries (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "QEMU")]
+    snp_vmm: Vec<snp::VmmType>,
+    /// The guest policy every SNP entry requires.
+    #[arg(long, value_parser = parse_int::<u64>, default_value = "0x30000")]
+    snp_policy: u64,
+    /// TDVF image for a TDX entry (its MRTD).
+    #[arg(long, value_name = "PATH")]
+    tdvf: Option<PathBuf>,
+    /// CCEL event log of a reference boot, to pin RTMR0-3 in the TDX entry (with --tdvf).
+    #[arg(long, value_name = "FILE", requires = "tdvf")]
+    tdx_event_log: Option<PathBuf>,
+    /// Where to write the set (stdout when absent).
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct SignArgs {
+    /// The auditor's private key (PKCS#8 PEM, from `measure-guest keygen`).
+    #[arg(long, value_name = "PATH")]
+    key: PathBuf,
+    /// The measurement set to sign.
+    #[arg(long, value_name = "PATH")]
+    set: PathBuf,
+    /// The auditor's name, recorded in the signature file.
+    #[arg(long)]
+    auditor: String,
+    /// Signature file to write (default: SET.AUDITOR.sig).
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+struct KeygenArgs {
+    /// Writes PREFIX.key and PREFIX.pub; refuses to overwrite.
+    #[arg(long, value_name = "PREFIX")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+struct VerifySetArgs {
+    /// The measurement set.
+    #[arg(long, value_name = "PATH")]
+    set: PathBuf,
+    /// Detached signature files.
+    #[arg(long = "signature", value_name = "PATH")]
+    signatures: Vec<PathBuf>,
+    /// Public keys of the auditors you trust.
+    #[arg(long = "auditor-key", value_name = "PATH", required = true)]
+    auditor_keys: Vec<PathBuf>,
+    /// How many distinct trusted auditors must have signed.
+    #[arg(long, value_name = "K", default_value = "1")]
+    auditors_required: usize,
+    /// An SNP launch digest (hex) that must be in the set.
+    #[arg(long, value_name = "HEX")]
+    snp_measurement: Option<String>,
+    /// The guest policy the SNP report carries (checked against the entry's required policy).
+    #[arg(long, value_parser = parse_int::<u64>, requires = "snp_measurement")]
+    snp_policy: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -288,11 +389,205 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
     Ok(())
 }
 
+fn read_file(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Fail> {
+    std::fs::read(path).map_err(|e| usage(format!("{what} {}: {e}", path.display())))
+}
+
+fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
+    let v = hex::decode(s.trim()).map_err(|e| usage(format!("{what}: not hex: {e}")))?;
+    <[u8; 48]>::try_from(v.as_slice())
+        .map_err(|_| usage(format!("{what}: {} bytes, expected 48", v.len())))
+}
+
+fn run_pin(a: PinArgs) -> Result<(), Fail> {
+    let kernel = read_file("kernel", &a.kernel)?;
+    let initrd = read_file("initrd", &a.initrd)?;
+    let mut artifacts = set::Artifacts {
+        kernel_sha256: Hex(Sha256::digest(&kernel).into()),
+        initramfs_sha256: Hex(Sha256::digest(&initrd).into()),
+        cmdline: Some(a.append.clone()),
+        cmdline_sha256: Hex(sim::cmdline_sha256(&a.append)),
+        ovmf_sha256: None,
+        tdvf_sha256: None,
+    };
+    let mut snp_entries = Vec::new();
+    if let Some(path) = &a.ovmf {
+        let bytes = read_file("OVMF", path)?;
+        artifacts.ovmf_sha256 = Some(Hex(Sha256::digest(&bytes).into()));
+        let ovmf =
+            snp::Ovmf::parse(bytes).map_err(|e| usage(format!("OVMF {}: {e}", path.display())))?;
+        let hashes = snp::KernelHashes::new(&kernel, Some(&initrd), Some(&a.append));
+        let base = snp::ovmf_hash(&ovmf);
+        for &vcpus in &a.snp_vcpus {
+            for t in &a.snp_vcpu_types {
+                let sig = snp::vcpu_sig_for_type(t)
+                    .ok_or_else(|| usage(format!("--snp-vcpu-types: unknown {t:?}")))?;
+                for &features in &a.snp_guest_features {
+                    for &vmm in &a.snp_vmm {
+                        let cfg = snp::SnpConfig {
+                            vcpus,
+                            vcpu_sig: sig,
+                            guest_features: features,
+                            vmm,
+                            ovmf_hash: Some(base),
+                        };
+                        let ld = snp::launch_digest(&ovmf, Some(&hashes), &cfg)
+                            .map_err(|e| usage(format!("OVMF {}: {e}", path.display())))?;
+                        snp_entries.push(set::SnpEntry {
+                            vcpus,
+                            vcpu_type: Some(t.clone()),
+                            vcpu_sig: HexU64(u64::from(sig)),
+                            vmm: vmm.to_string(),
+                            guest_features: HexU64(features),
+                            policy: HexU64(a.snp_policy),
+                            measurement: Hex(ld),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut tdx_entries = Vec::new();
+    if let Some(path) = &a.tdvf {
+        let bytes = read_file("TDVF", path)?;
+        artifacts.tdvf_sha256 = Some(Hex(Sha256::digest(&bytes).into()));
+        let ovmf =
+            snp::Ovmf::parse(bytes).map_err(|e| usage(format!("TDVF {}: {e}", path.display())))?;
+        let mrtd = tdx::mrtd(&ovmf).map_err(|e| usage(format!("TDVF {}: {e}", path.display())))?;
+        let rtmrs = match &a.tdx_event_log {
+            Some(p) => {
+                let r = tdx::replay_rtmrs(&read_file("event log", p)?)
+                    .map_err(|e| usage(format!("event log {}: {e}", p.display())))?;
+                r.rtmrs.map(|m| Some(Hex(m)))
+            }
+            None => [None, None, None, None],
+        };
+        let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
+        tdx_entries.push(set::TdxEntry {
+            mrtd: Hex(mrtd),
+            rtmr0,
+            rtmr1,
+            rtmr2,
+            rtmr3,
+        });
+    }
+    let measurement_set = MeasurementSet {
+        format: set::SET_FORMAT.to_owned(),
+        release: set::Release {
+            name: a.name,
+            version: a.release_version,
+        },
+        artifacts,
+        snp: snp_entries,
+        tdx: tdx_entries,
+        sim: vec![set::SimEntry {
+            tier: "vm".to_owned(),
+            measurement: Hex(sim::vm_launch_measurement(&kernel, &initrd, &a.append)),
+        }],
+    };
+    let text = measurement_set.to_toml();
+    match &a.out {
+        Some(p) => std::fs::write(p, &text).map_err(|e| usage(format!("{}: {e}", p.display())))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+fn run_sign(a: SignArgs) -> Result<(), Fail> {
+    let key = set::load_private_key(&a.key).map_err(|e| usage(e.to_string()))?;
+    let s = MeasurementSet::load(&a.set).map_err(|e| usage(e.to_string()))?;
+    let sig = set::SignatureFile::sign(&s, &key, &a.auditor);
+    let out = a.out.unwrap_or_else(|| {
+        let mut p = a.set.clone().into_os_string();
+        p.push(format!(".{}.sig", a.auditor));
+        PathBuf::from(p)
+    });
+    std::fs::write(&out, sig.to_toml()).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+    println!(
+        "signed {} (set_sha256 {}) -> {}",
+        s.label(),
+        hex::encode(s.digest()),
+        out.display()
+    );
+    Ok(())
+}
+
+fn run_keygen(a: KeygenArgs) -> Result<(), Fail> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let key = set::generate_key();
+    let with_ext = |ext: &str| {
+        let mut p = a.out.clone().into_os_string();
+        p.push(ext);
+        PathBuf::from(p)
+    };
+    let (kp, pp) = (with_ext(".key"), with_ext(".pub"));
+    let private = set::private_key_pem(&key).map_err(|e| Fail(2, e))?;
+    let public = set::public_key_pem(&key.verifying_key()).map_err(|e| Fail(2, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&kp)
+        .map_err(|e| usage(format!("{}: {e}", kp.display())))?;
+    f.write_all(private.as_bytes())
+        .map_err(|e| usage(format!("{}: {e}", kp.display())))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&pp)
+        .and_then(|mut f| f.write_all(public.as_bytes()))
+        .map_err(|e| usage(format!("{}: {e}", pp.display())))?;
+    println!(
+        "{} (private, 0600)\n{} (public key {})",
+        kp.display(),
+        pp.display(),
+        hex::encode(key.verifying_key().to_bytes())
+    );
+    Ok(())
+}
+
+fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
+    let t = match set::TrustedSet::load(&a.set, &a.signatures, &a.auditor_keys, a.auditors_required)
+    {
+        Ok(t) => t,
+        Err(e @ set::SetError::NotEnoughAuditors { .. }) => return Err(Fail(1, e.to_string())),
+        Err(e) => return Err(usage(e.to_string())),
+    };
+    println!(
+        "measurement set {}: signed by {} trusted auditor(s): {}",
+        t.name(),
+        t.signers.len(),
+        t.signers
+            .iter()
+            .map(|(n, k)| format!("{n} ({})", &k[..16]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for p in &t.problems {
+        println!("note: {p}");
+    }
+    if let Some(m) = &a.snp_measurement {
+        let m = hex48("--snp-measurement", m)?;
+        let r = match a.snp_policy {
+            Some(p) => t.match_snp_policy(&m, p),
+            None => t.match_snp(&m),
+        };
+        let e = r.map_err(|e| Fail(1, e.to_string()))?;
+        println!("in set: {e}");
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Snp(a) => run_snp(a),
         Cmd::Tdx(a) => run_tdx(a),
+        Cmd::Pin(a) => run_pin(a),
+        Cmd::Sign(a) => run_sign(a),
+        Cmd::Keygen(a) => run_keygen(a),
+        Cmd::VerifySet(a) => run_verify_set(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

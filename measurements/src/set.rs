@@ -1,0 +1,1054 @@
+//! Measurement sets: the reviewable TOML file that lists, for one guest image release, its artifact hashes and
+//! the launch measurements a genuine boot must report; its canonical encoding; detached Ed25519 auditor
+//! signatures (one file per auditor); and [`TrustedSet`], the k-of-n check the verifier runs before matching.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+/// The `format` value of a measurement set file.
+pub const SET_FORMAT: &str = "fenced-run-measurement-set/1";
+/// The `format` value of a detached signature file.
+pub const SIGNATURE_FORMAT: &str = "fenced-run-measurement-set-signature/1";
+/// Domain string prepended to the canonical JSON before signing.
+pub const SIGNING_DOMAIN: &[u8] = b"fenced-run/v1/measurement-set\0";
+
+/// A fixed-length byte string written as lower-case hex (upper case accepted on input).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Hex<const N: usize>(pub [u8; N]);
+
+impl<const N: usize> fmt::Debug for Hex<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl<const N: usize> fmt::Display for Hex<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl<const N: usize> Serialize for Hex<N> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(self.0))
+    }
+}
+
+impl<'de, const N: usize> Deserialize<'de> for Hex<N> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let v = hex::decode(s.trim())
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not hex: {e}")))?;
+        let a: [u8; N] = v.as_slice().try_into().map_err(|_| {
+            serde::de::Error::custom(format!("{} bytes of hex, expected {N}", v.len()))
+        })?;
+        Ok(Hex(a))
+    }
+}
+
+/// An integer written as a `0x` hex string (a plain TOML integer is accepted on input).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct HexU64(pub u64);
+
+impl Serialize for HexU64 {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:#x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for HexU64 {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) => Ok(HexU64(v)),
+            Raw::Str(s) => {
+                let t = s.trim();
+                let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+                    Some(h) => u64::from_str_radix(h, 16),
+                    None => t.parse(),
+                };
+                r.map(HexU64)
+                    .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a number: {e}")))
+            }
+        }
+    }
+}
+
+/// The guest image release a set describes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Release {
+    /// Name of the guest image.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+}
+
+/// SHA-256 hashes of the artifacts the measurements were computed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Artifacts {
+    /// The kernel image.
+    pub kernel_sha256: Hex<32>,
+    /// The initramfs.
+    pub initramfs_sha256: Hex<32>,
+    /// The kernel command line, verbatim (optional; its hash is always present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
+    /// SHA-256 of the command line followed by one NUL byte.
+    pub cmdline_sha256: Hex<32>,
+    /// The OVMF image of the SNP entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ovmf_sha256: Option<Hex<32>>,
+    /// The TDVF image of the TDX entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tdvf_sha256: Option<Hex<32>>,
+}
+
+/// An expected SEV-SNP launch digest with the parameters it was computed for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnpEntry {
+    /// Number of vCPUs.
+    pub vcpus: u32,
+    /// QEMU CPU model name, when the signature came from one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_type: Option<String>,
+    /// vCPU signature.
+    pub vcpu_sig: HexU64,
+    /// VMM type (QEMU, ec2, gce).
+    pub vmm: String,
+    /// SEV_FEATURES of the VMSAs.
+    pub guest_features: HexU64,
+    /// The guest policy a report must carry to match this entry.
+    pub policy: HexU64,
+    /// The launch digest.
+    pub measurement: Hex<48>,
+}
+
+/// Expected TDX measurements; RTMRs left out are not checked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TdxEntry {
+    /// MRTD.
+    pub mrtd: Hex<48>,
+    /// RTMR0 (firmware configuration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtmr0: Option<Hex<48>>,
+    /// RTMR1 (boot loader, kernel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtmr1: Option<Hex<48>>,
+    /// RTMR2 (OS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtmr2: Option<Hex<48>>,
+    /// RTMR3 (runtime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtmr3: Option<Hex<48>>,
+}
+
+impl TdxEntry {
+    fn rtmrs(&self) -> [Option<&Hex<48>>; 4] {
+        [
+            self.rtmr0.as_ref(),
+            self.rtmr1.as_ref(),
+            self.rtmr2.as_ref(),
+            self.rtmr3.as_ref(),
+        ]
+    }
+}
+
+/// An expected simulated launch measurement (the `vm` tier, see [`crate::sim`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimEntry {
+    /// The isolation tier ("vm").
+    pub tier: String,
+    /// The measurement.
+    pub measurement: Hex<48>,
+}
+
+/// A parsed measurement set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasurementSet {
+    /// Always [`SET_FORMAT`].
+    pub format: String,
+    /// The release.
+    pub release: Release,
+    /// Artifact hashes.
+    pub artifacts: Artifacts,
+    /// SEV-SNP entries.
+    #[serde(default)]
+    pub snp: Vec<SnpEntry>,
+    /// TDX entries.
+    #[serde(default)]
+    pub tdx: Vec<TdxEntry>,
+    /// Simulated (`vm` tier) entries.
+    #[serde(default)]
+    pub sim: Vec<SimEntry>,
+}
+
+/// Why a set, a signature or a key could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetError {
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file is not what it should be.
+    #[error("{path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// Fewer than k trusted auditors signed the set.
+    #[error(
+        "measurement set {set}: {found} of {required} required auditor signatures are valid and trusted{}",
+        problems.iter().map(|p| format!("; {p}")).collect::<String>()
+    )]
+    NotEnoughAuditors {
+        /// "name version (path)".
+        set: String,
+        /// k.
+        required: usize,
+        /// Valid signatures by distinct trusted keys.
+        found: usize,
+        /// Each signature that did not count and each trusted key without a signature, with the reason.
+        problems: Vec<String>,
+    },
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> SetError {
+    SetError::Invalid {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn read_text(path: &Path) -> Result<String, SetError> {
+    std::fs::read_to_string(path).map_err(|source| SetError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+impl MeasurementSet {
+    /// Parses and checks a set from TOML text; `path` only names the file in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, SetError> {
+        let set: MeasurementSet = toml::from_str(text).map_err(|e| invalid(path, e.to_string()))?;
+        set.check().map_err(|m| invalid(path, m))?;
+        Ok(set)
+    }
+
+    /// Reads and parses a set file.
+    pub fn load(path: &Path) -> Result<Self, SetError> {
+        Self::from_toml(&read_text(path)?, path)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.format != SET_FORMAT {
+            return Err(format!(
+                "format is {:?}, expected {SET_FORMAT:?}",
+                self.format
+            ));
+        }
+        if let Some(c) = &self.artifacts.cmdline {
+            let h = crate::sim::cmdline_sha256(c);
+            if h != self.artifacts.cmdline_sha256.0 {
+                return Err(format!(
+                    "artifacts.cmdline_sha256 is {}, but SHA-256 of the cmdline with its NUL is {}",
+                    self.artifacts.cmdline_sha256,
+                    hex::encode(h)
+                ));
+            }
+        }
+        for (i, e) in self.snp.iter().enumerate() {
+            if e.vcpus == 0 {
+                return Err(format!("snp entry {}: vcpus is 0", i + 1));
+            }
+            if let Err(m) = e.vmm.parse::<crate::snp::VmmType>() {
+                return Err(format!("snp entry {}: {m}", i + 1));
+            }
+            if let Some(t) = &e.vcpu_type {
+                match crate::snp::vcpu_sig_for_type(t) {
+                    Some(sig) if u64::from(sig) == e.vcpu_sig.0 => {}
+                    Some(sig) => {
+                        return Err(format!(
+                            "snp entry {}: vcpu_sig {:#x} is not the signature {sig:#x} of {t}",
+                            i + 1,
+                            e.vcpu_sig.0
+                        ))
+                    }
+                    None => return Err(format!("snp entry {}: unknown vcpu_type {t:?}", i + 1)),
+                }
+            }
+        }
+        for (i, e) in self.sim.iter().enumerate() {
+            if e.tier != "vm" {
+                return Err(format!(
+                    "sim entry {}: tier {:?}, expected \"vm\"",
+                    i + 1,
+                    e.tier
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The canonical encoding: the parsed set as JSON with object keys sorted, no whitespace, absent optional
+    /// fields left out, byte strings as lower-case hex and integers of the hex fields as `0x` strings.
+    pub fn canonical_json(&self) -> String {
+        let v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        let mut out = String::new();
+        write_canonical(&v, &mut out);
+        out
+    }
+
+    /// The signed message: [`SIGNING_DOMAIN`] followed by [`Self::canonical_json`].
+    pub fn signing_message(&self) -> Vec<u8> {
+        let mut m = SIGNING_DOMAIN.to_vec();
+        m.extend_from_slice(self.canonical_json().as_bytes());
+        m
+    }
+
+    /// SHA-256 of the signed message, quoted in signature files so a mismatch can be named.
+    pub fn digest(&self) -> [u8; 32] {
+        Sha256::digest(self.signing_message()).into()
+    }
+
+    /// "name version".
+    pub fn label(&self) -> String {
+        format!("{} {}", self.release.name, self.release.version)
+    }
+
+    /// Writes the set as commented, reviewable TOML (parsing it back gives the same set).
+    pub fn to_toml(&self) -> String {
+        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
+        let mut t = String::new();
+        t.push_str("# fenced-run measurement set: the launch measurements a genuine boot of this guest image release\n");
+        t.push_str("# must report. To review: rebuild the image reproducibly, run `measure-guest pin` with the same\n");
+        t.push_str("# flags and compare. Auditors sign it with `measure-guest sign` (detached files, one per auditor).\n");
+        t.push_str(&format!(
+            "format = {}\n\n[release]\nname = {}\nversion = {}\n\n",
+            q(&self.format),
+            q(&self.release.name),
+            q(&self.release.version)
+        ));
+        let a = &self.artifacts;
+        t.push_str(
+            "# SHA-256 of the artifacts the measurements below were computed from.\n[artifacts]\n",
+        );
+        t.push_str(&format!(
+            "kernel_sha256 = \"{}\"\ninitramfs_sha256 = \"{}\"\n",
+            a.kernel_sha256, a.initramfs_sha256
+        ));
+        if let Some(c) = &a.cmdline {
+            t.push_str(&format!("cmdline = {}\n", q(c)));
+        }
+        t.push_str(&format!(
+            "# SHA-256 of the command line followed by one NUL byte\ncmdline_sha256 = \"{}\"\n",
+            a.cmdline_sha256
+        ));
+        if let Some(h) = &a.ovmf_sha256 {
+            t.push_str(&format!("ovmf_sha256 = \"{h}\"\n"));
+        }
+        if let Some(h) = &a.tdvf_sha256 {
+            t.push_str(&format!("tdvf_sha256 = \"{h}\"\n"));
+        }
+        if !self.snp.is_empty() {
+            t.push_str("\n# SEV-SNP launch digests, one per vCPU count / vCPU type / guest features / VMM.\n");
+            t.push_str("# A report matches an entry when its MEASUREMENT equals `measurement` and its POLICY equals `policy`.\n");
+        }
+        for e in &self.snp {
+            t.push_str(&format!("\n[[snp]]\nvcpus = {}\n", e.vcpus));
+            if let Some(ty) = &e.vcpu_type {
+                t.push_str(&format!("vcpu_type = {}\n", q(ty)));
+            }
+            t.push_str(&format!(
+                "vcpu_sig = \"{:#x}\"\nvmm = {}\nguest_features = \"{:#x}\"\npolicy = \"{:#x}\"\nmeasurement = \"{}\"\n",
+                e.vcpu_sig.0, q(&e.vmm), e.guest_features.0, e.policy.0, e.measurement
+            ));
+        }
+        if !self.tdx.is_empty() {
+            t.push_str(
+                "\n# TDX: MRTD and, where given, RTMRs (an RTMR left out is not checked).\n",
+            );
+        }
+        for e in &self.tdx {
+            t.push_str(&format!("\n[[tdx]]\nmrtd = \"{}\"\n", e.mrtd));
+            for (i, r) in e.rtmrs().iter().enumerate() {
+                if let Some(r) = r {
+                    t.push_str(&format!("rtmr{i} = \"{r}\"\n"));
+                }
+            }
+        }
+        if !self.sim.is_empty() {
+            t.push_str("\n# Simulated launch measurement of the `vm` tier (docs/measurements.md), from the artifacts above.\n");
+        }
+        for e in &self.sim {
+            t.push_str(&format!(
+                "\n[[sim]]\ntier = {}\nmeasurement = \"{}\"\n",
+                q(&e.tier),
+                e.measurement
+            ));
+        }
+        t
+    }
+}
+
+fn write_canonical(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push(':');
+                if let Some(x) = m.get(*k) {
+                    write_canonical(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// A detached auditor signature over a set (one TOML file per auditor).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureFile {
+    /// Always [`SIGNATURE_FORMAT`].
+    pub format: String,
+    /// Who signed (informational; trust comes from the key).
+    pub auditor: String,
+    /// Always "ed25519".
+    pub algorithm: String,
+    /// The auditor's Ed25519 public key.
+    pub public_key: Hex<32>,
+    /// "name version" of the set signed (informational).
+    pub set: String,
+    /// SHA-256 of the signed message, to name a signature made over another set.
+    pub set_sha256: Hex<32>,
+    /// Ed25519 signature over [`MeasurementSet::signing_message`].
+    pub signature: Hex<64>,
+}
+
+impl SignatureFile {
+    /// Signs a set.
+    pub fn sign(set: &MeasurementSet, key: &SigningKey, auditor: &str) -> Self {
+        SignatureFile {
+            format: SIGNATURE_FORMAT.to_owned(),
+            auditor: auditor.to_owned(),
+            algorithm: "ed25519".to_owned(),
+            public_key: Hex(key.verifying_key().to_bytes()),
+            set: set.label(),
+            set_sha256: Hex(set.digest()),
+            signature: Hex(key.sign(&set.signing_message()).to_bytes()),
+        }
+    }
+
+    /// Parses a signature file's text.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, SetError> {
+        let s: SignatureFile = toml::from_str(text).map_err(|e| invalid(path, e.to_string()))?;
+        if s.format != SIGNATURE_FORMAT {
+            return Err(invalid(
+                path,
+                format!("format is {:?}, expected {SIGNATURE_FORMAT:?}", s.format),
+            ));
+        }
+        if s.algorithm != "ed25519" {
+            return Err(invalid(
+                path,
+                format!("algorithm {:?}, only \"ed25519\" is supported", s.algorithm),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The file's text.
+    pub fn to_toml(&self) -> String {
+        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
+        format!(
+            "# Detached auditor signature over a fenced-run measurement set (docs/measurements.md).\n\
+             format = {}\nauditor = {}\nalgorithm = \"ed25519\"\npublic_key = \"{}\"\nset = {}\nset_sha256 = \"{}\"\nsignature = \"{}\"\n",
+            q(&self.format), q(&self.auditor), self.public_key, q(&self.set), self.set_sha256, self.signature
+        )
+    }
+
+    /// Checks the signature over `set`; the error says what is wrong.
+    pub fn verify(&self, set: &MeasurementSet) -> Result<VerifyingKey, String> {
+        let key = VerifyingKey::from_bytes(&self.public_key.0)
+            .map_err(|_| "public key is not a valid Ed25519 point".to_owned())?;
+        if self.set_sha256.0 != set.digest() {
+            return Err(format!(
+                "signed a different set (set_sha256 {}, this set {})",
+                self.set_sha256,
+                hex::encode(set.digest())
+            ));
+        }
+        let sig = ed25519_dalek::Signature::from_bytes(&self.signature.0);
+        key.verify_strict(&set.signing_message(), &sig)
+            .map_err(|_| "signature is invalid".to_owned())?;
+        Ok(key)
+    }
+}
+
+/// Generates an auditor key pair.
+pub fn generate_key() -> SigningKey {
+    SigningKey::generate(&mut rand::rngs::OsRng)
+}
+
+/// The PKCS#8 PEM text of a private key.
+pub fn private_key_pem(key: &SigningKey) -> Result<String, String> {
+    key.to_pkcs8_pem(Default::default())
+        .map(|z| z.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// The SubjectPublicKeyInfo PEM text of a public key.
+pub fn public_key_pem(key: &VerifyingKey) -> Result<String, String> {
+    key.to_public_key_pem(Default::default())
+        .map_err(|e| e.to_string())
+}
+
+/// Reads an auditor's private key (PKCS#8 PEM).
+pub fn load_private_key(path: &Path) -> Result<SigningKey, SetError> {
+    SigningKey::from_pkcs8_pem(&read_text(path)?)
+        .map_err(|e| invalid(path, format!("not an Ed25519 PKCS#8 PEM private key: {e}")))
+}
+
+/// Reads an auditor's public key (SubjectPublicKeyInfo PEM, as `measure-guest keygen` writes it).
+pub fn load_public_key(path: &Path) -> Result<VerifyingKey, SetError> {
+    VerifyingKey::from_public_key_pem(read_text(path)?.trim())
+        .map_err(|e| invalid(path, format!("not an Ed25519 PEM public key: {e}")))
+}
+
+/// A set whose signatures were checked: at least k distinct trusted auditors signed it.
+#[derive(Debug, Clone)]
+pub struct TrustedSet {
+    /// The set.
+    pub set: MeasurementSet,
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// Auditor names (from their signature files) and key hex of the valid trusted signatures.
+    pub signers: Vec<(String, String)>,
+    /// Signatures that did not count, with the reason (the set may still have enough).
+    pub problems: Vec<String>,
+}
+
+/// A measurement that is in no entry of the set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("measurement {measurement} is not in measurement set {set_name}; nearest entry: {nearest}")]
+pub struct NotInSet {
+    /// "name version (path)".
+    pub set_name: String,
+    /// The measurement looked up (hex).
+    pub measurement: String,
+    /// The parameters of the nearest entry, or why there is none.
+    pub nearest: String,
+}
+
+impl fmt::Display for SnpEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "snp vcpus={} vcpu_type={} vcpu_sig={:#x} vmm={} guest_features={:#x} policy={:#x} measurement={}",
+            self.vcpus,
+            self.vcpu_type.as_deref().unwrap_or("-"),
+            self.vcpu_sig.0,
+            self.vmm,
+            self.guest_features.0,
+            self.policy.0,
+            self.measurement
+        )
+    }
+}
+
+fn hex_label(fingerprint: &[u8; 32]) -> String {
+    hex::encode(&fingerprint[..8])
+}
+
+impl TrustedSet {
+    /// Loads a set and its signature files and accepts it only if at least `k` (>= 1) distinct keys among
+    /// `trusted_auditor_keys` (PEM public key files) made valid signatures over it.
+    pub fn load<P: AsRef<Path>, Q: AsRef<Path>>(
+        set_path: &Path,
+        signature_paths: &[P],
+        trusted_auditor_keys: &[Q],
+        k: usize,
+    ) -> Result<Self, SetError> {
+        let set = MeasurementSet::load(set_path)?;
+        let keys = trusted_auditor_keys
+            .iter()
+            .map(|p| load_public_key(p.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut sigs = Vec::new();
+        let mut problems = Vec::new();
+        for p in signature_paths {
+            let p = p.as_ref();
+            match read_text(p).and_then(|t| SignatureFile::from_toml(&t, p)) {
+                Ok(s) => sigs.push((p.display().to_string(), s)),
+                Err(e) => problems.push(format!("{e}")),
+            }
+        }
+        Self::from_parts(set, set_path, &sigs, &keys, k, problems)
+    }
+
+    /// As [`Self::load`], from parsed parts; `problems` are prior ones (unreadable signature files) to report.
+    pub fn from_parts(
+        set: MeasurementSet,
+        set_path: &Path,
+        signatures: &[(String, SignatureFile)],
+        trusted: &[VerifyingKey],
+        k: usize,
+        mut problems: Vec<String>,
+    ) -> Result<Self, SetError> {
+        let label = format!("{} ({})", set.label(), set_path.display());
+        if k == 0 {
+            return Err(invalid(
+                set_path,
+                "auditors required (k) must be at least 1",
+            ));
+        }
+        let mut signers: Vec<(String, String)> = Vec::new();
+        let mut signed_keys: Vec<[u8; 32]> = Vec::new();
+        for (name, s) in signatures {
+            let kb = s.public_key.0;
+            if !trusted.iter().any(|t| t.to_bytes() == kb) {
+                problems.push(format!(
+                    "{name}: signed by untrusted key {} ({})",
+                    hex_label(&kb),
+                    s.auditor
+                ));
+                continue;
+            }
+            match s.verify(&set) {
+                Ok(_) if signed_keys.contains(&kb) => problems.push(format!(
+                    "{name}: second signature by key {} counts once",
+                    hex_label(&kb)
+                )),
+                Ok(_) => {
+                    signed_keys.push(kb);
+                    signers.push((s.auditor.clone(), hex::encode(kb)));
+                }
+                Err(why) => problems.push(format!(
+                    "{name}: {why} (key {}, {})",
+                    hex_label(&kb),
+                    s.auditor
+                )),
+            }
+        }
+        if signers.len() < k {
+            for t in trusted {
+                if !signed_keys.contains(&t.to_bytes()) {
+                    problems.push(format!(
+                        "trusted key {}: no valid signature (missing)",
+                        hex_label(&t.to_bytes())
+                    ));
+                }
+            }
+            return Err(SetError::NotEnoughAuditors {
+                set: label,
+                required: k,
+                found: signers.len(),
+                problems,
+            });
+        }
+        Ok(TrustedSet {
+            set,
+            path: set_path.to_owned(),
+            signers,
+            problems,
+        })
+    }
+
+    /// "name version (path)".
+    pub fn name(&self) -> String {
+        format!("{} ({})", self.set.label(), self.path.display())
+    }
+
+    fn not_in_set(&self, m: &[u8], nearest: String) -> NotInSet {
+        NotInSet {
+            set_name: self.name(),
+            measurement: hex::encode(m),
+            nearest,
+        }
+    }
+
+    /// The SNP entry with this launch digest (any policy).
+    pub fn match_snp(&self, measurement: &[u8; 48]) -> Result<&SnpEntry, NotInSet> {
+        self.set
+            .snp
+            .iter()
+            .find(|e| &e.measurement.0 == measurement)
+            .ok_or_else(|| {
+                let nearest = match self.set.snp.first() {
+                    Some(e) if self.set.snp.len() == 1 => e.to_string(),
+                    Some(_) => format!(
+                        "none of its {} SNP entries ({})",
+                        self.set.snp.len(),
+                        self.set
+                            .snp
+                            .iter()
+                            .map(|e| format!(
+                                "vcpus={} {} {}",
+                                e.vcpus,
+                                e.vcpu_type.as_deref().unwrap_or("-"),
+                                e.vmm
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    None => "the set has no SNP entries".to_owned(),
+                };
+                self.not_in_set(measurement, nearest)
+            })
+    }
+
+    /// The SNP entry with this launch digest whose required guest policy is `policy`; a digest that matches
+    /// with another policy is named as the nearest entry.
+    pub fn match_snp_policy(
+        &self,
+        measurement: &[u8; 48],
+        policy: u64,
+    ) -> Result<&SnpEntry, NotInSet> {
+        if let Some(e) = self
+            .set
+            .snp
+            .iter()
+            .find(|e| &e.measurement.0 == measurement && e.policy.0 == policy)
+        {
+            return Ok(e);
+        }
+        match self
+            .set
+            .snp
+            .iter()
+            .find(|e| &e.measurement.0 == measurement)
+        {
+            Some(e) => Err(self.not_in_set(
+                measurement,
+                format!("{e} (same measurement, but the report's policy is {policy:#x})"),
+            )),
+            None => self.match_snp(measurement),
+        }
+    }
+
+    /// The TDX entry with this MRTD whose given RTMRs all equal `rtmrs`.
+    pub fn match_tdx(&self, mrtd: &[u8; 48], rtmrs: &[[u8; 48]; 4]) -> Result<&TdxEntry, NotInSet> {
+        let fits = |e: &TdxEntry| {
+            e.rtmrs()
+                .iter()
+                .zip(rtmrs)
+                .all(|(want, got)| want.is_none_or(|w| &w.0 == got))
+        };
+        if let Some(e) = self.set.tdx.iter().find(|e| &e.mrtd.0 == mrtd && fits(e)) {
+            return Ok(e);
+        }
+        let nearest = match self.set.tdx.iter().find(|e| &e.mrtd.0 == mrtd) {
+            Some(e) => {
+                let differ: Vec<String> = e
+                    .rtmrs()
+                    .iter()
+                    .zip(rtmrs)
+                    .enumerate()
+                    .filter(|(_, (w, g))| w.is_some_and(|w| &w.0 != *g))
+                    .map(|(i, _)| format!("RTMR{i}"))
+                    .collect();
+                format!(
+                    "tdx mrtd={} (same MRTD, but {} differ)",
+                    e.mrtd,
+                    differ.join(", ")
+                )
+            }
+            None => match self.set.tdx.first() {
+                Some(e) => format!(
+                    "tdx mrtd={} ({} TDX entries, none with this MRTD)",
+                    e.mrtd,
+                    self.set.tdx.len()
+                ),
+                None => "the set has no TDX entries".to_owned(),
+            },
+        };
+        Err(self.not_in_set(mrtd, nearest))
+    }
+
+    /// The sim (`vm` tier) entry with this measurement.
+    pub fn match_sim(&self, measurement: &[u8; 48]) -> Result<&SimEntry, NotInSet> {
+        self.set
+            .sim
+            .iter()
+            .find(|e| &e.measurement.0 == measurement)
+            .ok_or_else(|| {
+                let nearest = match self.set.sim.first() {
+                    Some(e) => format!("sim tier={} measurement={}", e.tier, e.measurement),
+                    None => "the set has no sim entries".to_owned(),
+                };
+                self.not_in_set(measurement, nearest)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> MeasurementSet {
+        MeasurementSet {
+            format: SET_FORMAT.into(),
+            release: Release {
+                name: "fenced-run-guest".into(),
+                version: "1.0.0".into(),
+            },
+            artifacts: Artifacts {
+                kernel_sha256: Hex([1; 32]),
+                initramfs_sha256: Hex([2; 32]),
+                cmdline: Some("console=ttyS0 \"quoted\"".into()),
+                cmdline_sha256: Hex(crate::sim::cmdline_sha256("console=ttyS0 \"quoted\"")),
+                ovmf_sha256: Some(Hex([3; 32])),
+                tdvf_sha256: None,
+            },
+            snp: vec![
+                SnpEntry {
+                    vcpus: 1,
+                    vcpu_type: Some("EPYC-Milan".into()),
+                    vcpu_sig: HexU64(0xa00f11),
+                    vmm: "QEMU".into(),
+                    guest_features: HexU64(1),
+                    policy: HexU64(0x30000),
+                    measurement: Hex([0xaa; 48]),
+                },
+                SnpEntry {
+                    vcpus: 4,
+                    vcpu_type: Some("EPYC-Genoa".into()),
+                    vcpu_sig: HexU64(0xa10f10),
+                    vmm: "QEMU".into(),
+                    guest_features: HexU64(0x21),
+                    policy: HexU64(0x30000),
+                    measurement: Hex([0xbb; 48]),
+                },
+            ],
+            tdx: vec![TdxEntry {
+                mrtd: Hex([0xcc; 48]),
+                rtmr0: Some(Hex([0xdd; 48])),
+                rtmr1: None,
+                rtmr2: None,
+                rtmr3: None,
+            }],
+            sim: vec![SimEntry {
+                tier: "vm".into(),
+                measurement: Hex([0xee; 48]),
+            }],
+        }
+    }
+
+    #[test]
+    fn toml_round_trips_and_canonical_form_is_stable() {
+        let s = sample();
+        let text = s.to_toml();
+        assert!(text.contains("# SEV-SNP launch digests"), "{text}");
+        let back = MeasurementSet::from_toml(&text, Path::new("set.toml")).expect("parse");
+        assert_eq!(back, s);
+        // Reordering keys, upper-case hex and integer forms do not change the canonical encoding.
+        let edited = text
+            .replace("policy = \"0x30000\"", "policy = 196608")
+            .replace(&"aa".repeat(48), &"AA".repeat(48));
+        let back2 =
+            MeasurementSet::from_toml(&edited, Path::new("set.toml")).expect("parse edited");
+        assert_eq!(back2.canonical_json(), s.canonical_json());
+        let c = s.canonical_json();
+        assert!(c.starts_with("{\"artifacts\":{\"cmdline\":"), "{c}");
+        assert!(
+            !c.contains(' ') || c.contains("console=ttyS0 "),
+            "whitespace only inside strings"
+        );
+    }
+
+    #[test]
+    fn inconsistent_sets_are_refused_with_the_reason() {
+        let mut s = sample();
+        s.artifacts.cmdline = Some("other".into());
+        let e =
+            MeasurementSet::from_toml(&s.to_toml(), Path::new("x.toml")).expect_err("cmdline hash");
+        assert!(
+            e.to_string()
+                .starts_with("x.toml: artifacts.cmdline_sha256"),
+            "{e}"
+        );
+        let mut s = sample();
+        s.snp[0].vcpu_sig = HexU64(0x800f12);
+        let e = MeasurementSet::from_toml(&s.to_toml(), Path::new("x.toml")).expect_err("sig");
+        assert!(
+            e.to_string().contains(
+                "snp entry 1: vcpu_sig 0x800f12 is not the signature 0xa00f11 of EPYC-Milan"
+            ),
+            "{e}"
+        );
+        let e = MeasurementSet::from_toml("format = \"x\"\nbogus = 1\n", Path::new("x.toml"))
+            .expect_err("unknown");
+        assert!(e.to_string().starts_with("x.toml: "), "{e}");
+    }
+
+    fn sigs(set: &MeasurementSet, keys: &[&SigningKey]) -> Vec<(String, SignatureFile)> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| {
+                (
+                    format!("sig{i}"),
+                    SignatureFile::sign(set, k, &format!("auditor{i}")),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn k_of_n_counts_distinct_valid_trusted_signatures() {
+        let set = sample();
+        let (a, b, c) = (generate_key(), generate_key(), generate_key());
+        let trusted = [a.verifying_key(), b.verifying_key()];
+        let p = Path::new("set.toml");
+        // Two trusted signers: k=2 accepted.
+        let ok =
+            TrustedSet::from_parts(set.clone(), p, &sigs(&set, &[&a, &b]), &trusted, 2, vec![])
+                .expect("2 of 2");
+        assert_eq!(ok.signers.len(), 2);
+        // The same key twice counts once; an untrusted key does not count.
+        let e = TrustedSet::from_parts(
+            set.clone(),
+            p,
+            &sigs(&set, &[&a, &a, &c]),
+            &trusted,
+            2,
+            vec![],
+        )
+        .expect_err("1 of 2");
+        let msg = e.to_string();
+        assert!(msg.contains("1 of 2 required"), "{msg}");
+        assert!(msg.contains("sig1: second signature"), "{msg}");
+        assert!(msg.contains("sig2: signed by untrusted key"), "{msg}");
+        assert!(msg.contains("no valid signature (missing)"), "{msg}");
+        // A signature over another set is named as such; a forged one as invalid.
+        let mut other = set.clone();
+        other.release.version = "1.0.1".into();
+        let mut forged = sigs(&set, &[&b]);
+        forged[0].1.signature.0[0] ^= 1;
+        let mut all = sigs(&other, &[&a]);
+        all.extend(forged);
+        let e =
+            TrustedSet::from_parts(set.clone(), p, &all, &trusted, 1, vec![]).expect_err("none");
+        let msg = e.to_string();
+        assert!(msg.contains("signed a different set"), "{msg}");
+        assert!(msg.contains("signature is invalid"), "{msg}");
+        assert!(TrustedSet::from_parts(set.clone(), p, &[], &trusted, 0, vec![]).is_err());
+    }
+
+    #[test]
+    fn matching_names_set_and_nearest_entry() {
+        let set = sample();
+        let a = generate_key();
+        let t = TrustedSet::from_parts(
+            set.clone(),
+            Path::new("s.toml"),
+            &sigs(&set, &[&a]),
+            &[a.verifying_key()],
+            1,
+            vec![],
+        )
+        .expect("trusted");
+        assert_eq!(t.match_snp(&[0xbb; 48]).expect("in set").vcpus, 4);
+        assert!(t.match_snp_policy(&[0xaa; 48], 0x30000).is_ok());
+        let e = t
+            .match_snp_policy(&[0xaa; 48], 0x10000)
+            .expect_err("policy");
+        assert!(
+            e.to_string().contains("fenced-run-guest 1.0.0 (s.toml)"),
+            "{e}"
+        );
+        assert!(
+            e.nearest.contains("vcpus=1 vcpu_type=EPYC-Milan")
+                && e.nearest.contains("policy is 0x10000"),
+            "{e}"
+        );
+        let e = t.match_snp(&[0x11; 48]).expect_err("absent");
+        assert!(e.nearest.contains("none of its 2 SNP entries"), "{e}");
+        let mut rt = [[0u8; 48]; 4];
+        rt[0] = [0xdd; 48];
+        assert!(t.match_tdx(&[0xcc; 48], &rt).is_ok());
+        rt[0][0] = 0;
+        let e = t.match_tdx(&[0xcc; 48], &rt).expect_err("rtmr0");
+        assert!(e.nearest.contains("RTMR0 differ"), "{e}");
+        assert!(t.match_sim(&[0xee; 48]).is_ok());
+        assert!(t.match_sim(&[0xef; 48]).is_err());
+    }
+
+    #[test]
+    fn keys_round_trip_through_pem_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let k = generate_key();
+        let (kp, pp) = (dir.path().join("a.key"), dir.path().join("a.pub"));
+        std::fs::write(&kp, private_key_pem(&k).expect("pem")).expect("write");
+        std::fs::write(&pp, public_key_pem(&k.verifying_key()).expect("pem")).expect("write");
+        assert_eq!(load_private_key(&kp).expect("key").to_bytes(), k.to_bytes());
+        assert_eq!(load_public_key(&pp).expect("pub"), k.verifying_key());
+        let e = load_public_key(&kp).expect_err("private key is not a public key");
+        assert!(
+            e.to_string()
+                .contains("a.key: not an Ed25519 PEM public key"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn trusted_set_load_reads_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let set = sample();
+        let sp = dir.path().join("set.toml");
+        std::fs::write(&sp, set.to_toml()).expect("write");
+        let k = generate_key();
+        let kp = dir.path().join("a.pub");
+        std::fs::write(&kp, public_key_pem(&k.verifying_key()).expect("pem")).expect("write");
+        let sig = dir.path().join("set.toml.a.sig");
+        let reparsed = MeasurementSet::load(&sp).expect("load");
+        std::fs::write(&sig, SignatureFile::sign(&reparsed, &k, "a").to_toml()).expect("write");
+        let garbage = dir.path().join("garbage.sig");
+        std::fs::write(&garbage, "not toml [").expect("write");
+        let t = TrustedSet::load(&sp, &[&sig, &garbage], &[&kp], 1).expect("1 of 1");
+        assert_eq!(t.signers[0].0, "a");
+        assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
+        let e = TrustedSet::load(&sp, &[&garbage], &[&kp], 1).expect_err("0 of 1");
+        assert!(e.to_string().contains("garbage.sig"), "{e}");
+    }
+}
