@@ -84,21 +84,31 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
     if spec.user_ns {
         enter_user_namespace()?;
     }
-    unshare(
-        CloneFlags::CLONE_NEWPID
-            | CloneFlags::CLONE_NEWNET
-            | CloneFlags::CLONE_NEWIPC
-            | CloneFlags::CLONE_NEWUTS,
-    )
-    .map_err(|e| errno("unshare(PID|NET|IPC|UTS)", e))?;
+    unshare(CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS)
+        .map_err(|e| errno("unshare(NET|IPC|UTS)", e))?;
     sys::loopback_up().map_err(|e| errno("bringing loopback up", e))?;
-    let listener = match &spec.forward {
-        Some(f) => Some(
-            std::net::TcpListener::bind(("127.0.0.1", f.port))
-                .map_err(|e| format!("relay listener on 127.0.0.1:{}: {e}", f.port))?,
-        ),
+    // The forwarder is a child process forked before the PID namespace exists: it lives in the sandbox's
+    // network namespace but in the host's PID and mount namespaces, where the proxy's socket is, and the
+    // sandbox cannot see it. (A thread is impossible: after unshare(CLONE_NEWPID), clone(CLONE_THREAD) fails
+    // with EINVAL.)
+    let forwarder = match &spec.forward {
+        Some(f) => Some(start_forwarder(f)?),
         None => None,
     };
+    let result = run_pid_namespace(spec);
+    if let Some((pid, stopper)) = forwarder {
+        stopper.stop();
+        drop(stopper);
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+    }
+    result
+}
+
+/// Creates the PID namespace, forks its PID 1, puts it in the phase's cgroups, lets it run under the wall
+/// clock and collects its report.
+fn run_pid_namespace(spec: &PhaseSpec) -> Result<PhaseReport, String> {
+    unshare(CloneFlags::CLONE_NEWPID).map_err(|e| errno("unshare(PID)", e))?;
     let (go_r, go_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno("pipe", e))?;
     let (status_r, status_w) =
@@ -107,7 +117,6 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
         Forked::Child => {
             drop(go_w);
             drop(status_r);
-            drop(listener);
             let code = pid1(spec, go_r, status_w);
             sys::exit_now(code)
         }
@@ -132,43 +141,40 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
             return Err(e);
         }
     };
-    if let (Some(listener), Some(f)) = (listener, &spec.forward) {
-        let socket = f.socket.clone();
-        std::thread::spawn(move || super::relay::serve(listener, socket));
-    }
     let started = Instant::now();
     let mut go = fs::File::from(go_w);
     let _ = go.write_all(b"g");
     drop(go);
 
-    // Wait for PID 1 with the wall clock; at expiry kill it, and the kernel kills the whole namespace.
+    // Wait for PID 1 with the wall clock; at expiry PID 1 is asked to wrap up, then killed, and the kernel
+    // kills the whole namespace with it.
     let deadline = started + Duration::from_millis(spec.timeout_ms);
     let mut timed_out = false;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            timed_out = true;
-            // Ask PID 1 to wrap up (count, kill everything, report); kill it outright if it does not.
-            let _ = kill(init, Signal::SIGUSR1);
-            let mut fds = [nix::poll::PollFd::new(
-                pidfd.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
-            if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(2000u16)), Ok(n) if n > 0)
-            {
-                let _ = kill(init, Signal::SIGKILL);
-            }
-            break;
-        }
-        let ms = u16::try_from(left.as_millis().min(30_000)).unwrap_or(30_000);
+    let wait_exit = |ms: u16| -> Result<bool, Errno> {
         let mut fds = [nix::poll::PollFd::new(
             pidfd.as_fd(),
             nix::poll::PollFlags::POLLIN,
         )];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
-            Ok(0) => continue,
-            Ok(_) => break,
-            Err(Errno::EINTR) => continue,
+            Ok(n) => Ok(n > 0),
+            Err(Errno::EINTR) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            timed_out = true;
+            let _ = kill(init, Signal::SIGUSR1);
+            if !matches!(wait_exit(2000), Ok(true)) {
+                let _ = kill(init, Signal::SIGKILL);
+            }
+            break;
+        }
+        let ms = u16::try_from(left.as_millis().min(30_000)).unwrap_or(30_000);
+        match wait_exit(ms) {
+            Ok(true) => break,
+            Ok(false) => continue,
             Err(e) => {
                 let _ = kill(init, Signal::SIGKILL);
                 let _ = waitpid(init, None);
@@ -200,6 +206,27 @@ fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
     report.timed_out = timed_out;
     report.namespace_dead = namespace_dead;
     Ok(report)
+}
+
+/// Binds the relay's listener in the current (sandbox) network namespace and forks the forwarder process;
+/// returns its pid and the stopper that ends it.
+fn start_forwarder(f: &spec::ForwardSpec) -> Result<(Pid, super::forwarder::Stopper), String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", f.port))
+        .map_err(|e| format!("relay listener on 127.0.0.1:{}: {e}", f.port))?;
+    let (signal, stopper) =
+        super::forwarder::StopSignal::new().map_err(|e| format!("forwarder stop pipe: {e}"))?;
+    match sys::fork_single_threaded().map_err(|e| errno("fork of the forwarder", e))? {
+        Forked::Child => {
+            drop(stopper);
+            let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+            let code = match super::forwarder::serve(listener, &f.socket, &signal) {
+                Ok(_) => 0,
+                Err(_) => 1,
+            };
+            sys::exit_now(code)
+        }
+        Forked::Parent(pid) => Ok((pid, stopper)),
+    }
 }
 
 /// Enters a new user namespace in which the caller's uid and gid are 0 (the unprivileged runner's path).

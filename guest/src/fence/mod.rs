@@ -7,7 +7,6 @@ pub mod counts;
 pub mod forwarder;
 pub mod helper;
 pub mod proxy;
-pub mod relay;
 pub mod repo;
 pub mod run;
 pub mod spec;

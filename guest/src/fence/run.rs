@@ -5,6 +5,7 @@
 use super::cgroup::PhaseCgroup;
 use super::classify::{self, PhaseFacts};
 use super::helper::HELPER_ARG;
+use super::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
 use super::repo;
 use super::spec::{self, ForwardSpec, PhaseReport, PhaseSpec};
 use attestation::verdict::{
@@ -46,9 +47,50 @@ pub trait EgressSession: Send {
 }
 
 /// Something that can start the install phase's egress proxy on a Unix socket.
-pub trait EgressProxy: Send + Sync {
+pub trait EgressProvider: Send + Sync {
     /// Starts listening on `socket` with `allow` as the allowlist.
     fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String>;
+}
+
+/// The fence's egress proxy ([`super::proxy::EgressProxy`]), with a hook to adjust its configuration
+/// (tests inject a resolver that sends an allowed name to a loopback registry).
+#[derive(Clone)]
+pub struct ProxyEgress {
+    configure: Arc<dyn Fn(ProxyConfig) -> ProxyConfig + Send + Sync>,
+}
+
+impl ProxyEgress {
+    /// The proxy with the system resolver and a plain TCP dialer.
+    pub fn system() -> ProxyEgress {
+        ProxyEgress {
+            configure: Arc::new(|c| c),
+        }
+    }
+
+    /// The proxy with its configuration passed through `configure` first.
+    pub fn with(
+        configure: impl Fn(ProxyConfig) -> ProxyConfig + Send + Sync + 'static,
+    ) -> ProxyEgress {
+        ProxyEgress {
+            configure: Arc::new(configure),
+        }
+    }
+}
+
+struct ProxySession(ProxyHandle);
+
+impl EgressSession for ProxySession {
+    fn finish(self: Box<Self>) -> Vec<EgressRecord> {
+        self.0.shutdown()
+    }
+}
+
+impl EgressProvider for ProxyEgress {
+    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String> {
+        let config = (self.configure)(ProxyConfig::new(allow.to_vec(), socket));
+        let handle = EgressProxy::start(config).map_err(|e| e.to_string())?;
+        Ok(Box::new(ProxySession(handle)))
+    }
 }
 
 /// How to run a job (everything that is not in the job file).
@@ -61,7 +103,7 @@ pub struct RunOptions {
     /// The founder's nonce recorded in the verdict.
     pub nonce: Vec<u8>,
     /// The egress proxy of the install phase; without one the install phase has loopback only.
-    pub proxy: Option<Arc<dyn EgressProxy>>,
+    pub proxy: Option<Arc<dyn EgressProvider>>,
     /// Most output kept whole per phase for the count parsers.
     pub output_cap: usize,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
@@ -75,7 +117,7 @@ impl RunOptions {
             helper,
             isolation: Isolation::Process,
             nonce,
-            proxy: None,
+            proxy: Some(Arc::new(ProxyEgress::system())),
             output_cap: DEFAULT_OUTPUT_CAP,
             home: None,
         }
@@ -409,7 +451,7 @@ fn run_in(
                 verdict.findings.push(finding(
                     "install",
                     "egress-proxy",
-                    "no egress proxy in this build: the install phase had loopback only",
+                    "no egress proxy configured: the install phase had loopback only",
                 ));
                 None
             }
