@@ -802,10 +802,8 @@ pub fn parse_junit(xml: &[u8]) -> Result<Counts, String> {
                 }
             }
             Event::Eof => break,
-            Event::Text(ref t) if depth == 0 => {
-                if !t.iter().all(|b| b.is_ascii_whitespace()) {
-                    return Err(format!("text outside the root element at byte {pos}"));
-                }
+            Event::Text(ref t) if depth == 0 && !t.iter().all(|b| b.is_ascii_whitespace()) => {
+                return Err(format!("text outside the root element at byte {pos}"));
             }
             _ => {}
         }

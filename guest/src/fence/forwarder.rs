@@ -143,6 +143,11 @@ fn drain<F: AsRawFd>(w: &F, p: &mut Pipe) -> io::Result<usize> {
     ) {
         Ok(n) => {
             p.start += n;
+            if p.start == p.end {
+                // Empty again: the whole buffer is room again (poll interest depends on it).
+                p.start = 0;
+                p.end = 0;
+            }
             Ok(n)
         }
         Err(Errno::EAGAIN) | Err(Errno::EINTR) => Ok(0),
