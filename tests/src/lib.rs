@@ -1,1 +1,3 @@
 //! Shared helpers for the workspace-level end-to-end tests.
+
+pub mod fence;

@@ -1,0 +1,231 @@
+//! Helpers of the fence attack suite: a case is a temporary directory holding a tiny repository and a job
+//! file; it runs `fenced-run run` (the test build) with its own `TMPDIR`, parses the verdict, and checks that
+//! nothing of the run is left on the host (process, mount, cgroup, temporary directory).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Why the fence cannot run here (not root and no user namespaces), or `None` when it can.
+pub fn skip_reason() -> Option<String> {
+    let uid = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+        })
+        .unwrap_or_default();
+    if uid == "0" {
+        return None;
+    }
+    let max = fs::read_to_string("/proc/sys/user/max_user_namespaces").unwrap_or_default();
+    if max.trim() == "0" {
+        return Some("not root and user namespaces are disabled".into());
+    }
+    match Command::new("unshare")
+        .args(["-U", "-r", "-p", "-f", "-m", "-n", "true"])
+        .status()
+    {
+        Ok(s) if s.success() => None,
+        _ => Some("not root and unprivileged namespaces are unavailable".into()),
+    }
+}
+
+/// Prints the skip reason and returns true when the fence cannot run here.
+pub fn skip() -> bool {
+    match skip_reason() {
+        Some(r) => {
+            println!("skipped: {r}");
+            true
+        }
+        None => false,
+    }
+}
+
+/// The result of one run.
+#[derive(Debug)]
+pub struct Ran {
+    /// Exit code of the CLI.
+    pub code: i32,
+    /// The verdict JSON (`Null` when none was printed).
+    pub verdict: serde_json::Value,
+    /// The CLI's standard error.
+    pub stderr: String,
+    /// The runner's pid (names its cgroups).
+    pub pid: u32,
+}
+
+impl Ran {
+    /// The outcome name.
+    pub fn outcome(&self) -> &str {
+        self.verdict["outcome"].as_str().unwrap_or("<none>")
+    }
+
+    /// The test phase's output tail.
+    pub fn test_tail(&self) -> &str {
+        self.verdict["output_tail"]["test"].as_str().unwrap_or("")
+    }
+
+    /// A readable dump for assertion messages.
+    pub fn dump(&self) -> String {
+        format!(
+            "exit {}\nstderr: {}\nverdict: {}",
+            self.code, self.stderr, self.verdict
+        )
+    }
+}
+
+/// One attack case.
+pub struct Case {
+    /// The case's directory (job file, repository, per-run TMPDIR).
+    pub dir: tempfile::TempDir,
+    bin: PathBuf,
+}
+
+impl Case {
+    /// A new case run with `bin` (the `fenced-run-e2e` binary).
+    pub fn new(bin: &str) -> Case {
+        let dir = tempfile::Builder::new()
+            .prefix("fence-case-")
+            .tempdir()
+            .expect("case dir");
+        fs::create_dir(dir.path().join("repo")).expect("repo dir");
+        fs::create_dir(dir.path().join("tmp")).expect("tmp dir");
+        Case {
+            dir,
+            bin: PathBuf::from(bin),
+        }
+    }
+
+    /// The case directory.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `text` to `rel` under the repository.
+    pub fn repo_file(&self, rel: &str, text: &str) {
+        let p = self.path().join("repo").join(rel);
+        fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        fs::write(p, text).expect("write");
+    }
+
+    /// Writes the job file.
+    pub fn job(&self, toml: &str) -> PathBuf {
+        let p = self.path().join("job.toml");
+        fs::write(&p, toml).expect("write job");
+        p
+    }
+
+    /// The per-run TMPDIR the runner uses (must be empty after the run).
+    pub fn tmp(&self) -> PathBuf {
+        self.path().join("tmp")
+    }
+
+    /// Runs `fenced-run run job.toml --json` with extra arguments and environment.
+    pub fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Ran {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("run")
+            .arg(self.path().join("job.toml"))
+            .arg("--json")
+            .args(args)
+            .env("TMPDIR", self.tmp());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let pid = child.id();
+        let out = child.wait_with_output().expect("wait");
+        let verdict = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            verdict,
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+            pid,
+        }
+    }
+
+    /// Runs with no extra arguments.
+    pub fn run(&self) -> Ran {
+        self.run_with(&[], &[])
+    }
+
+    /// Asserts that nothing of the run remains: the TMPDIR is empty, no mount under the case, no cgroup of
+    /// the runner, no process whose command line holds one of `markers`.
+    pub fn assert_clean(&self, ran: &Ran, markers: &[&str]) {
+        let left: Vec<_> = fs::read_dir(self.tmp())
+            .expect("tmp")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        assert!(
+            left.is_empty(),
+            "temporary files left: {left:?}\n{}",
+            ran.dump()
+        );
+        let mounts = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let case = self.path().to_string_lossy().to_string();
+        assert!(
+            !mounts.contains(&case),
+            "a mount under {case} is left\n{}",
+            ran.dump()
+        );
+        let prefix = format!("fenced-run-{}-", ran.pid);
+        let cg = find_cgroups(Path::new("/sys/fs/cgroup"), &prefix, 6);
+        assert!(cg.is_empty(), "cgroups left: {cg:?}\n{}", ran.dump());
+        let procs = processes_with(markers);
+        assert!(
+            procs.is_empty(),
+            "processes left: {procs:?}\n{}",
+            ran.dump()
+        );
+    }
+}
+
+fn find_cgroups(dir: &Path, prefix: &str, depth: u32) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if depth == 0 {
+        return out;
+    }
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let Ok(ft) = e.file_type() else { continue };
+        if !ft.is_dir() {
+            continue;
+        }
+        if e.file_name().to_string_lossy().starts_with(prefix) {
+            out.push(e.path());
+        }
+        out.extend(find_cgroups(&e.path(), prefix, depth - 1));
+    }
+    out
+}
+
+/// Host processes whose command line contains any of `markers`.
+pub fn processes_with(markers: &[&str]) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().to_string();
+        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
+            continue;
+        }
+        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if markers.iter().any(|m| cmd.contains(m)) {
+            out.push(format!("{name}: {cmd}"));
+        }
+    }
+    out
+}
