@@ -4,25 +4,27 @@
 //! A failure names the check, what was seen and what was expected; a verifier collects all of them rather than
 //! stopping at the first, so a founder sees every reason at once.
 
+use crate::evidence::{EvidenceOptions, EvidenceVerification, ReportVerification};
 use crate::snp::{ChainOptions, RootKind, SnpVerification};
 use attestation::snp::{Product, TcbVersion};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::fmt;
 
 /// One failed check: which check, and a detail naming the value seen and the value expected.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Failure {
     /// Stable name of the check (e.g. `report-signature`, `leaf-signature`, `measurement`).
-    pub check: &'static str,
+    pub check: Cow<'static, str>,
     /// What was seen and what was expected.
     pub detail: String,
 }
 
 impl Failure {
     /// A failure of `check` with `detail`.
-    pub fn new(check: &'static str, detail: impl Into<String>) -> Failure {
+    pub fn new(check: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Failure {
         Failure {
-            check,
+            check: check.into(),
             detail: detail.into(),
         }
     }
@@ -186,6 +188,122 @@ pub fn snp_table(v: &SnpVerification, opts: &ChainOptions) -> String {
         &snp_rows(v, opts),
         if v.simulated() { "SIMULATED " } else { "" },
     )
+}
+
+/// The notes an evidence result carries: checks skipped on purpose, and simulation.
+pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
+    let mut notes = Vec::new();
+    if v.simulated {
+        notes.push("SIMULATED: the chain does not end in a vendor root; this proves nothing about hardware".into());
+    }
+    if !v.measurement_pinned {
+        notes.push("launch measurement NOT pinned (--any-measurement): any guest code could have produced this verdict".into());
+    }
+    if !v.nonce_checked {
+        notes.push("nonce NOT checked (no --nonce): the verdict may be a replay".into());
+    }
+    notes
+}
+
+/// The `tee` the chain implies for evidence (`sev-snp`, `sim-sev-snp`, `tdx`, `sim-tdx`).
+pub fn evidence_tee(v: &EvidenceVerification) -> &'static str {
+    match (&v.report, v.simulated) {
+        (ReportVerification::Tdx(_), false) => "tdx",
+        (ReportVerification::Tdx(_), true) => "sim-tdx",
+        (ReportVerification::Snp(_), false) => "sev-snp",
+        (ReportVerification::Snp(_), true) => "sim-sev-snp",
+        _ => v.label.as_str(),
+    }
+}
+
+/// The JSON object of `verify-attestation evidence --json`.
+pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_json::Value {
+    let mut out = match &v.report {
+        ReportVerification::Snp(s) => snp_json(s, &opts.chain),
+        ReportVerification::Tdx(t) => serde_json::json!({
+            "product": "TDX",
+            "signing_key": "PCK",
+            "measurement": hex::encode(t.quote.td().mrtd),
+            "report_data": hex::encode(t.quote.td().report_data),
+            "chip_id": serde_json::Value::Null,
+            "reported_tcb": t.tcb_status().map(|s| format!("{s:?}")),
+            "policy": serde_json::Value::Null,
+        }),
+        _ => serde_json::json!({
+            "product": null, "signing_key": null, "measurement": null, "report_data": null,
+            "chip_id": null, "reported_tcb": null, "policy": null,
+        }),
+    };
+    if let Some(o) = out.as_object_mut() {
+        o.insert("verified".into(), v.verified().into());
+        o.insert("tee".into(), evidence_tee(v).into());
+        o.insert("tee_label".into(), v.label.as_str().into());
+        o.insert("simulated".into(), v.simulated.into());
+        o.insert(
+            "failures".into(),
+            serde_json::to_value(&v.failures).unwrap_or_default(),
+        );
+        o.insert(
+            "verdict".into(),
+            v.verdict
+                .as_ref()
+                .map(|d| d.to_json_value())
+                .unwrap_or_default(),
+        );
+        o.insert("measurement_pinned".into(), v.measurement_pinned.into());
+        o.insert("nonce_checked".into(), v.nonce_checked.into());
+        o.insert("notes".into(), evidence_notes(v).into());
+        o.insert("checked_at".into(), fmt_at(&opts.chain.at).into());
+    }
+    out
+}
+
+/// The human table of an evidence result; every line says SIMULATED when the chain is not the vendor's.
+pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> String {
+    let mut rows = vec![
+        (
+            "result".to_string(),
+            if v.verified() {
+                "VERIFIED".to_string()
+            } else {
+                "REJECTED".to_string()
+            },
+        ),
+        (
+            "tee".to_string(),
+            format!("{} (labelled {})", evidence_tee(v), v.label),
+        ),
+    ];
+    match &v.report {
+        ReportVerification::Snp(s) => {
+            rows.extend(snp_rows(s, &opts.chain).into_iter().filter(|(k, _)| {
+                !(k == "result" || k == "tee" || k == "failures" || k.starts_with("FAIL "))
+            }));
+        }
+        ReportVerification::Tdx(t) => {
+            rows.push(("mrtd".to_string(), hex::encode(t.quote.td().mrtd)));
+            rows.push((
+                "report data".to_string(),
+                hex::encode(t.quote.td().report_data),
+            ));
+        }
+        _ => {}
+    }
+    if let Some(d) = &v.verdict {
+        rows.push(("outcome".to_string(), d.outcome.to_string()));
+        rows.push(("isolation".to_string(), d.isolation.to_string()));
+        rows.push(("verdict nonce".to_string(), hex::encode(&d.inputs.nonce)));
+    }
+    for n in evidence_notes(v) {
+        rows.push(("NOTE".to_string(), n));
+    }
+    if v.failures.is_empty() {
+        rows.push(("failures".to_string(), "none".to_string()));
+    }
+    for f in &v.failures {
+        rows.push((format!("FAIL {}", f.check), f.detail.clone()));
+    }
+    print_table(&rows, if v.simulated { "SIMULATED " } else { "" })
 }
 
 #[cfg(test)]

@@ -278,7 +278,7 @@ fn expired_vlek_is_its_own_failure() {
         &Policy::default(),
     );
     assert!(res.signature_valid && res.chain.signatures_valid());
-    let checks_seen: Vec<_> = res.failures.iter().map(|f| f.check).collect();
+    let checks_seen: Vec<&str> = res.failures.iter().map(|f| f.check.as_ref()).collect();
     assert_eq!(
         checks_seen,
         vec![checks::CERT_VALIDITY],

@@ -533,8 +533,8 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn names(f: &[Failure]) -> Vec<&'static str> {
-        f.iter().map(|x| x.check).collect()
+    fn names(f: &[Failure]) -> Vec<&str> {
+        f.iter().map(|x| x.check.as_ref()).collect()
     }
 
     #[test]
