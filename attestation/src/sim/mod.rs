@@ -5,6 +5,7 @@
 
 pub mod snp;
 pub mod state;
+pub mod tdx;
 
 use sha2::{Digest, Sha384};
 use std::path::PathBuf;

@@ -118,7 +118,7 @@ pub struct Args {
     pub json: bool,
     /// Policy flags.
     #[command(flatten)]
-    pub policy: TdxPolicyArgs,
+    pub policy: Box<TdxPolicyArgs>,
 }
 
 fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
