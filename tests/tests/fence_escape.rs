@@ -1,0 +1,88 @@
+//! Attack suite, escaping the tree: the host's files, home directories, environment and `/proc` of the
+//! runner are out of sight; nothing outside the repository, HOME and TMPDIR can be written; the original
+//! repository is never touched.
+
+use fenced_run_tests::fence::{skip, Case};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
+
+#[test]
+fn host_files_environment_and_runner_proc_are_out_of_sight() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    let secret = c.path().join("secret.txt");
+    std::fs::write(&secret, "SECRET-917200").expect("secret");
+    c.repo_file(
+        "test.sh",
+        &format!(
+            "bad=0\n\
+             cat {secret} 2>/dev/null && bad=1\n\
+             ls /home 2>/dev/null && bad=1\n\
+             ls /root 2>/dev/null && bad=1\n\
+             ls /run 2>/dev/null && bad=1\n\
+             ls /var/run/docker.sock 2>/dev/null && bad=1\n\
+             env | grep -q SECRET-917201 && bad=1\n\
+             cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -q SECRET-917201 && bad=1\n\
+             for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'fenced-run-e2e run' && bad=1; done\n\
+             echo bad=$bad\n\
+             [ $bad = 0 ] && echo '1 passed, 0 failed' || {{ echo '0 passed, 1 failed'; exit 1; }}\n",
+            secret = secret.display()
+        ),
+    );
+    c.job(
+        "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\ntimeout_seconds = 60\n",
+    );
+    let r = c.run_with(&[], &[("FENCE_TEST_SECRET", "SECRET-917201")]);
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
+    let names = r.verdict["test"]["env_names"].as_array().expect("names");
+    assert!(
+        !names.iter().any(|n| n == "FENCE_TEST_SECRET"),
+        "{}",
+        r.dump()
+    );
+    c.assert_clean(&r, &[]);
+}
+
+#[test]
+fn nothing_outside_the_tree_is_writable() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file("orig.txt", "original\n");
+    c.repo_file(
+        "test.sh",
+        "bad=0\n\
+         for f in /x /etc/x /usr/x /work/x /proc/x /dev/x /bin/x; do touch $f 2>/dev/null && { echo wrote $f; bad=1; }; done\n\
+         touch /work/repo/ok $HOME/ok /tmp/ok || bad=1\n\
+         echo changed > orig.txt || bad=1\n\
+         echo bad=$bad\n\
+         [ $bad = 0 ] && echo '1 passed, 0 failed' || { echo '0 passed, 1 failed'; exit 1; }\n",
+    );
+    c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n");
+    let r = c.run();
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
+    let orig = std::fs::read_to_string(c.path().join("repo/orig.txt")).expect("orig");
+    assert_eq!(
+        orig, "original\n",
+        "the run wrote into the original repository"
+    );
+    assert!(!c.path().join("repo/ok").exists());
+    c.assert_clean(&r, &[]);
+}
+
+#[test]
+fn credential_read_paths_are_refused() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file("test.sh", "echo '1 passed, 0 failed'\n");
+    c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n[sandbox]\nread = [\"~/.ssh\"]\n");
+    let r = c.run();
+    assert_eq!(r.code, 1, "{}", r.dump());
+    assert_eq!(r.outcome(), "refused", "{}", r.dump());
+    c.assert_clean(&r, &[]);
+}
