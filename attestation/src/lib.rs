@@ -3,6 +3,7 @@
 
 pub mod binding;
 pub mod evidence;
+pub mod session;
 pub mod sim;
 pub mod snp;
 pub mod tdx;

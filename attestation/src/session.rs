@@ -1,0 +1,135 @@
+//! The agent's side of the binding: an ephemeral P-384 key, a report over it taken before any untrusted code
+//! runs, and the verdict sealed with that key at the end.
+//!
+//! The private key exists only in this process's memory (zeroed on drop by `p384`); nothing writes it out.
+//! Order matters: [`Session::begin`] must be called before the install phase starts.
+
+use crate::binding::{self, BindingError};
+use crate::evidence::{Evidence, EvidenceError, TeeLabel};
+use crate::tee::{RawEvidence, Tee, TeeError};
+use crate::verdict::Verdict;
+
+/// Offset of REPORT_DATA in an SNP ATTESTATION_REPORT.
+const SNP_REPORT_DATA_OFFSET: usize = 0x50;
+
+/// Why a session could not begin or seal.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The nonce is not acceptable.
+    #[error(transparent)]
+    Nonce(#[from] BindingError),
+    /// The TEE did not produce a report.
+    #[error("requesting the attestation report: {0}")]
+    Tee(#[from] TeeError),
+    /// The report the TEE returned does not carry the report data we asked for.
+    #[error("the {0} report does not carry the requested report_data")]
+    ReportDataMismatch(TeeLabel),
+    /// The verdict's nonce is not the session's nonce.
+    #[error("the verdict's inputs.nonce ({verdict}) is not the session nonce ({session})")]
+    NonceMismatch {
+        /// Hex of the verdict's nonce.
+        verdict: String,
+        /// Hex of the session's nonce.
+        session: String,
+    },
+    /// Building the evidence failed.
+    #[error(transparent)]
+    Evidence(#[from] EvidenceError),
+}
+
+/// An attestation session: key made, report taken, waiting for the verdict.
+pub struct Session {
+    key: p384::ecdsa::SigningKey,
+    nonce: Vec<u8>,
+    report_data: [u8; 64],
+    label: TeeLabel,
+    raw: RawEvidence,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("public_key", &self.public_key())
+            .field("nonce", &hex::encode(&self.nonce))
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Makes an ephemeral P-384 key, binds it to `nonce` and gets the report from `tee`.
+    ///
+    /// Call this before any untrusted code runs. The nonce must be 16 to 64 bytes.
+    pub fn begin(tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
+        binding::check_nonce(nonce)?;
+        let key = p384::ecdsa::SigningKey::random(&mut rand::rngs::OsRng);
+        let public = p384::PublicKey::from(key.verifying_key());
+        let report_data = binding::report_data(&public, nonce);
+        let label = tee.label();
+        let raw = tee.get_report(&report_data)?;
+        if label.is_snp()
+            && raw
+                .report
+                .get(SNP_REPORT_DATA_OFFSET..SNP_REPORT_DATA_OFFSET + 64)
+                != Some(&report_data[..])
+        {
+            return Err(SessionError::ReportDataMismatch(label));
+        }
+        Ok(Session {
+            key,
+            nonce: nonce.to_vec(),
+            report_data,
+            label,
+            raw,
+        })
+    }
+
+    /// The ephemeral public key the report binds.
+    pub fn public_key(&self) -> p384::PublicKey {
+        p384::PublicKey::from(self.key.verifying_key())
+    }
+
+    /// The founder's nonce.
+    pub fn nonce(&self) -> &[u8] {
+        &self.nonce
+    }
+
+    /// The report data sent to the TEE.
+    pub fn report_data(&self) -> [u8; 64] {
+        self.report_data
+    }
+
+    /// The label of the TEE that produced the report.
+    pub fn label(&self) -> TeeLabel {
+        self.label
+    }
+
+    /// The report, certificates and collateral obtained at the start.
+    pub fn raw(&self) -> &RawEvidence {
+        &self.raw
+    }
+
+    /// Signs `verdict` with the session key and packs the evidence; the key is dropped (and zeroed) afterwards.
+    ///
+    /// The verdict must carry the session's nonce in `inputs.nonce`.
+    pub fn seal(self, verdict: &Verdict) -> Result<Evidence, SessionError> {
+        if verdict.inputs.nonce != self.nonce {
+            return Err(SessionError::NonceMismatch {
+                verdict: hex::encode(&verdict.inputs.nonce),
+                session: hex::encode(&self.nonce),
+            });
+        }
+        let Session {
+            key, label, raw, ..
+        } = self;
+        Ok(Evidence::seal(
+            label,
+            raw.report,
+            raw.certs,
+            raw.collateral,
+            &key,
+            verdict,
+        )?)
+    }
+}
