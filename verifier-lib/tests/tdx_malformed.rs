@@ -84,11 +84,14 @@ proptest! {
     }
 }
 
+/// An edit of the TCB Info JSON.
+type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+
 #[test]
 fn tdx_hostile_tcb_info_shapes_never_panic() {
     let Some((quote, coll, at)) = vector() else { return };
     let mut info: serde_json::Value = serde_json::from_str(coll["tcb_info"].as_str().expect("s")).expect("json");
-    let variants: Vec<Box<dyn Fn(&mut serde_json::Value)>> = vec![
+    let variants: Vec<Edit> = vec![
         Box::new(|v| v["tcbLevels"] = serde_json::json!([])),
         Box::new(|v| v["tcbLevels"][0]["tcb"]["sgxtcbcomponents"] = serde_json::json!([{ "svn": 1 }])),
         Box::new(|v| v["tcbLevels"][0]["tcb"]["tdxtcbcomponents"] = serde_json::json!([])),
