@@ -14,6 +14,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main job on an embedded demo bundle: intake, the fence, evidence, verification, end to end.
+    Demo(cli::demo::Args),
     /// Run a job (a job file or a bundle) in the fence and print its verdict.
     Run(cli::run::Args),
     /// Run intake stages 1-5 on a bundle (nothing is executed) and print every finding.
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Demo(args) => cli::demo::run(args),
         Command::Run(args) => cli::run::run(args),
         Command::Intake(args) => cli::intake::run(args),
     }

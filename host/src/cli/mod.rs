@@ -1,4 +1,5 @@
 //! The subcommands of `fenced-run`, one module each; the binary only dispatches.
 
+pub mod demo;
 pub mod intake;
 pub mod run;
