@@ -1,16 +1,109 @@
-//! `fenced-run intake` (not built yet: it refuses to run rather than pretend).
+//! `fenced-run intake BUNDLE [--json]`: runs intake stages 1-5 on a bundle (executing nothing) and prints
+//! each stage's result and every finding. Exit 0 accepted, 1 refused, 2 unusable input.
 
+use intake::normalise::Isolation;
+use intake::{run_stages, IntakeOptions, IntakeReport, StageStatus};
 use std::process::ExitCode;
+
+/// The isolation tier named on the command line.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Tier {
+    /// AMD SEV-SNP.
+    SevSnp,
+    /// Intel TDX.
+    Tdx,
+    /// Plain VM.
+    Vm,
+    /// Linux namespaces on the host.
+    Process,
+}
+
+impl From<Tier> for Isolation {
+    fn from(t: Tier) -> Isolation {
+        match t {
+            Tier::SevSnp => Isolation::SevSnp,
+            Tier::Tdx => Isolation::Tdx,
+            Tier::Vm => Isolation::Vm,
+            Tier::Process => Isolation::Process,
+        }
+    }
+}
 
 /// Arguments of this subcommand.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Input file.
+    /// The bundle: a directory or a .tar, .tar.gz or .zip whose root holds job.toml.
     pub input: std::path::PathBuf,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// The isolation tier whose limits stage 4 applies.
+    #[arg(long, value_enum, default_value = "process")]
+    pub isolation: Tier,
+    /// Keep the unpacked work directory (its path is printed) instead of removing it.
+    #[arg(long)]
+    pub keep: bool,
 }
 
-/// Runs the subcommand; this one is not implemented yet and exits 2.
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("fenced-run intake: not implemented yet");
-    ExitCode::from(2)
+/// The exit code of a report: 0 accepted, 1 refused, 2 unusable input.
+pub fn exit_code(report: &IntakeReport) -> u8 {
+    if report.unusable.is_some() {
+        2
+    } else if report.accepted {
+        0
+    } else {
+        1
+    }
+}
+
+/// The report as lines of text.
+pub fn render(report: &IntakeReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("intake {}\n", report.input.display()));
+    if let Some(u) = &report.unusable {
+        out.push_str(&format!("unusable input: {u}\n"));
+    }
+    for s in &report.stages {
+        let status = match s.status {
+            StageStatus::Passed => "passed",
+            StageStatus::Refused => "REFUSED",
+            _ => "not run",
+        };
+        out.push_str(&format!("  {:<10} {status}\n", s.stage.name()));
+        for f in &s.findings {
+            out.push_str(&format!("    {f}\n"));
+        }
+    }
+    match (&report.refusal, report.accepted) {
+        (Some(r), _) => out.push_str(&format!("refused at {}: {}\n", r.stage, r.reason)),
+        (None, true) => out.push_str("accepted\n"),
+        (None, false) => {}
+    }
+    out
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    let mut opts = IntakeOptions::for_tier(args.isolation.into());
+    opts.keep_on_refusal = args.keep;
+    let mut report = run_stages(&args.input, &opts);
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(j) => println!("{j}"),
+            Err(e) => {
+                eprintln!("fenced-run intake: cannot write JSON: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print!("{}", render(&report));
+    }
+    if args.keep {
+        if let Some(w) = &report.work_dir {
+            eprintln!("work directory kept: {}", w.display());
+        }
+    } else if let Err(e) = report.cleanup() {
+        eprintln!("fenced-run intake: cannot remove the work directory: {e}");
+    }
+    ExitCode::from(exit_code(&report))
 }
