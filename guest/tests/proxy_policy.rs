@@ -559,3 +559,43 @@ fn shutdown_closes_open_tunnels_and_removes_the_socket() {
     // The tunnel was closed by the shutdown: the client sees end of file.
     assert!(read_all(&mut c).is_empty());
 }
+
+#[test]
+fn unicode_allow_entries_match_their_idna_form() {
+    let echo = echo_server();
+    let public = sa("93.184.216.34:443");
+    let resolver = MapResolver::new(&[("xn--bcher-kva.example", &["93.184.216.34"])]);
+    let dialer = RecordingDialer::new(&[(public, echo)]);
+    let mut fx = Fixture::start(
+        &["Bücher.Example.:443"],
+        resolver.clone(),
+        dialer.clone(),
+        false,
+    );
+    let (_c, r) = connect(&fx, "XN--BCHER-KVA.example:443");
+    assert_eq!(r.code, 200, "{}", r.head);
+    assert_eq!(resolver.asked(), vec!["xn--bcher-kva.example"]);
+    assert_eq!(dialer.calls(), vec![public]);
+    let log = fx.shutdown();
+    assert_eq!(log[0].host, "xn--bcher-kva.example");
+}
+
+#[test]
+fn chunked_request_bodies_are_forwarded_verbatim() {
+    let (origin, mut fx, _dialer) = origin_fixture(true);
+    let port = origin.addr.port();
+    let mut c = fx.client();
+    let body = "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    write!(
+        c,
+        "POST http://registry.example:{port}/up HTTP/1.1\r\nHost: registry.example:{port}\r\nTransfer-Encoding: chunked\r\n\r\n{body}"
+    )
+    .expect("write");
+    assert_eq!(read_response(&mut c).code, 200);
+    drop(c);
+    let log = fx.shutdown();
+    let got = origin.wait_received(1);
+    // The origin reads only the head (it does not decode chunks); everything after it is the body as sent.
+    assert_eq!(got[0].total - got[0].head.len(), body.len());
+    assert_eq!(got[0].total as u64, log[0].bytes_up);
+}
