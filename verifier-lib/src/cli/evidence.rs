@@ -23,8 +23,8 @@ pub struct Args {
     pub any_measurement: bool,
     /// The founder's nonce (hex, 16 to 64 bytes); the verdict's nonce must equal it. Without it, freshness is
     /// not checked and the output says so.
-    #[arg(long, value_name = "HEX", value_parser = parse_nonce)]
-    pub nonce: Option<Vec<u8>>,
+    #[arg(long, value_name = "HEX")]
+    pub nonce: Option<NonceArg>,
     /// Accept evidence whose chain does not end in a vendor root (sim tiers); every output line says SIMULATED.
     #[arg(long)]
     pub allow_simulated: bool,
@@ -42,10 +42,18 @@ pub struct Args {
     pub policy: PolicyArgs,
 }
 
-fn parse_nonce(s: &str) -> Result<Vec<u8>, String> {
-    let v = hex::decode(s.trim().trim_start_matches("0x")).map_err(|e| format!("not hex ({e})"))?;
-    attestation::binding::check_nonce(&v).map_err(|e| e.to_string())?;
-    Ok(v)
+/// A founder's nonce given as hex on the command line (16 to 64 bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NonceArg(pub Vec<u8>);
+
+impl std::str::FromStr for NonceArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let v =
+            hex::decode(s.trim().trim_start_matches("0x")).map_err(|e| format!("not hex ({e})"))?;
+        attestation::binding::check_nonce(&v).map_err(|e| e.to_string())?;
+        Ok(NonceArg(v))
+    }
 }
 
 /// Runs the subcommand.
@@ -84,7 +92,7 @@ pub fn run(args: Args) -> ExitCode {
             allow_simulated: args.allow_simulated,
         },
         policy: args.policy.to_policy(),
-        nonce: args.nonce.clone(),
+        nonce: args.nonce.as_ref().map(|n| n.0.clone()),
         any_measurement: args.any_measurement,
     };
     let v = match verify_evidence_bytes(&bytes, &opts) {
