@@ -111,7 +111,8 @@ fn replay_matches_cctrusted_base() {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("oracle.py");
     std::fs::write(&script, ORACLE).expect("write script");
-    let cases: [(&[(u16, u16)], usize, u64); 4] = [
+    type Case = (&'static [(u16, u16)], usize, u64);
+    let cases: [Case; 4] = [
         (&[(0x000C, 48)], 40, 1),
         (&[(0x000B, 32), (0x000C, 48)], 60, 2),
         (&[(0x000C, 48), (0x000D, 64)], 25, 3),
@@ -135,10 +136,10 @@ fn replay_matches_cctrusted_base() {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 5, "{text}");
         let ours = tdx::replay_rtmrs(&log).expect("replay");
-        for i in 0..4 {
+        for (i, (rtmr, line)) in ours.rtmrs.iter().zip(&lines).enumerate() {
             assert_eq!(
-                hex::encode(ours.rtmrs[i]),
-                lines[i],
+                &hex::encode(rtmr),
+                line,
                 "RTMR{i} differs for log {seed} ({n} events)"
             );
         }
