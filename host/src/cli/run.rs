@@ -82,9 +82,33 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The report is requested before any untrusted code runs; the verdict is signed at the end.
+    let session = match &args.evidence {
+        Some(_) => match begin_sim_session(&nonce) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("fenced-run run: --evidence: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
     let verdict = run_job(&job, &opts);
     print_verdict(&verdict, args.json);
+    if let (Some(session), Some(out)) = (session, &args.evidence) {
+        let written = session
+            .seal(&verdict)
+            .map_err(|e| e.to_string())
+            .and_then(|ev| ev.to_cbor().map_err(|e| e.to_string()))
+            .and_then(|bytes| {
+                std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))
+            });
+        if let Err(e) = written {
+            eprintln!("fenced-run run: --evidence: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if verdict.judged {
         ExitCode::SUCCESS
     } else {
@@ -120,4 +144,14 @@ fn print_verdict(v: &Verdict, json: bool) {
     for f in &v.findings {
         println!("finding [{}] {}: {}", f.stage, f.kind, f.detail);
     }
+}
+
+/// Opens the sim PSP (SEV-SNP, Milan) and begins an attestation session for the process tier; its launch
+/// measurement is the sim stand-in computed from this executable.
+fn begin_sim_session(nonce: &[u8]) -> Result<attestation::session::Session, String> {
+    use attestation::sim::{current_process_launch_measurement, SimPsp, SimSnpTee};
+    let psp = SimPsp::open_default(attestation::snp::Product::Milan).map_err(|e| e.to_string())?;
+    let measurement = current_process_launch_measurement().map_err(|e| e.to_string())?;
+    let tee = SimSnpTee::new(psp, measurement);
+    attestation::session::Session::begin(&tee, nonce).map_err(|e| e.to_string())
 }
