@@ -257,3 +257,50 @@ fn tdx_subcommand_reports_mrtd_and_refuses_non_tdvf() {
         "{err}"
     );
 }
+
+#[test]
+fn tdx_event_log_prints_events_and_rtmrs() {
+    use sha2::{Digest, Sha384};
+    // Spec ID event declaring SHA-384 only, then one EV_SEPARATOR into MR index 2 (RTMR1), then 0xFF fill.
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2]);
+    spec.extend_from_slice(&1u32.to_le_bytes());
+    spec.extend_from_slice(&0x000Cu16.to_le_bytes());
+    spec.extend_from_slice(&48u16.to_le_bytes());
+    spec.push(0);
+    let mut log = vec![0u8; 4];
+    log.extend_from_slice(&3u32.to_le_bytes());
+    log.extend_from_slice(&[0; 20]);
+    log.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    log.extend_from_slice(&spec);
+    let digest: [u8; 48] = Sha384::digest([0u8; 4]).into();
+    log.extend_from_slice(&2u32.to_le_bytes());
+    log.extend_from_slice(&4u32.to_le_bytes());
+    log.extend_from_slice(&1u32.to_le_bytes());
+    log.extend_from_slice(&0x000Cu16.to_le_bytes());
+    log.extend_from_slice(&digest);
+    log.extend_from_slice(&4u32.to_le_bytes());
+    log.extend_from_slice(&[0; 4]);
+    log.extend_from_slice(&[0xFF; 64]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ccel.bin");
+    std::fs::write(&path, &log).expect("write");
+    let o = mg(&["tdx", "--event-log", s(&path)]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut chain = vec![0u8; 48];
+    chain.extend_from_slice(&digest);
+    let rtmr1 = hex::encode(Sha384::digest(&chain));
+    assert!(out.contains(&format!("RTMR1: {rtmr1}")), "{out}");
+    assert!(out.contains(&format!("RTMR0: {}", "0".repeat(96))), "{out}");
+    assert!(out.contains("MR2 -> RTMR1 EV_SEPARATOR"), "{out}");
+    // Cut inside the event: exit 2 naming the file and the offset.
+    std::fs::write(&path, &log[..log.len() - 70]).expect("write");
+    let o = mg(&["tdx", "--event-log", s(&path)]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ccel.bin: event log truncated at offset"),
+        "{err}"
+    );
+}
