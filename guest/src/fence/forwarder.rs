@@ -24,7 +24,7 @@ pub struct StopSignal {
     read: OwnedFd,
 }
 
-/// Fires a [`StopSignal`]; clonable, usable from any thread or from a signal-free parent after fork.
+/// Fires a [`StopSignal`]; clonable and usable from any thread (the pipe is close-on-exec).
 #[derive(Clone)]
 pub struct Stopper {
     write: Arc<OwnedFd>,

@@ -90,6 +90,7 @@ pub fn header_tokens(headers: &[(String, Vec<u8>)], name: &str) -> Vec<String> {
 pub struct BufIn<R> {
     io: R,
     buf: Vec<u8>,
+    scratch: Box<[u8]>,
 }
 
 impl<R: AsyncRead + Unpin> BufIn<R> {
@@ -98,6 +99,7 @@ impl<R: AsyncRead + Unpin> BufIn<R> {
         Self {
             io,
             buf: Vec::new(),
+            scratch: vec![0u8; CHUNK].into_boxed_slice(),
         }
     }
 
@@ -116,9 +118,9 @@ impl<R: AsyncRead + Unpin> BufIn<R> {
     }
 
     async fn fill(&mut self, limit: usize) -> io::Result<usize> {
-        let mut tmp = vec![0u8; limit.clamp(1, CHUNK)];
-        let n = self.io.read(&mut tmp).await?;
-        self.buf.extend_from_slice(&tmp[..n]);
+        let want = limit.clamp(1, CHUNK);
+        let n = self.io.read(&mut self.scratch[..want]).await?;
+        self.buf.extend_from_slice(&self.scratch[..n]);
         Ok(n)
     }
 
