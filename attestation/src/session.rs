@@ -9,9 +9,6 @@ use crate::evidence::{Evidence, EvidenceError, TeeLabel};
 use crate::tee::{RawEvidence, Tee, TeeError};
 use crate::verdict::Verdict;
 
-/// Offset of REPORT_DATA in an SNP ATTESTATION_REPORT.
-const SNP_REPORT_DATA_OFFSET: usize = 0x50;
-
 /// Why a session could not begin or seal.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -68,12 +65,7 @@ impl Session {
         let report_data = binding::report_data(&public, nonce);
         let label = tee.label();
         let raw = tee.get_report(&report_data)?;
-        if label.is_snp()
-            && raw
-                .report
-                .get(SNP_REPORT_DATA_OFFSET..SNP_REPORT_DATA_OFFSET + 64)
-                != Some(&report_data[..])
-        {
+        if crate::tee::report_data_of(label, &raw.report) != Some(report_data) {
             return Err(SessionError::ReportDataMismatch(label));
         }
         Ok(Session {

@@ -225,3 +225,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sim_tdx_session_binds_the_quote() {
+    use attestation::sim::tdx::{SimQe, SimTd, SimTdxTee};
+    let qe = SimQe::new(shared_state()).expect("sim qe");
+    let t = SimTdxTee::new(qe, SimTd::default());
+    let nonce = [0x33; 20];
+    let s = Session::begin(&t, &nonce).expect("begin");
+    assert_eq!(s.label(), TeeLabel::SimTdx);
+    let e = s.seal(&verdict(&nonce)).expect("seal");
+    let back = Evidence::from_cbor(&e.to_cbor().expect("encode")).expect("decode");
+    let quote = attestation::tdx::Quote::parse(&back.report).expect("quote");
+    assert_eq!(quote.td().report_data, binding::report_data(&back.key(), &nonce));
+    assert_eq!(back.verify_verdict_signature().expect("verify"), verdict(&nonce));
+}

@@ -17,6 +17,8 @@ struct FakeKernel {
     corrupt: bool,
     aux: Vec<u8>,
     privlevels: Mutex<Vec<String>>,
+    /// For `tdx_guest`: the sim QE that turns inblob into a quote.
+    qe: Option<attestation::sim::tdx::SimQe>,
 }
 
 impl FakeKernel {
@@ -27,6 +29,7 @@ impl FakeKernel {
             corrupt: false,
             aux: Vec::new(),
             privlevels: Mutex::new(Vec::new()),
+            qe: None,
         }
     }
 
@@ -84,6 +87,11 @@ impl ConfigfsOps for FakeKernel {
                     Self::bump(dir)?;
                 }
                 let inblob = std::fs::read(dir.join("inblob"))?;
+                if let Some(qe) = &self.qe {
+                    let mut td = attestation::sim::tdx::SimTd::default();
+                    td.report_data.copy_from_slice(&inblob);
+                    return qe.quote(&td).map_err(io::Error::other);
+                }
                 let mut report = vec![0u8; 1184];
                 report[0] = 2;
                 report[0x50..0x50 + inblob.len()].copy_from_slice(&inblob);
@@ -183,10 +191,19 @@ fn report_not_over_our_data_is_refused() {
 #[test]
 fn providers() {
     let root = tempfile::tempdir().expect("tempdir");
-    let tsm =
-        ConfigfsTsm::with_ops(root.path(), Arc::new(FakeKernel::new("tdx_guest"))).expect("open");
+    let state = tempfile::tempdir().expect("state");
+    let mut tdx = FakeKernel::new("tdx_guest");
+    tdx.qe = Some(attestation::sim::tdx::SimQe::new(state.path()).expect("sim qe"));
+    let tsm = ConfigfsTsm::with_ops(root.path(), Arc::new(tdx)).expect("open");
     assert_eq!(tsm.label(), TeeLabel::Tdx);
     let raw = tsm.get_report(&[3; 64]).expect("quote");
+    let quote = attestation::tdx::Quote::parse(&raw.report).expect("a TDX quote");
+    assert_eq!(quote.td().report_data, [3; 64]);
+    // Bytes that are not a quote over our data are refused.
+    let not_quote =
+        ConfigfsTsm::with_ops(root.path(), Arc::new(FakeKernel::new("tdx_guest"))).expect("open");
+    let err = not_quote.get_report(&[3; 64]).expect_err("not a quote");
+    assert!(err.to_string().contains("REPORT_DATA"), "{err}");
     assert!(raw.certs.is_empty());
     let err = ConfigfsTsm::with_ops(root.path(), Arc::new(FakeKernel::new("arm_cca_guest")))
         .expect_err("unknown");

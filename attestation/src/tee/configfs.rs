@@ -25,9 +25,6 @@ const MAX_ATTEMPTS: u32 = 3;
 /// Highest privilege level the ABI defines (`privlevel` is 0..=3; for SNP it is the VMPL).
 pub const MAX_PRIVLEVEL: u32 = 3;
 
-/// Offset of REPORT_DATA inside an SNP ATTESTATION_REPORT.
-const SNP_REPORT_DATA_OFFSET: usize = 0x50;
-
 /// The file operations configfs-tsm needs, so tests can stand in for the kernel.
 pub trait ConfigfsOps: Send + Sync {
     /// Creates a report entry directory.
@@ -238,14 +235,11 @@ impl ConfigfsTsm {
                 detail: "empty".into(),
             });
         }
-        if self.label == TeeLabel::SevSnp {
-            let rd = report.get(SNP_REPORT_DATA_OFFSET..SNP_REPORT_DATA_OFFSET + 64);
-            if rd != Some(&report_data[..]) {
-                return Err(TeeError::Malformed {
-                    source_name: outblob.display().to_string(),
-                    detail: "the report's REPORT_DATA is not the data written to inblob".into(),
-                });
-            }
+        if super::report_data_of(self.label, &report).as_ref() != Some(report_data) {
+            return Err(TeeError::Malformed {
+                source_name: outblob.display().to_string(),
+                detail: "the report's REPORT_DATA is not the data written to inblob".into(),
+            });
         }
         let certs = certs_in_evidence_order(&parse_cert_table(&aux)?);
         Ok(Some(RawEvidence {

@@ -96,6 +96,17 @@ pub trait Tee: Send + Sync {
     fn get_report(&self, report_data: &[u8; 64]) -> Result<RawEvidence, TeeError>;
 }
 
+/// The REPORT_DATA (SNP) or REPORTDATA (TDX quote) carried by `report`, if it parses far enough to find it.
+pub fn report_data_of(label: TeeLabel, report: &[u8]) -> Option<[u8; 64]> {
+    if label.is_snp() {
+        report.get(0x50..0x90).and_then(|b| b.try_into().ok())
+    } else {
+        crate::tdx::Quote::parse(report)
+            .ok()
+            .map(|q| q.td().report_data)
+    }
+}
+
 /// Picks the attestation interface of this machine: configfs-tsm first, then `/dev/sev-guest`.
 ///
 /// `/dev/tdx_guest` alone gives only a TDREPORT, which no remote party can verify; current kernels hand out
