@@ -599,3 +599,37 @@ fn chunked_request_bodies_are_forwarded_verbatim() {
     assert_eq!(got[0].total - got[0].head.len(), body.len());
     assert_eq!(got[0].total as u64, log[0].bytes_up);
 }
+
+#[test]
+fn production_resolver_and_dialer_with_a_listed_loopback_literal() {
+    use guest::fence::proxy::{EgressProxy, ProxyConfig};
+    use std::io::Read;
+    // The system resolver is built (not asked: a listed literal is never resolved, and the refused name below
+    // is refused before resolution), and the TCP dialer connects to the loopback echo server.
+    let echo = echo_server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("proxy.sock");
+    let allow =
+        vec![intake::job::AllowEntry::parse(&format!("127.0.0.1:{}", echo.port())).expect("entry")];
+    let handle =
+        EgressProxy::start(ProxyConfig::new(allow, &socket).allow_loopback_for_tests(true))
+            .expect("proxy with the system resolver");
+    let mut c = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    write!(c, "CONNECT 127.0.0.1:{} HTTP/1.1\r\n\r\n", echo.port()).expect("write");
+    assert!(read_response_head_only(&mut c)
+        .head
+        .starts_with("HTTP/1.1 200"));
+    c.write_all(b"x").expect("write");
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).expect("echo");
+    drop(c);
+    let mut c = std::os::unix::net::UnixStream::connect(&socket).expect("connect");
+    write!(c, "CONNECT unlisted.example:443 HTTP/1.1\r\n\r\n").expect("write");
+    assert!(read_response_head_only(&mut c)
+        .head
+        .starts_with("HTTP/1.1 403"));
+    let log = handle.shutdown();
+    assert_eq!(log.len(), 2);
+    assert!(log[0].allowed && log[0].host == "127.0.0.1" && log[0].bytes_up == 1);
+    assert!(!log[1].allowed);
+}
