@@ -163,6 +163,15 @@ pub enum EvidenceError {
     /// Encoding failed.
     #[error("encoding evidence: {0}")]
     Encode(String),
+    /// The evidence file could not be read.
+    #[error("reading evidence {path}: {source}")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// A decoded evidence bundle (DESIGN.md "Evidence").
@@ -394,6 +403,21 @@ impl Evidence {
         ciborium::ser::into_writer(&Value::Map(map), &mut out)
             .map_err(|e| EvidenceError::Encode(e.to_string()))?;
         Ok(out)
+    }
+
+    /// Reads and decodes an evidence file, reading at most [`MAX_EVIDENCE_LEN`] + 1 bytes.
+    pub fn from_file(path: &std::path::Path) -> Result<Evidence, EvidenceError> {
+        use std::io::Read;
+        let io = |source| EvidenceError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let f = std::fs::File::open(path).map_err(io)?;
+        let mut bytes = Vec::new();
+        f.take(MAX_EVIDENCE_LEN as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        Evidence::from_cbor(&bytes)
     }
 
     /// Decodes evidence from outside: bounded, strict about keys and types, never panics.

@@ -237,6 +237,71 @@ fn sim_tdx_session_binds_the_quote() {
     let e = s.seal(&verdict(&nonce)).expect("seal");
     let back = Evidence::from_cbor(&e.to_cbor().expect("encode")).expect("decode");
     let quote = attestation::tdx::Quote::parse(&back.report).expect("quote");
-    assert_eq!(quote.td().report_data, binding::report_data(&back.key(), &nonce));
-    assert_eq!(back.verify_verdict_signature().expect("verify"), verdict(&nonce));
+    assert_eq!(
+        quote.td().report_data,
+        binding::report_data(&back.key(), &nonce)
+    );
+    assert_eq!(
+        back.verify_verdict_signature().expect("verify"),
+        verdict(&nonce)
+    );
+}
+
+#[test]
+fn evidence_file_round_trip_and_missing_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("run.evidence");
+    let e = sealed(&[4; 32]);
+    std::fs::write(&path, e.to_cbor().expect("encode")).expect("write");
+    let back = Evidence::from_file(&path).expect("read");
+    assert_eq!(
+        back.verify_verdict_signature().expect("verify"),
+        verdict(&[4; 32])
+    );
+    let err = Evidence::from_file(&dir.path().join("absent.evidence")).expect_err("absent");
+    assert!(err.to_string().contains("absent.evidence"), "{err}");
+}
+
+fn valid_verdict_cbor() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| verdict(&[1; 16]).to_cbor().expect("cbor"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_verdict_never_panics(
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut m = valid_verdict_cbor().to_vec();
+        for (at, value) in edits {
+            let i = at.index(m.len());
+            m[i] = value;
+        }
+        if truncate {
+            m.truncate(cut.index(m.len()));
+        }
+        if let Ok(v) = Verdict::from_cbor(&m) {
+            // Whatever decodes is consistent.
+            prop_assert_eq!(v.judged, v.outcome != Outcome::Refused);
+        }
+    }
+
+    #[test]
+    fn cert_tables_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = attestation::tee::parse_cert_table(&bytes);
+    }
+
+    #[test]
+    fn cert_table_round_trips(datas in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..64), 0..4)) {
+        use attestation::tee::{CertKind, CertTableEntry};
+        let kinds = [CertKind::Vcek, CertKind::Ask, CertKind::Ark, CertKind::Crl];
+        let entries: Vec<CertTableEntry> =
+            datas.into_iter().zip(kinds).map(|(data, kind)| CertTableEntry { kind, data }).collect();
+        let table = attestation::tee::certtable::build_cert_table(&entries);
+        prop_assert_eq!(attestation::tee::parse_cert_table(&table).expect("parse"), entries);
+    }
 }
