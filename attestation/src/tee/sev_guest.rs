@@ -2,7 +2,9 @@
 //!
 //! SNP_GET_EXT_REPORT asks the PSP for a report and the host for its certificate table; if the host offers no
 //! table (or refuses), SNP_GET_REPORT gets the report alone. The response is MSG_REPORT_RSP of the SEV-SNP ABI:
-//! status (u32), report size (u32), 24 reserved bytes, then the ATTESTATION_REPORT.
+//! status (u32), report size (u32), 24 reserved bytes, then the ATTESTATION_REPORT. The ioctls are issued
+//! directly rather than through the `sev` crate because the evidence needs the report's exact bytes and the
+//! host's certificate table must be parsed with bounds checks ([`super::certtable`]).
 
 use super::certtable::{certs_in_evidence_order, parse_cert_table};
 use super::{RawEvidence, Tee, TeeError};
