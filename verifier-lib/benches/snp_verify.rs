@@ -3,6 +3,9 @@
 //!
 //! Real vectors come from `FENCED_RUN_VECTORS` (default `../shared/vectors`); without them those benches skip.
 
+// criterion_group! generates an undocumented `pub fn benches`.
+#![allow(missing_docs)]
+
 use attestation::binding;
 use attestation::evidence::{Evidence, TeeLabel};
 use attestation::sim::SimPsp;
