@@ -201,3 +201,80 @@ fn tdx_sim_cli_says_simulated_on_every_line() {
     assert_eq!(v["tee"], "sim-tdx");
     assert_eq!(v["failures"][0]["check"], "pck_chain.root.pin");
 }
+
+/// A CCEL log (TCG2 crypto-agile, SHA-384 only) with one event per RTMR.
+fn ccel_log() -> Vec<u8> {
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&0u32.to_le_bytes());
+    spec.extend_from_slice(&[0, 2, 0, 2]);
+    spec.extend_from_slice(&1u32.to_le_bytes());
+    spec.extend_from_slice(&0x000cu16.to_le_bytes());
+    spec.extend_from_slice(&48u16.to_le_bytes());
+    spec.push(0);
+    let mut l = Vec::new();
+    l.extend_from_slice(&0u32.to_le_bytes());
+    l.extend_from_slice(&3u32.to_le_bytes()); // EV_NO_ACTION
+    l.extend_from_slice(&[0; 20]);
+    l.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    l.extend_from_slice(&spec);
+    for mr in 1u32..=4 {
+        let data = format!("event for RTMR{}", mr - 1).into_bytes();
+        l.extend_from_slice(&mr.to_le_bytes());
+        l.extend_from_slice(&0x8000_0001u32.to_le_bytes());
+        l.extend_from_slice(&1u32.to_le_bytes());
+        l.extend_from_slice(&0x000cu16.to_le_bytes());
+        l.extend_from_slice(&[mr as u8; 48]);
+        l.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        l.extend_from_slice(&data);
+    }
+    l
+}
+
+#[test]
+fn tdx_sim_cli_event_log_replay_must_match_the_rtmrs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let qe = SimQe::new(dir.path()).expect("qe");
+    let log = ccel_log();
+    let replay = measurements::tdx::replay_rtmrs(&log).expect("replay");
+    assert!(replay.rtmrs.iter().all(|r| *r != [0; 48]));
+    let l = dir.path().join("ccel.bin");
+    std::fs::write(&l, &log).expect("w");
+    let c = dir.path().join("collateral.json");
+    let run = |t: &SimTd| {
+        let q = dir.path().join("quote.bin");
+        std::fs::write(&q, qe.quote(t).expect("q")).expect("w");
+        std::fs::write(&c, qe.collateral_json(&t.tee_tcb_svn).expect("c")).expect("w");
+        let out = Command::new(env!("CARGO_BIN_EXE_verify-attestation"))
+            .arg("tdx-quote")
+            .arg(&q)
+            .arg("--collateral")
+            .arg(&c)
+            .arg("--event-log")
+            .arg(&l)
+            .args(["--allow-simulated", "--json"])
+            .output()
+            .expect("run");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        (out.status.code(), v)
+    };
+    let matching = SimTd {
+        rtmr: replay.rtmrs,
+        ..td()
+    };
+    let (code, v) = run(&matching);
+    assert_eq!(code, Some(0), "{v}");
+    let mut other = matching.clone();
+    other.rtmr[2] = [0xee; 48];
+    let (code, v) = run(&other);
+    assert_eq!(code, Some(1));
+    assert_eq!(v["failures"].as_array().expect("f").len(), 1, "{v}");
+    assert_eq!(v["failures"][0]["check"], "event_log.rtmr2");
+    assert_eq!(
+        v["failures"][0]["wanted"],
+        format!("replayed {}", hex::encode(replay.rtmrs[2]))
+    );
+    // An unreadable log is unusable input.
+    std::fs::write(&l, b"garbage").expect("w");
+    let (code, _) = run(&matching);
+    assert_eq!(code, Some(2));
+}
