@@ -891,9 +891,16 @@ mod tests {
         assert_eq!(back2.canonical_json(), s.canonical_json());
         let c = s.canonical_json();
         assert!(c.starts_with("{\"artifacts\":{\"cmdline\":"), "{c}");
+        assert!(c.contains(r#""policy":"0x30000","vcpu_sig":"0xa00f11","vcpu_type":"EPYC-Milan","vcpus":1,"vmm":"QEMU"}"#), "{c}");
         assert!(
-            !c.contains(' ') || c.contains("console=ttyS0 "),
-            "whitespace only inside strings"
+            !c.contains("null") && !c.contains("tdvf_sha256") && !c.contains("rtmr1"),
+            "absent fields: {c}"
+        );
+        let at = |k: &str| c.find(k).expect("key present");
+        assert!(
+            at("\"release\"") < at("\"sim\"")
+                && at("\"sim\"") < at("\"snp\"")
+                && at("\"snp\"") < at("\"tdx\"")
         );
     }
 
@@ -1029,6 +1036,25 @@ mod tests {
                 .contains("a.key: not an Ed25519 PEM public key"),
             "{e}"
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in "[a-z_=\\[\\]\"0-9x. \n#]{0,300}") {
+            let _ = MeasurementSet::from_toml(&text, Path::new("p.toml"));
+            let _ = SignatureFile::from_toml(&text, Path::new("p.sig"));
+        }
+
+        #[test]
+        fn edited_valid_sets_never_panic(pos in 0usize..3000, byte in proptest::num::u8::ANY) {
+            let mut b = sample().to_toml().into_bytes();
+            if pos < b.len() { b[pos] = byte; }
+            if let Ok(t) = String::from_utf8(b) {
+                if let Ok(s) = MeasurementSet::from_toml(&t, Path::new("p.toml")) {
+                    let _ = s.canonical_json();
+                }
+            }
+        }
     }
 
     #[test]
