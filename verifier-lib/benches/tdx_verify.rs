@@ -2,6 +2,9 @@
 //! collateral: parsing, the whole library verification (with and without parsing the collateral), and the whole
 //! `verify-attestation tdx-quote` process. Results and the command are in docs/benchmarks.md.
 
+// criterion_group! generates an undocumented `pub fn benches`.
+#![allow(missing_docs)]
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use std::path::PathBuf;
 use std::process::Command;
