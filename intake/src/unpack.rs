@@ -360,12 +360,19 @@ impl<'a> Planner<'a> {
         if self.exact.contains_key(&comps) {
             return Err(refuse(who, "duplicate member"));
         }
-        let fold = comps.join("/").to_lowercase();
-        if let Some(prev) = self.folded.get(&fold) {
-            return Err(refuse(
-                who,
-                format!("differs from member `{prev}` only in letter case"),
-            ));
+        // Every prefix too: `Repo/x` and `repo/y` put two directories where a case-insensitive file
+        // system has one.
+        for i in 1..=comps.len() {
+            let original = comps[..i].join("/");
+            let fold = original.to_lowercase();
+            if let Some(prev) = self.folded.get(&fold) {
+                if *prev != original {
+                    return Err(refuse(
+                        who,
+                        format!("`{original}` differs from `{prev}` only in letter case"),
+                    ));
+                }
+            }
         }
         // Nothing may lie beneath a symlink or a file, and a non-directory may not replace a directory.
         for i in 1..comps.len() {
@@ -391,7 +398,12 @@ impl<'a> Planner<'a> {
             self.links.insert(comps.clone(), t.clone());
         }
         self.exact.insert(comps.clone(), self.entries.len());
-        self.folded.insert(fold, comps.join("/"));
+        for i in 1..=comps.len() {
+            let original = comps[..i].join("/");
+            self.folded
+                .entry(original.to_lowercase())
+                .or_insert(original);
+        }
         self.entries.push(Planned {
             comps,
             kind,

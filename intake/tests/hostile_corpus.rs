@@ -484,6 +484,11 @@ fn duplicates_exact_and_case_folded() {
     for (a, b, why) in [
         ("repo/a.txt", "repo/a.txt", "duplicate member"),
         ("repo/README", "repo/readme", "only in letter case"),
+        (
+            "repo/Src/a.rs",
+            "repo/src/b.rs",
+            "`repo/src` differs from `repo/Src` only in letter case",
+        ),
         ("repo/Straße", "repo/STRASSE", ""),
     ] {
         let c = Case::new();
