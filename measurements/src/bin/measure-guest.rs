@@ -128,8 +128,13 @@ struct VerifySetArgs {
 
 #[derive(clap::Args, Debug)]
 struct TdxArgs {
-    /// The TDVF/OVMF image whose MRTD to compute.
-    #[arg(long, value_name = "PATH", required_unless_present = "event_log")]
+    /// The TDVF/OVMF image whose MRTD to compute (also accepted as --tdvf).
+    #[arg(
+        long,
+        alias = "tdvf",
+        value_name = "PATH",
+        required_unless_present = "event_log"
+    )]
     ovmf: Option<PathBuf>,
     /// A CCEL / TCG2 crypto-agile event log to replay into RTMR0-3 (e.g. /sys/firmware/acpi/tables/data/CCEL).
     #[arg(long, value_name = "FILE")]
