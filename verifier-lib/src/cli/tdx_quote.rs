@@ -242,6 +242,20 @@ pub fn table(v: &TdxVerification) -> String {
         ),
         ("checked at".into(), iso(v.at)),
     ]);
+    if !v.quote.trailing.is_empty() {
+        rows.push((
+            "trailing bytes".into(),
+            format!(
+                "{} after the signature data ({}; not signed, ignored)",
+                v.quote.trailing.len(),
+                if v.quote.trailing_nonzero() {
+                    "not all zero"
+                } else {
+                    "zero padding"
+                }
+            ),
+        ));
+    }
     if v.failures.is_empty() {
         rows.push(("failures".into(), "none".into()));
     }

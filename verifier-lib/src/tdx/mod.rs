@@ -15,7 +15,7 @@ use serde::Serialize;
 pub use collateral::{Collateral, CollateralError};
 pub use policy::Policy;
 pub use tcb::{TcbEvaluation, TcbStatus};
-pub use verify::{verify_quote, verify_quote_for_evidence, verify_quote_parsed};
+pub use verify::{verify_quote, verify_quote_for_evidence, verify_quote_parsed, INTEL_QE_VENDOR_ID};
 
 use attestation::tdx::{Quote, QuoteError};
 

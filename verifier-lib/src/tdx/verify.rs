@@ -15,6 +15,11 @@ use super::{
     Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification, VerifyOptions,
 };
 
+/// The QE vendor ID of Intel's quoting enclaves (939a7233-f79c-4ca9-940a-0db3957f0607).
+pub const INTEL_QE_VENDOR_ID: [u8; 16] = [
+    0x93, 0x9a, 0x72, 0x33, 0xf7, 0x9c, 0x4c, 0xa9, 0x94, 0x0a, 0x0d, 0xb3, 0x95, 0x7f, 0x06, 0x07,
+];
+
 fn iso(t: i64) -> String {
     OffsetDateTime::from_unix_timestamp(t)
         .ok()
@@ -145,6 +150,15 @@ pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &Verify
             hex::encode(quote.signature_data.attestation_key),
             "a P-256 point",
         )),
+    }
+
+    // The QE that signs TDX quotes is Intel's; Intel's QVL refuses any other vendor ID.
+    if quote.header.qe_vendor_id != INTEL_QE_VENDOR_ID {
+        failures.push(Failure::new(
+            "header.qe_vendor_id",
+            hex::encode(quote.header.qe_vendor_id),
+            hex::encode(INTEL_QE_VENDOR_ID),
+        ));
     }
 
     // 2. The PCK chain (from the quote, type 6 holding type 5).
