@@ -28,7 +28,8 @@ fn bench(c: &mut Criterion) {
     let quote = std::fs::read(d.join("quote.bin")).expect("quote");
     let coll_json = std::fs::read(d.join("collateral.json")).expect("collateral");
     let exp: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("expected.json")).expect("expected")).expect("json");
+        serde_json::from_slice(&std::fs::read(d.join("expected.json")).expect("expected"))
+            .expect("json");
     let at = exp["reference_time_unix"].as_i64().expect("time");
     let coll = Collateral::from_json(&coll_json).expect("collateral parses");
     let policy = Policy::default();

@@ -32,7 +32,8 @@ fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 fn expected(d: &std::path::Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(d.join("expected.json")).expect("expected")).expect("json")
+    serde_json::from_slice(&std::fs::read(d.join("expected.json")).expect("expected"))
+        .expect("json")
 }
 
 #[test]
@@ -46,7 +47,10 @@ fn tdx_cli_every_vector_json_keys_and_exit_codes() {
         }
         n += 1;
         let exp = expected(&d);
-        let at = exp["reference_time_unix"].as_i64().expect("time").to_string();
+        let at = exp["reference_time_unix"]
+            .as_i64()
+            .expect("time")
+            .to_string();
         let q = d.join("quote.bin");
         let c = d.join("collateral.json");
         let (code, out, err) = run(&[
@@ -63,8 +67,8 @@ fn tdx_cli_every_vector_json_keys_and_exit_codes() {
             "--accept-tcb-status",
             "NotSupported",
         ]);
-        let v: serde_json::Value =
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{}: {e}: {out} {err}", d.display()));
+        let v: serde_json::Value = serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{}: {e}: {out} {err}", d.display()));
         for k in [
             "verified",
             "tee",
@@ -84,7 +88,13 @@ fn tdx_cli_every_vector_json_keys_and_exit_codes() {
             assert!(v.get(k).is_some(), "{}: key {k} missing", d.display());
         }
         let negative = exp.get("negative").is_some();
-        assert_eq!(v["verified"], !negative, "{}: {}", d.display(), v["failures"]);
+        assert_eq!(
+            v["verified"],
+            !negative,
+            "{}: {}",
+            d.display(),
+            v["failures"]
+        );
         assert_eq!(code, if negative { 1 } else { 0 }, "{}", d.display());
         assert_eq!(v["tee"], "tdx");
         assert_eq!(v["mrtd"], exp["fields"]["mrtd"], "{}", d.display());
@@ -108,7 +118,10 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
     let Some(dir) = vectors_dir() else { return };
     let d = dir.join("dcapqvl-v4-b0c06f-uptodate");
     let exp = expected(&d);
-    let at = exp["reference_time_unix"].as_i64().expect("time").to_string();
+    let at = exp["reference_time_unix"]
+        .as_i64()
+        .expect("time")
+        .to_string();
     let q = d.join("quote.bin");
     let q = q.to_str().expect("utf8");
     let c = d.join("collateral.json");
@@ -117,7 +130,17 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
 
     // Default policy, right MRTD among others: verified, exit 0, human table.
     let other = "ab".repeat(48);
-    let (code, out, _) = run(&[q, "--collateral", c, "--at", &at, "--mrtd", &other, "--mrtd", mrtd]);
+    let (code, out, _) = run(&[
+        q,
+        "--collateral",
+        c,
+        "--at",
+        &at,
+        "--mrtd",
+        &other,
+        "--mrtd",
+        mrtd,
+    ]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.starts_with("result") && out.contains("VERIFIED") && out.contains("UpToDate"),
@@ -150,7 +173,14 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
     assert_eq!(v["failures"][0]["seen"], mrtd);
 
     // After the collateral expires: exit 1, the expiry named.
-    let (code, out, _) = run(&[q, "--collateral", c, "--at", "2025-08-30T00:00:00Z", "--json"]);
+    let (code, out, _) = run(&[
+        q,
+        "--collateral",
+        c,
+        "--at",
+        "2025-08-30T00:00:00Z",
+        "--json",
+    ]);
     assert_eq!(code, 1);
     assert!(
         out.contains("tcb_info.next_update") && out.contains("pck_crl.next_update"),
@@ -168,7 +198,10 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
     std::fs::write(&bad, &std::fs::read(q).expect("q")[..100]).expect("write");
     let (code, _, err) = run(&[bad.to_str().expect("utf8"), "--collateral", c]);
     assert_eq!(code, 2);
-    assert!(err.contains("short.bin") && err.contains("truncated"), "{err}");
+    assert!(
+        err.contains("short.bin") && err.contains("truncated"),
+        "{err}"
+    );
     let (code, _, err) = run(&[q, "--collateral", "/nonexistent/collateral.json"]);
     assert_eq!(code, 2);
     assert!(err.contains("--collateral"), "{err}");

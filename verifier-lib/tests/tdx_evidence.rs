@@ -16,7 +16,8 @@ use verifier_lib::snp::{ChainOptions, Policy};
 const MRTD: [u8; 48] = [0x3c; 48];
 
 fn key(label: &str) -> SigningKey {
-    SigningKey::from_slice(&Sha384::digest(label.as_bytes())).expect("a SHA-384 digest is a P-384 scalar")
+    SigningKey::from_slice(&Sha384::digest(label.as_bytes()))
+        .expect("a SHA-384 digest is a P-384 scalar")
 }
 
 fn evidence(
@@ -35,7 +36,15 @@ fn evidence(
         ..Inputs::default()
     };
     let verdict = Verdict::new(Outcome::TestsPassed, Isolation::Vm, inputs, "test");
-    let ev = Evidence::seal(label, raw.report, raw.certs, raw.collateral, signer, &verdict).expect("seal");
+    let ev = Evidence::seal(
+        label,
+        raw.report,
+        raw.certs,
+        raw.collateral,
+        signer,
+        &verdict,
+    )
+    .expect("seal");
     // Through CBOR and back, as a founder receives it.
     Evidence::from_cbor(&ev.to_cbor().expect("encode")).expect("decode")
 }
@@ -77,7 +86,10 @@ fn tdx_sim_evidence_round_trip_and_rejections() {
     let v = verify_evidence(&good, &opts(true, MRTD, &nonce));
     assert!(v.verified(), "{:?}", v.failures);
     assert!(v.simulated);
-    assert!(matches!(v.report, verifier_lib::evidence::ReportVerification::Tdx(_)));
+    assert!(matches!(
+        v.report,
+        verifier_lib::evidence::ReportVerification::Tdx(_)
+    ));
     assert!(v.verdict.is_some());
 
     // Not allowed to be simulated.
@@ -111,7 +123,11 @@ fn tdx_sim_evidence_round_trip_and_rejections() {
 
     // Another MRTD pinned.
     let v = verify_evidence(&good, &opts(true, [0x11; 48], &nonce));
-    assert!(checks_of(&v).contains(&"mrtd".to_string()), "{:?}", v.failures);
+    assert!(
+        checks_of(&v).contains(&"mrtd".to_string()),
+        "{:?}",
+        v.failures
+    );
 
     // A sim chain labelled as real TDX.
     let liar = evidence(&tee, TeeLabel::Tdx, &k, &k, &nonce, &nonce);
@@ -126,5 +142,9 @@ fn tdx_sim_evidence_round_trip_and_rejections() {
     let mut cut = good.clone();
     cut.report.truncate(700);
     let v = verify_evidence(&cut, &opts(true, MRTD, &nonce));
-    assert!(checks_of(&v).contains(&checks::TDX.to_string()), "{:?}", v.failures);
+    assert!(
+        checks_of(&v).contains(&checks::TDX.to_string()),
+        "{:?}",
+        v.failures
+    );
 }

@@ -18,7 +18,8 @@ fn vector() -> Option<(Vec<u8>, serde_json::Value, i64)> {
         return None;
     }
     let q = std::fs::read(dir.join("quote.bin")).expect("quote");
-    let c = serde_json::from_slice(&std::fs::read(dir.join("collateral.json")).expect("c")).expect("json");
+    let c = serde_json::from_slice(&std::fs::read(dir.join("collateral.json")).expect("c"))
+        .expect("json");
     let e: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("expected.json")).expect("e")).expect("j");
     Some((q, c, e["reference_time_unix"].as_i64().expect("t")))
@@ -89,11 +90,16 @@ type Edit = Box<dyn Fn(&mut serde_json::Value)>;
 
 #[test]
 fn tdx_hostile_tcb_info_shapes_never_panic() {
-    let Some((quote, coll, at)) = vector() else { return };
-    let mut info: serde_json::Value = serde_json::from_str(coll["tcb_info"].as_str().expect("s")).expect("json");
+    let Some((quote, coll, at)) = vector() else {
+        return;
+    };
+    let mut info: serde_json::Value =
+        serde_json::from_str(coll["tcb_info"].as_str().expect("s")).expect("json");
     let variants: Vec<Edit> = vec![
         Box::new(|v| v["tcbLevels"] = serde_json::json!([])),
-        Box::new(|v| v["tcbLevels"][0]["tcb"]["sgxtcbcomponents"] = serde_json::json!([{ "svn": 1 }])),
+        Box::new(|v| {
+            v["tcbLevels"][0]["tcb"]["sgxtcbcomponents"] = serde_json::json!([{ "svn": 1 }])
+        }),
         Box::new(|v| v["tcbLevels"][0]["tcb"]["tdxtcbcomponents"] = serde_json::json!([])),
         Box::new(|v| v["tdxModuleIdentities"] = serde_json::json!([])),
         Box::new(|v| v["tdxModuleIdentities"][0]["tcbLevels"] = serde_json::json!([])),
@@ -117,7 +123,11 @@ fn tdx_hostile_tcb_info_shapes_never_panic() {
         };
         let r = verify_quote(&quote, &opts).expect("quote parses");
         // The text changed, so the TCB Info signature must fail whatever else happens.
-        assert!(r.failed("tcb_info.signature"), "variant {i}: {:?}", r.failures);
+        assert!(
+            r.failed("tcb_info.signature"),
+            "variant {i}: {:?}",
+            r.failures
+        );
     }
     info["tcbLevels"] = serde_json::json!("not a list");
     let mut c = coll.clone();

@@ -24,7 +24,8 @@ fn tdx_sim_quote_verifies_only_with_allow_simulated() {
     let qe = SimQe::new(dir.path()).expect("sim qe");
     let t = td();
     let quote = qe.quote(&t).expect("quote");
-    let coll = Collateral::from_json(&qe.collateral_json(&t.tee_tcb_svn).expect("collateral")).expect("parse");
+    let coll = Collateral::from_json(&qe.collateral_json(&t.tee_tcb_svn).expect("collateral"))
+        .expect("parse");
     let policy = Policy {
         mrtd: vec![[0x42; 48]],
         report_data: Some([0x07; 64]),
@@ -46,7 +47,10 @@ fn tdx_sim_quote_verifies_only_with_allow_simulated() {
     assert_eq!(tcb.sgx_level_index, Some(0));
     let pck = r.pck.as_ref().expect("pck");
     assert_eq!(pck.fmspc, SimPlatform::default().fmspc);
-    assert_eq!(pck.sgx_tcb_components, SimPlatform::default().sgx_tcb_components);
+    assert_eq!(
+        pck.sgx_tcb_components,
+        SimPlatform::default().sgx_tcb_components
+    );
     assert_eq!(pck.ppid, qe.ppid());
 
     let strict = VerifyOptions {
@@ -56,7 +60,10 @@ fn tdx_sim_quote_verifies_only_with_allow_simulated() {
     let r = verify_quote(&quote, &strict).expect("parse");
     assert!(!r.verified());
     assert_eq!(
-        r.failures.iter().map(|f| f.check.as_str()).collect::<Vec<_>>(),
+        r.failures
+            .iter()
+            .map(|f| f.check.as_str())
+            .collect::<Vec<_>>(),
         ["pck_chain.root.pin"]
     );
 }
@@ -82,7 +89,8 @@ fn tdx_sim_keys_persist_and_the_td15_path_works() {
     let parsed = attestation::tdx::Quote::parse(&quote).expect("parse");
     assert_eq!(parsed.header.version, 5);
     assert!(parsed.body.td15().is_some());
-    let coll = Collateral::from_json(&b.collateral_json(&t.tee_tcb_svn).expect("c")).expect("parse");
+    let coll =
+        Collateral::from_json(&b.collateral_json(&t.tee_tcb_svn).expect("c")).expect("parse");
     let policy = Policy::default();
     let opts = VerifyOptions {
         collateral: Some(&coll),
@@ -96,14 +104,24 @@ fn tdx_sim_keys_persist_and_the_td15_path_works() {
     t.td15 = Some(([1; 16], [9; 48]));
     let r = verify_quote(&b.quote(&t).expect("q"), &opts).expect("parse");
     assert_eq!(
-        r.failures.iter().map(|f| f.check.as_str()).collect::<Vec<_>>(),
+        r.failures
+            .iter()
+            .map(|f| f.check.as_str())
+            .collect::<Vec<_>>(),
         ["mr_servicetd"]
     );
     let allow = Policy {
         allow_service_td: true,
         ..Policy::default()
     };
-    let r = verify_quote(&b.quote(&t).expect("q"), &VerifyOptions { policy: &allow, ..opts }).expect("parse");
+    let r = verify_quote(
+        &b.quote(&t).expect("q"),
+        &VerifyOptions {
+            policy: &allow,
+            ..opts
+        },
+    )
+    .expect("parse");
     assert!(r.verified(), "{:?}", r.failures);
 }
 
@@ -117,7 +135,8 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
     };
     let pcs = SimQe::with_platform(dir.path(), high).expect("pcs");
     let t = td();
-    let coll = Collateral::from_json(&pcs.collateral_json(&t.tee_tcb_svn).expect("c")).expect("parse");
+    let coll =
+        Collateral::from_json(&pcs.collateral_json(&t.tee_tcb_svn).expect("c")).expect("parse");
     let policy = Policy::default();
     let opts = VerifyOptions {
         collateral: Some(&coll),
@@ -132,7 +151,10 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
     assert_eq!(r.tcb_status(), Some(TcbStatus::OutOfDate));
     assert_eq!(r.tcb.as_ref().expect("tcb").advisory_ids, [SIM_ADVISORY]);
     assert_eq!(
-        r.failures.iter().map(|f| f.check.as_str()).collect::<Vec<_>>(),
+        r.failures
+            .iter()
+            .map(|f| f.check.as_str())
+            .collect::<Vec<_>>(),
         ["tcb_status"]
     );
 

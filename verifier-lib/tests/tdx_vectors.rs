@@ -26,7 +26,10 @@ fn vectors() -> Vec<Vector> {
         println!("skipped: no TDX vectors at {}", dir.display());
         return Vec::new();
     }
-    let mut entries: Vec<_> = std::fs::read_dir(&dir).expect("vectors dir").flatten().collect();
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .expect("vectors dir")
+        .flatten()
+        .collect();
     entries.sort_by_key(|e| e.file_name());
     let mut out = Vec::new();
     for e in entries {
@@ -34,17 +37,22 @@ fn vectors() -> Vec<Vector> {
         if !p.join("quote.bin").is_file() {
             continue;
         }
-        let collateral = std::fs::read(p.join("collateral.json"))
-            .ok()
-            .map(|b| Collateral::from_json(&b).unwrap_or_else(|err| panic!("{}: {err}", p.display())));
+        let collateral = std::fs::read(p.join("collateral.json")).ok().map(|b| {
+            Collateral::from_json(&b).unwrap_or_else(|err| panic!("{}: {err}", p.display()))
+        });
         out.push(Vector {
             name: e.file_name().to_string_lossy().into_owned(),
             quote: std::fs::read(p.join("quote.bin")).expect("quote"),
             collateral,
-            exp: serde_json::from_slice(&std::fs::read(p.join("expected.json")).expect("expected")).expect("json"),
+            exp: serde_json::from_slice(&std::fs::read(p.join("expected.json")).expect("expected"))
+                .expect("json"),
         });
     }
-    assert!(out.len() >= 9, "expected every TDX vector folder, found {}", out.len());
+    assert!(
+        out.len() >= 9,
+        "expected every TDX vector folder, found {}",
+        out.len()
+    );
     out
 }
 
@@ -68,7 +76,9 @@ fn permissive() -> Policy {
 }
 
 fn at_ref(v: &Vector) -> i64 {
-    v.exp["reference_time_unix"].as_i64().expect("reference_time_unix")
+    v.exp["reference_time_unix"]
+        .as_i64()
+        .expect("reference_time_unix")
 }
 
 fn b(v: &serde_json::Value, k: &str) -> bool {
@@ -88,7 +98,11 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
         let r = verify_quote(&v.quote, &opts).unwrap_or_else(|e| panic!("{}: {e}", v.name));
         let n = &v.name;
         let a = &r.authenticity;
-        assert_eq!(a.quote_signature, b(&v.exp, "signature_valid"), "{n}: quote signature");
+        assert_eq!(
+            a.quote_signature,
+            b(&v.exp, "signature_valid"),
+            "{n}: quote signature"
+        );
         assert_eq!(
             a.qe_report_signature,
             b(&v.exp, "qe_report_signature_valid"),
@@ -105,11 +119,31 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
 
         let pck = r.pck.as_ref().expect("pck extensions");
         let e = &v.exp["pck_cert"];
-        assert_eq!(hex::encode(&pck.fmspc), e["fmspc"].as_str().expect("fmspc"), "{n}");
-        assert_eq!(hex::encode(&pck.pceid), e["pceid"].as_str().expect("pceid"), "{n}");
-        assert_eq!(u64::from(pck.pcesvn), e["pcesvn"].as_u64().expect("pcesvn"), "{n}");
-        assert_eq!(hex::encode(&pck.cpusvn), e["cpusvn"].as_str().expect("cpusvn"), "{n}");
-        let comps: Vec<u64> = pck.sgx_tcb_components.iter().map(|c| u64::from(*c)).collect();
+        assert_eq!(
+            hex::encode(&pck.fmspc),
+            e["fmspc"].as_str().expect("fmspc"),
+            "{n}"
+        );
+        assert_eq!(
+            hex::encode(&pck.pceid),
+            e["pceid"].as_str().expect("pceid"),
+            "{n}"
+        );
+        assert_eq!(
+            u64::from(pck.pcesvn),
+            e["pcesvn"].as_u64().expect("pcesvn"),
+            "{n}"
+        );
+        assert_eq!(
+            hex::encode(&pck.cpusvn),
+            e["cpusvn"].as_str().expect("cpusvn"),
+            "{n}"
+        );
+        let comps: Vec<u64> = pck
+            .sgx_tcb_components
+            .iter()
+            .map(|c| u64::from(*c))
+            .collect();
         let want: Vec<u64> = e["cpusvn_components"]
             .as_array()
             .expect("comps")
@@ -117,15 +151,27 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
             .map(|x| x.as_u64().expect("u64"))
             .collect();
         assert_eq!(comps, want, "{n}");
-        assert_eq!(pck.sgx_type, e["sgx_type"].as_u64().expect("sgx_type"), "{n}");
+        assert_eq!(
+            pck.sgx_type,
+            e["sgx_type"].as_u64().expect("sgx_type"),
+            "{n}"
+        );
 
         let cc = &v.exp["collateral_checks"];
         let c = r.collateral.as_ref().expect("collateral checked");
         assert_eq!(c.tcb_info_signature, b(cc, "tcb_info_sig_valid"), "{n}");
         assert_eq!(c.tcb_info_chain, b(cc, "tcb_info_chain_valid"), "{n}");
-        assert_eq!(c.qe_identity_signature, b(cc, "qe_identity_sig_valid"), "{n}");
+        assert_eq!(
+            c.qe_identity_signature,
+            b(cc, "qe_identity_sig_valid"),
+            "{n}"
+        );
         assert_eq!(c.qe_identity_chain, b(cc, "qe_identity_chain_valid"), "{n}");
-        assert_eq!(c.root_ca_crl_signature, b(&cc["root_ca_crl"], "sig_ok"), "{n}");
+        assert_eq!(
+            c.root_ca_crl_signature,
+            b(&cc["root_ca_crl"], "sig_ok"),
+            "{n}"
+        );
         assert_eq!(c.pck_crl_signature, b(&cc["pck_crl"], "sig_ok"), "{n}");
         assert_eq!(
             c.fmspc_match,
@@ -137,8 +183,14 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
             && b(&cc["root_ca_crl"], "time_ok")
             && b(&cc["pck_crl"], "time_ok");
         assert_eq!(c.fresh, fresh, "{n}");
-        let hits = cc["pck_crl"]["revoked_serials_hit"].as_array().expect("hits").len()
-            + cc["root_ca_crl"]["revoked_serials_hit"].as_array().expect("hits").len();
+        let hits = cc["pck_crl"]["revoked_serials_hit"]
+            .as_array()
+            .expect("hits")
+            .len()
+            + cc["root_ca_crl"]["revoked_serials_hit"]
+                .as_array()
+                .expect("hits")
+                .len();
         assert_eq!(c.none_revoked, hits == 0, "{n}");
 
         let ev = r.tcb.as_ref().expect("tcb evaluated");
@@ -160,10 +212,18 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
             "{n}: tdx level"
         );
         if let Some(id) = te.get("module_identity_id") {
-            assert_eq!(ev.module_identity_id.as_deref(), id.as_str(), "{n}: module identity");
+            assert_eq!(
+                ev.module_identity_id.as_deref(),
+                id.as_str(),
+                "{n}: module identity"
+            );
         }
         if let Some(ms) = te["module_status"].as_str() {
-            assert_eq!(ev.module_status.map(|s| s.name()), Some(ms), "{n}: module status");
+            assert_eq!(
+                ev.module_status.map(|s| s.name()),
+                Some(ms),
+                "{n}: module status"
+            );
         }
         match v.exp["tcb_status_intel_qvl_semantics"].as_str() {
             Some(want) => {
@@ -177,7 +237,11 @@ fn tdx_vectors_signatures_chain_collateral_and_tcb_status() {
                 assert_eq!(ev.advisory_ids, ids, "{n}: advisory IDs");
             }
             // Negative vectors: the evaluation of the (authentic-looking) TCB still matches the recorded one.
-            None => assert_eq!(Some(ev.status.name()), te["status"].as_str(), "{n}: TCB status"),
+            None => assert_eq!(
+                Some(ev.status.name()),
+                te["status"].as_str(),
+                "{n}: TCB status"
+            ),
         }
 
         // Verdict with the permissive policy: exactly the authentic vectors pass.
@@ -205,8 +269,9 @@ fn tdx_vectors_default_policy_verdicts() {
         let r = verify_quote(&v.quote, &opts).expect("parse");
         let status = v.exp["tcb_status_intel_qvl_semantics"].as_str();
         let debug = b(&v.exp["policy_flags"], "td_attributes_debug");
-        let want =
-            v.exp.get("negative").is_none() && matches!(status, Some("UpToDate" | "SWHardeningNeeded")) && !debug;
+        let want = v.exp.get("negative").is_none()
+            && matches!(status, Some("UpToDate" | "SWHardeningNeeded"))
+            && !debug;
         assert_eq!(r.verified(), want, "{}: {:?}", v.name, r.failures);
         if debug {
             assert!(r.failed("td_attributes.debug"), "{}", v.name);
@@ -226,8 +291,11 @@ fn tdx_vectors_default_policy_verdicts() {
 #[test]
 fn tdx_vectors_after_collateral_expiry_are_rejected_with_the_expiry_named() {
     for v in vectors() {
-        let end = v.exp["collateral_validity_window"][1].as_str().expect("window end");
-        let end = time::OffsetDateTime::parse(end, &time::format_description::well_known::Rfc3339).expect("time");
+        let end = v.exp["collateral_validity_window"][1]
+            .as_str()
+            .expect("window end");
+        let end = time::OffsetDateTime::parse(end, &time::format_description::well_known::Rfc3339)
+            .expect("time");
         let policy = permissive();
         let late = end.unix_timestamp() + 86_400;
         let opts = VerifyOptions {
@@ -247,8 +315,12 @@ fn tdx_vectors_after_collateral_expiry_are_rejected_with_the_expiry_named() {
         assert!(!expiries.is_empty(), "{}: {:?}", v.name, r.failures);
         assert!(!r.collateral.as_ref().expect("checked").fresh, "{}", v.name);
         // Before the window opens, the issue side is named instead.
-        let start = v.exp["collateral_validity_window"][0].as_str().expect("start");
-        let start = time::OffsetDateTime::parse(start, &time::format_description::well_known::Rfc3339).expect("t");
+        let start = v.exp["collateral_validity_window"][0]
+            .as_str()
+            .expect("start");
+        let start =
+            time::OffsetDateTime::parse(start, &time::format_description::well_known::Rfc3339)
+                .expect("t");
         let early = VerifyOptions {
             at: start.unix_timestamp() - 86_400,
             ..opts
@@ -275,7 +347,10 @@ fn tdx_byte_flip_sweep_over_header_body_and_qe_report_is_rejected() {
         ..Policy::default()
     };
     let mut seen_versions = BTreeSet::new();
-    for v in vectors().into_iter().filter(|v| v.exp.get("negative").is_none()) {
+    for v in vectors()
+        .into_iter()
+        .filter(|v| v.exp.get("negative").is_none())
+    {
         let q = attestation::tdx::Quote::parse(&v.quote).expect("parse");
         let signed = q.signed_bytes().len();
         // Locate the QE report: after the signed region, the 4-byte length, signature, key and cert header.
@@ -289,8 +364,15 @@ fn tdx_byte_flip_sweep_over_header_body_and_qe_report_is_rejected() {
         let base = verify_quote(&v.quote, &opts).expect("parse");
         assert!(base.verified(), "{}: {:?}", v.name, base.failures);
         // Every byte for two vectors (one v4, one v5), every 5th byte for the rest.
-        let step = if seen_versions.insert(q.header.version) { 1 } else { 5 };
-        let ranges = [(0..signed, "quote.signature"), (qe_start..qe_start + 384, "qe_report.")];
+        let step = if seen_versions.insert(q.header.version) {
+            1
+        } else {
+            5
+        };
+        let ranges = [
+            (0..signed, "quote.signature"),
+            (qe_start..qe_start + 384, "qe_report."),
+        ];
         for (range, check) in ranges {
             for i in range.step_by(step) {
                 let mut m = v.quote.clone();
@@ -314,10 +396,16 @@ fn tdx_byte_flip_sweep_over_header_body_and_qe_report_is_rejected() {
 
 #[test]
 fn tdx_policy_checks_name_seen_and_wanted() {
-    let Some(v) = vectors().into_iter().find(|v| v.name.starts_with("dcapqvl-v4")) else {
+    let Some(v) = vectors()
+        .into_iter()
+        .find(|v| v.name.starts_with("dcapqvl-v4"))
+    else {
         return;
     };
-    let td = attestation::tdx::Quote::parse(&v.quote).expect("parse").td().clone();
+    let td = attestation::tdx::Quote::parse(&v.quote)
+        .expect("parse")
+        .td()
+        .clone();
     let mut policy = permissive();
     policy.mrtd = vec![[0x11; 48], [0x22; 48]];
     policy.rtmr[2] = Some([0x33; 48]);
@@ -341,7 +429,10 @@ fn tdx_policy_checks_name_seen_and_wanted() {
     );
     let mrtd = &r.failures[0];
     assert_eq!(mrtd.seen, hex::encode(td.mrtd));
-    assert!(mrtd.wanted.contains(&hex::encode([0x11; 48])) && mrtd.wanted.contains(&hex::encode([0x22; 48])));
+    assert!(
+        mrtd.wanted.contains(&hex::encode([0x11; 48]))
+            && mrtd.wanted.contains(&hex::encode([0x22; 48]))
+    );
     // And the right values pass.
     policy.mrtd = vec![[0x11; 48], td.mrtd];
     policy.rtmr[2] = Some(td.rtmr[2]);
@@ -360,7 +451,10 @@ fn tdx_policy_checks_name_seen_and_wanted() {
 
 #[test]
 fn tdx_denied_advisory_and_status_set_reject() {
-    let Some(v) = vectors().into_iter().find(|v| v.name.starts_with("automata")) else {
+    let Some(v) = vectors()
+        .into_iter()
+        .find(|v| v.name.starts_with("automata"))
+    else {
         return;
     };
     let mut policy = permissive();
@@ -395,7 +489,10 @@ fn tdx_without_collateral_is_rejected_unless_policy_waives_it() {
         };
         let r = verify_quote(&v.quote, &opts).expect("parse");
         assert_eq!(
-            r.failures.iter().map(|f| f.check.as_str()).collect::<Vec<_>>(),
+            r.failures
+                .iter()
+                .map(|f| f.check.as_str())
+                .collect::<Vec<_>>(),
             ["collateral"],
             "{}",
             v.name

@@ -8,8 +8,8 @@ use super::state::{ensure_dir, read_optional, write_atomic, StateLock};
 use super::SimError;
 use crate::evidence::{Collateral, TeeLabel};
 use crate::tdx::{
-    CertificationData, EnclaveReport, PckCertData, QeReportCertData, Quote, QuoteBody, QuoteHeader, SignatureData,
-    TdReport10, TdReport15, ATT_KEY_TYPE_ECDSA_P256, TEE_TYPE_TDX,
+    CertificationData, EnclaveReport, PckCertData, QeReportCertData, Quote, QuoteBody, QuoteHeader,
+    SignatureData, TdReport10, TdReport15, ATT_KEY_TYPE_ECDSA_P256, TEE_TYPE_TDX,
 };
 use crate::tee::{RawEvidence, Tee, TeeError};
 use der::asn1::{Any, BitString, ObjectIdentifier, OctetString, SetOfVec, UtcTime};
@@ -133,18 +133,22 @@ fn load_or_make_key(path: &Path) -> Result<SigningKey, SimError> {
         });
     }
     let key = SigningKey::random(&mut rand::thread_rng());
-    let der = key.to_pkcs8_der().map_err(|e| SimError::Crypto(e.to_string()))?;
+    let der = key
+        .to_pkcs8_der()
+        .map_err(|e| SimError::Crypto(e.to_string()))?;
     write_atomic(path, der.as_bytes())?;
     Ok(key)
 }
 
 fn name(cn: &str) -> Result<Name, SimError> {
     use der::oid::db::rfc4519;
-    let attr = |oid: ObjectIdentifier, tag: Tag, v: &str| -> Result<RelativeDistinguishedName, SimError> {
-        let value = Any::new(tag, v.as_bytes()).map_err(der_err("name attribute"))?;
-        let set = SetOfVec::try_from(vec![AttributeTypeAndValue { oid, value }]).map_err(der_err("name RDN"))?;
-        Ok(RelativeDistinguishedName::from(set))
-    };
+    let attr =
+        |oid: ObjectIdentifier, tag: Tag, v: &str| -> Result<RelativeDistinguishedName, SimError> {
+            let value = Any::new(tag, v.as_bytes()).map_err(der_err("name attribute"))?;
+            let set = SetOfVec::try_from(vec![AttributeTypeAndValue { oid, value }])
+                .map_err(der_err("name RDN"))?;
+            Ok(RelativeDistinguishedName::from(set))
+        };
     Ok(RdnSequence(vec![
         attr(rfc4519::CN, Tag::Utf8String, cn)?,
         attr(rfc4519::O, Tag::Utf8String, SIM_ORGANIZATION)?,
@@ -207,7 +211,10 @@ fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
         out.push(n as u8);
     } else {
         let bytes = n.to_be_bytes();
-        let skip = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len() - 1);
+        let skip = bytes
+            .iter()
+            .position(|b| *b != 0)
+            .unwrap_or(bytes.len() - 1);
         out.push(0x80 | (bytes.len() - skip) as u8);
         out.extend_from_slice(&bytes[skip..]);
     }
@@ -217,7 +224,10 @@ fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
 
 fn der_uint(v: u64) -> Vec<u8> {
     let bytes = v.to_be_bytes();
-    let skip = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len() - 1);
+    let skip = bytes
+        .iter()
+        .position(|b| *b != 0)
+        .unwrap_or(bytes.len() - 1);
     let mut c = bytes[skip..].to_vec();
     if c[0] & 0x80 != 0 {
         c.insert(0, 0);
@@ -240,7 +250,10 @@ fn entry(suffix: &str, value: Vec<u8>) -> Result<Vec<u8>, SimError> {
 fn sgx_extension(p: &SimPlatform, ppid: &[u8; 16]) -> Result<Vec<u8>, SimError> {
     let mut tcb = Vec::new();
     for (i, svn) in p.sgx_tcb_components.iter().enumerate() {
-        tcb.extend(entry(&format!("2.{}", i + 1), tlv(0x02, &der_uint(u64::from(*svn))))?);
+        tcb.extend(entry(
+            &format!("2.{}", i + 1),
+            tlv(0x02, &der_uint(u64::from(*svn))),
+        )?);
     }
     tcb.extend(entry("2.17", tlv(0x02, &der_uint(u64::from(p.pcesvn))))?);
     tcb.extend(entry("2.18", tlv(0x04, &p.sgx_tcb_components))?);
@@ -281,7 +294,11 @@ fn issue(
     } else {
         KeyUsages::DigitalSignature.into()
     };
-    exts.push(ext(der::oid::db::rfc5280::ID_CE_KEY_USAGE, true, &KeyUsage(usage))?);
+    exts.push(ext(
+        der::oid::db::rfc5280::ID_CE_KEY_USAGE,
+        true,
+        &KeyUsage(usage),
+    )?);
     exts.extend(extra);
     let tbs = TbsCertificate {
         version: Version::V3,
@@ -302,12 +319,18 @@ fn issue(
     let cert = Certificate {
         tbs_certificate: tbs,
         signature_algorithm: ecdsa_alg(),
-        signature: BitString::from_bytes(&sign_der(issuer_key, &tbs_der)).map_err(der_err("signature"))?,
+        signature: BitString::from_bytes(&sign_der(issuer_key, &tbs_der))
+            .map_err(der_err("signature"))?,
     };
     cert.to_der().map_err(der_err("certificate"))
 }
 
-fn crl(issuer_key: &SigningKey, issuer_cn: &str, this: u64, next: u64) -> Result<Vec<u8>, SimError> {
+fn crl(
+    issuer_key: &SigningKey,
+    issuer_cn: &str,
+    this: u64,
+    next: u64,
+) -> Result<Vec<u8>, SimError> {
     let tbs = TbsCertList {
         version: Version::V2,
         signature: ecdsa_alg(),
@@ -321,7 +344,8 @@ fn crl(issuer_key: &SigningKey, issuer_cn: &str, this: u64, next: u64) -> Result
     let list = CertificateList {
         tbs_cert_list: tbs,
         signature_algorithm: ecdsa_alg(),
-        signature: BitString::from_bytes(&sign_der(issuer_key, &tbs_der)).map_err(der_err("CRL signature"))?,
+        signature: BitString::from_bytes(&sign_der(issuer_key, &tbs_der))
+            .map_err(der_err("CRL signature"))?,
     };
     list.to_der().map_err(der_err("CRL"))
 }
@@ -382,14 +406,24 @@ impl SimQe {
         let pck = load_or_make_key(&dir.join("pck.p8"))?;
         let tcb_signer = load_or_make_key(&dir.join("tcb_signing.p8"))?;
         let attestation = load_or_make_key(&dir.join("attestation.p8"))?;
-        let ppid: [u8; 16] = Sha256::digest(pck.verifying_key().to_encoded_point(false).as_bytes())[..16]
+        let ppid: [u8; 16] = Sha256::digest(pck.verifying_key().to_encoded_point(false).as_bytes())
+            [..16]
             .try_into()
             .map_err(|_| SimError::Crypto("PPID".into()))?;
         // Certificates are issued afresh on each open (cheap with P-256); only the keys persist. The
         // windows start a day back, for clock skew, and last as Intel's do (root 25 years, others 7).
         let t = now().saturating_sub(86_400);
         let year = 365 * 86_400;
-        let root_der = issue(&root, ROOT_CN, &root, ROOT_CN, 1, true, Vec::new(), (t, t + 25 * year))?;
+        let root_der = issue(
+            &root,
+            ROOT_CN,
+            &root,
+            ROOT_CN,
+            1,
+            true,
+            Vec::new(),
+            (t, t + 25 * year),
+        )?;
         let pck_ca_der = issue(
             &root,
             ROOT_CN,
@@ -401,11 +435,22 @@ impl SimQe {
             (t, t + 7 * year),
         )?;
         let sgx = Extension {
-            extn_id: ObjectIdentifier::new(SGX_EXTENSIONS).map_err(|e| SimError::Der(e.to_string()))?,
+            extn_id: ObjectIdentifier::new(SGX_EXTENSIONS)
+                .map_err(|e| SimError::Der(e.to_string()))?,
             critical: false,
-            extn_value: OctetString::new(sgx_extension(&platform, &ppid)?).map_err(der_err("SGX extension"))?,
+            extn_value: OctetString::new(sgx_extension(&platform, &ppid)?)
+                .map_err(der_err("SGX extension"))?,
         };
-        let pck_der = issue(&pck_ca, PCK_CA_CN, &pck, PCK_CN, 3, false, vec![sgx], (t, t + 7 * year))?;
+        let pck_der = issue(
+            &pck_ca,
+            PCK_CA_CN,
+            &pck,
+            PCK_CN,
+            3,
+            false,
+            vec![sgx],
+            (t, t + 7 * year),
+        )?;
         let tcb_der = issue(
             &root,
             ROOT_CN,
@@ -444,7 +489,11 @@ impl SimQe {
 
     /// The PCK chain (DER, leaf first: PCK, PCK Platform CA, root).
     pub fn pck_chain_der(&self) -> Vec<Vec<u8>> {
-        vec![self.pck_der.clone(), self.pck_ca_der.clone(), self.root_der.clone()]
+        vec![
+            self.pck_der.clone(),
+            self.pck_ca_der.clone(),
+            self.root_der.clone(),
+        ]
     }
 
     /// The PCK chain as the QE embeds it: PEM, leaf first, NUL-terminated.
@@ -552,17 +601,25 @@ impl SimQe {
 
     /// Collateral in the `collateral.json` layout, issued at `issued` (unix seconds) and valid for 30 days,
     /// with one UpToDate TCB level at this platform and `tee_tcb_svn`, and an OutOfDate level below it.
-    pub fn collateral_json_at(&self, tee_tcb_svn: &[u8; 16], issued: u64) -> Result<Vec<u8>, SimError> {
+    pub fn collateral_json_at(
+        &self,
+        tee_tcb_svn: &[u8; 16],
+        issued: u64,
+    ) -> Result<Vec<u8>, SimError> {
         let next = issued + 30 * 86_400;
         let iso = |t: u64| -> Result<String, SimError> {
             time::OffsetDateTime::from_unix_timestamp(t as i64)
                 .ok()
-                .and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok())
+                .and_then(|d| {
+                    d.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
                 .ok_or_else(|| SimError::Crypto(format!("time {t}")))
         };
         let p = &self.platform;
-        let comps =
-            |v: &[u8]| -> Vec<serde_json::Value> { v.iter().map(|s| serde_json::json!({ "svn": s })).collect() };
+        let comps = |v: &[u8]| -> Vec<serde_json::Value> {
+            v.iter().map(|s| serde_json::json!({ "svn": s })).collect()
+        };
         let mut tdx_top = *tee_tcb_svn;
         if tdx_top[1] > 0 {
             // Components 0-1 are graded by the module identity, not by the level.
@@ -648,7 +705,8 @@ impl SimQe {
             "qe_identity_signature": sign_raw(&qe_identity),
             "qe_identity": qe_identity,
         });
-        serde_json::to_vec_pretty(&out).map_err(|e| SimError::Crypto(format!("collateral JSON: {e}")))
+        serde_json::to_vec_pretty(&out)
+            .map_err(|e| SimError::Crypto(format!("collateral JSON: {e}")))
     }
 
     /// [`SimQe::collateral_json_at`] issued a day ago.
@@ -684,7 +742,10 @@ impl Tee for SimTdxTee {
     fn get_report(&self, report_data: &[u8; 64]) -> Result<RawEvidence, TeeError> {
         let mut td = self.td.clone();
         td.report_data = *report_data;
-        let report = self.qe.quote(&td).map_err(|e| TeeError::Sim(e.to_string()))?;
+        let report = self
+            .qe
+            .quote(&td)
+            .map_err(|e| TeeError::Sim(e.to_string()))?;
         let collateral = self
             .qe
             .collateral_json(&td.tee_tcb_svn)

@@ -9,7 +9,10 @@ use std::process::ExitCode;
 use crate::cli::snp_report::parse_time;
 use crate::output::print_table;
 use crate::snp::policy::HexBytes;
-use crate::tdx::{verify_quote_parsed, Collateral, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions};
+use crate::tdx::{
+    verify_quote_parsed, Collateral, Failure, Policy, Root, TcbStatus, TdxVerification,
+    VerifyOptions,
+};
 use attestation::tdx::Quote;
 
 /// The TDX policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
@@ -78,7 +81,8 @@ impl TdxPolicyArgs {
     /// The [`Policy`] these flags describe.
     pub fn to_policy(&self) -> Policy {
         let mut p = Policy::default();
-        p.accepted_tcb_statuses.extend(self.accept_tcb_status.iter().copied());
+        p.accepted_tcb_statuses
+            .extend(self.accept_tcb_status.iter().copied());
         p.denied_advisories = self.deny_advisory.iter().cloned().collect::<BTreeSet<_>>();
         p.allow_debug = self.allow_debug;
         p.require_sept_ve_disable = !self.allow_sept_ve;
@@ -147,7 +151,10 @@ pub fn tee_label(v: &TdxVerification) -> &'static str {
 fn iso(t: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(t)
         .ok()
-        .and_then(|d| d.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|d| {
+            d.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| t.to_string())
 }
 
@@ -279,13 +286,25 @@ pub fn run(args: Args) -> ExitCode {
     };
     let quote = match Quote::parse(&bytes) {
         Ok(q) => q,
-        Err(e) => return unusable(args.json, "quote-format", format!("{}: {e}", args.quote.display())),
+        Err(e) => {
+            return unusable(
+                args.json,
+                "quote-format",
+                format!("{}: {e}", args.quote.display()),
+            )
+        }
     };
     let collateral = match &args.collateral {
         Some(p) => match std::fs::read(p) {
             Ok(b) => match Collateral::from_json(&b) {
                 Ok(c) => Some(c),
-                Err(e) => return unusable(args.json, "collateral-format", format!("{}: {e}", p.display())),
+                Err(e) => {
+                    return unusable(
+                        args.json,
+                        "collateral-format",
+                        format!("{}: {e}", p.display()),
+                    )
+                }
             },
             Err(e) => {
                 return unusable(
@@ -301,7 +320,13 @@ pub fn run(args: Args) -> ExitCode {
         Some(p) => match std::fs::read(p) {
             Ok(b) => match measurements::tdx::replay_rtmrs(&b) {
                 Ok(r) => Some(r),
-                Err(e) => return unusable(args.json, "event-log-format", format!("{}: {e}", p.display())),
+                Err(e) => {
+                    return unusable(
+                        args.json,
+                        "event-log-format",
+                        format!("{}: {e}", p.display()),
+                    )
+                }
             },
             Err(e) => {
                 return unusable(
@@ -313,7 +338,10 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    let at = args.at.unwrap_or_else(time::OffsetDateTime::now_utc).unix_timestamp();
+    let at = args
+        .at
+        .unwrap_or_else(time::OffsetDateTime::now_utc)
+        .unix_timestamp();
     let policy = args.policy.to_policy();
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),

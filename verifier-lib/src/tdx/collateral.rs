@@ -94,25 +94,34 @@ fn unhex(field: &'static str, s: &str) -> Result<Vec<u8>, CollateralError> {
 impl Collateral {
     /// Parses `collateral.json` bytes.
     pub fn from_json(bytes: &[u8]) -> Result<Self, CollateralError> {
-        let f: CollateralFile = serde_json::from_slice(bytes).map_err(|e| CollateralError::Json(e.to_string()))?;
+        let f: CollateralFile =
+            serde_json::from_slice(bytes).map_err(|e| CollateralError::Json(e.to_string()))?;
         Self::from_file(&f)
     }
 
     /// Decodes the stored layout.
     pub fn from_file(f: &CollateralFile) -> Result<Self, CollateralError> {
-        let tcb_info: TcbInfo = serde_json::from_str(&f.tcb_info).map_err(|e| CollateralError::Body {
-            field: "tcb_info",
-            detail: e.to_string(),
-        })?;
-        let qe_identity: QeIdentity = serde_json::from_str(&f.qe_identity).map_err(|e| CollateralError::Body {
-            field: "qe_identity",
-            detail: e.to_string(),
-        })?;
+        let tcb_info: TcbInfo =
+            serde_json::from_str(&f.tcb_info).map_err(|e| CollateralError::Body {
+                field: "tcb_info",
+                detail: e.to_string(),
+            })?;
+        let qe_identity: QeIdentity =
+            serde_json::from_str(&f.qe_identity).map_err(|e| CollateralError::Body {
+                field: "qe_identity",
+                detail: e.to_string(),
+            })?;
         Ok(Collateral {
-            pck_crl_issuer_chain: parse_pem_chain("pck_crl_issuer_chain", f.pck_crl_issuer_chain.as_bytes())?,
+            pck_crl_issuer_chain: parse_pem_chain(
+                "pck_crl_issuer_chain",
+                f.pck_crl_issuer_chain.as_bytes(),
+            )?,
             root_ca_crl: Crl::from_der("root_ca_crl", &unhex("root_ca_crl", &f.root_ca_crl)?)?,
             pck_crl: Crl::from_der("pck_crl", &unhex("pck_crl", &f.pck_crl)?)?,
-            tcb_info_issuer_chain: parse_pem_chain("tcb_info_issuer_chain", f.tcb_info_issuer_chain.as_bytes())?,
+            tcb_info_issuer_chain: parse_pem_chain(
+                "tcb_info_issuer_chain",
+                f.tcb_info_issuer_chain.as_bytes(),
+            )?,
             tcb_info_text: f.tcb_info.clone(),
             tcb_info_signature: unhex("tcb_info_signature", &f.tcb_info_signature)?,
             tcb_info,

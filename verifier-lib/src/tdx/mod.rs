@@ -15,7 +15,9 @@ use serde::Serialize;
 pub use collateral::{Collateral, CollateralError};
 pub use policy::Policy;
 pub use tcb::{TcbEvaluation, TcbStatus};
-pub use verify::{verify_quote, verify_quote_for_evidence, verify_quote_parsed, INTEL_QE_VENDOR_ID};
+pub use verify::{
+    verify_quote, verify_quote_for_evidence, verify_quote_parsed, INTEL_QE_VENDOR_ID,
+};
 
 use attestation::tdx::{Quote, QuoteError};
 
@@ -32,7 +34,11 @@ pub struct Failure {
 
 impl Failure {
     /// A failure of `check`.
-    pub fn new(check: impl Into<String>, seen: impl std::fmt::Display, wanted: impl std::fmt::Display) -> Self {
+    pub fn new(
+        check: impl Into<String>,
+        seen: impl std::fmt::Display,
+        wanted: impl std::fmt::Display,
+    ) -> Self {
         Failure {
             check: check.into(),
             seen: seen.to_string(),

@@ -43,7 +43,10 @@ pub enum PckError {
     Lacks(&'static str),
 }
 
-fn entries<'a>(obj: &'a BerObject<'a>, at: &str) -> Result<Vec<(String, &'a BerObject<'a>)>, PckError> {
+fn entries<'a>(
+    obj: &'a BerObject<'a>,
+    at: &str,
+) -> Result<Vec<(String, &'a BerObject<'a>)>, PckError> {
     let seq = obj
         .as_sequence()
         .map_err(|_| PckError::Malformed(format!("{at}: not a SEQUENCE")))?;
@@ -72,7 +75,8 @@ impl PckExtensions {
             .iter()
             .find(|e| e.oid.to_id_string() == SGX_EXTENSIONS_OID)
             .ok_or(PckError::Missing)?;
-        let (_, obj) = parse_der(ext.value).map_err(|e| PckError::Malformed(format!("extension value: {e}")))?;
+        let (_, obj) = parse_der(ext.value)
+            .map_err(|e| PckError::Malformed(format!("extension value: {e}")))?;
         let top = entries(&obj, "sgx")?;
         let mut ppid = None;
         let mut tcb = None;
@@ -91,7 +95,9 @@ impl PckExtensions {
                 Some("2") => tcb = Some(Self::tcb(val)?),
                 Some("3") => pceid = Some(octets()?),
                 Some("4") => fmspc = Some(octets()?),
-                Some("5") => sgx_type = Some(val.as_u64().map_err(|_| PckError::Malformed(oid.clone()))?),
+                Some("5") => {
+                    sgx_type = Some(val.as_u64().map_err(|_| PckError::Malformed(oid.clone()))?)
+                }
                 _ => {}
             }
         }
@@ -113,13 +119,21 @@ impl PckExtensions {
         let mut pcesvn = None;
         let mut cpusvn = None;
         for (oid, v) in entries(val, "sgx.tcb")? {
-            let Some(n) = oid.strip_prefix(&prefix).and_then(|s| s.parse::<usize>().ok()) else {
+            let Some(n) = oid
+                .strip_prefix(&prefix)
+                .and_then(|s| s.parse::<usize>().ok())
+            else {
                 continue;
             };
             let bad = || PckError::Malformed(oid.clone());
             match n {
-                1..=16 => comps[n - 1] = Some(u8::try_from(v.as_u32().map_err(|_| bad())?).map_err(|_| bad())?),
-                17 => pcesvn = Some(u16::try_from(v.as_u32().map_err(|_| bad())?).map_err(|_| bad())?),
+                1..=16 => {
+                    comps[n - 1] =
+                        Some(u8::try_from(v.as_u32().map_err(|_| bad())?).map_err(|_| bad())?)
+                }
+                17 => {
+                    pcesvn = Some(u16::try_from(v.as_u32().map_err(|_| bad())?).map_err(|_| bad())?)
+                }
                 18 => cpusvn = Some(v.as_slice().map_err(|_| bad())?.to_vec()),
                 _ => {}
             }

@@ -86,7 +86,11 @@ impl Policy {
             ));
         }
         if self.require_sept_ve_disable && !attrs.sept_ve_disable() {
-            failures.push(Failure::new("td_attributes.sept_ve_disable", "clear", "set"));
+            failures.push(Failure::new(
+                "td_attributes.sept_ve_disable",
+                "clear",
+                "set",
+            ));
         }
         if let Some(b) = quote.body.td15() {
             if !self.allow_service_td && b.mr_servicetd.iter().any(|x| *x != 0) {
@@ -125,7 +129,12 @@ impl Policy {
             &td.mr_owner,
             self.mr_owner.as_ref().map(|w| &w[..]),
         );
-        eq_check(failures, "xfam", &td.xfam, self.xfam.as_ref().map(|w| &w[..]));
+        eq_check(
+            failures,
+            "xfam",
+            &td.xfam,
+            self.xfam.as_ref().map(|w| &w[..]),
+        );
         eq_check(
             failures,
             "td_attributes",
@@ -139,7 +148,12 @@ impl Policy {
             self.report_data.as_ref().map(|w| &w[..]),
         );
         if let Some(min) = &self.min_tee_tcb_svn {
-            if td.tee_tcb_svn.iter().zip(min).any(|(have, want)| have < want) {
+            if td
+                .tee_tcb_svn
+                .iter()
+                .zip(min)
+                .any(|(have, want)| have < want)
+            {
                 failures.push(Failure::new(
                     "tee_tcb_svn",
                     hex::encode(td.tee_tcb_svn),
@@ -152,7 +166,11 @@ impl Policy {
     /// Checks a TCB status and its advisories against this policy.
     pub fn check_tcb(&self, status: TcbStatus, advisories: &[String], failures: &mut Vec<Failure>) {
         if !self.accepted_tcb_statuses.contains(&status) {
-            let want: Vec<&str> = self.accepted_tcb_statuses.iter().map(|s| s.name()).collect();
+            let want: Vec<&str> = self
+                .accepted_tcb_statuses
+                .iter()
+                .map(|s| s.name())
+                .collect();
             failures.push(Failure::new(
                 "tcb_status",
                 status.name(),

@@ -112,7 +112,11 @@ fn grade_isv(levels: &[IsvTcbLevel], svn: u16) -> Option<&IsvTcbLevel> {
 }
 
 /// Grades the QE report against the QE Identity; identity mismatches are pushed to `failures`.
-pub fn grade_qe(qe: &QeIdentity, report: &EnclaveReport, failures: &mut Vec<Failure>) -> (TcbStatus, Vec<String>) {
+pub fn grade_qe(
+    qe: &QeIdentity,
+    report: &EnclaveReport,
+    failures: &mut Vec<Failure>,
+) -> (TcbStatus, Vec<String>) {
     let mrsigner = unhex_or_empty(&qe.mrsigner);
     if mrsigner != report.mr_signer {
         failures.push(Failure::new(
@@ -122,7 +126,11 @@ pub fn grade_qe(qe: &QeIdentity, report: &EnclaveReport, failures: &mut Vec<Fail
         ));
     }
     if qe.isvprodid != report.isv_prod_id {
-        failures.push(Failure::new("qe_identity.isvprodid", report.isv_prod_id, qe.isvprodid));
+        failures.push(Failure::new(
+            "qe_identity.isvprodid",
+            report.isv_prod_id,
+            qe.isvprodid,
+        ));
     }
     let misc = u32::from_str_radix(&qe.miscselect, 16).unwrap_or(u32::MAX);
     let misc_mask = u32::from_str_radix(&qe.miscselect_mask, 16).unwrap_or(0);
@@ -259,7 +267,8 @@ pub fn evaluate(
             break;
         }
     }
-    let (Some(_), Some(tdx_index), Some(tdx_status)) = (ev.sgx_level_index, ev.tdx_level_index, ev.tdx_level_status)
+    let (Some(_), Some(tdx_index), Some(tdx_status)) =
+        (ev.sgx_level_index, ev.tdx_level_index, ev.tdx_level_status)
     else {
         return ev;
     };
@@ -286,7 +295,11 @@ pub fn evaluate(
     } else {
         let id = format!("TDX_{major:02X}");
         ev.module_identity_id = Some(id.clone());
-        let Some(ident) = info.tdx_module_identities.iter().find(|m| m.id.to_uppercase() == id) else {
+        let Some(ident) = info
+            .tdx_module_identities
+            .iter()
+            .find(|m| m.id.to_uppercase() == id)
+        else {
             ev.module_status = Some(TcbStatus::NotSupported);
             return ev;
         };
@@ -339,7 +352,10 @@ pub fn evaluate(
     } else {
         converge_with_qe(converged, qe_status)
     };
-    push_unique(&mut ev.advisory_ids, &info.tcb_levels[tdx_index].advisory_ids);
+    push_unique(
+        &mut ev.advisory_ids,
+        &info.tcb_levels[tdx_index].advisory_ids,
+    );
     push_unique(&mut ev.advisory_ids, &module_advisories);
     push_unique(&mut ev.advisory_ids, &qe_advisories);
     ev

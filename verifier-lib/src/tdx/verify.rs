@@ -10,9 +10,12 @@ use attestation::tdx::{CertificationData, Quote};
 
 use super::pck::PckExtensions;
 use super::tcb;
-use super::x509::{p256_from_raw, parse_pem_chain, verify_raw_sig, Cert, INTEL_SGX_ROOT_CA_SPKI_SHA256};
+use super::x509::{
+    p256_from_raw, parse_pem_chain, verify_raw_sig, Cert, INTEL_SGX_ROOT_CA_SPKI_SHA256,
+};
 use super::{
-    Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification, VerifyOptions,
+    Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
+    VerifyOptions,
 };
 
 /// The QE vendor ID of Intel's quoting enclaves (939a7233-f79c-4ca9-940a-0db3957f0607).
@@ -130,21 +133,27 @@ pub fn verify_quote_for_evidence(
 }
 
 /// Verifies a parsed quote; `chain` overrides the PCK chain carried in the quote.
-pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &VerifyOptions<'_>) -> TdxVerification {
+pub fn verify_quote_parsed(
+    quote: Quote,
+    chain: Option<Vec<Cert>>,
+    opts: &VerifyOptions<'_>,
+) -> TdxVerification {
     let at = opts.at;
     let mut failures = Vec::new();
     let mut auth = Authenticity::default();
 
     // 1. The quote signature by the attestation key.
     match p256_from_raw(&quote.signature_data.attestation_key) {
-        Some(key) => match verify_raw_sig(&key, &quote.signed_bytes(), &quote.signature_data.signature) {
-            Ok(()) => auth.quote_signature = true,
-            Err(e) => failures.push(Failure::new(
-                "quote.signature",
-                e,
-                "valid ECDSA P-256 over header and body",
-            )),
-        },
+        Some(key) => {
+            match verify_raw_sig(&key, &quote.signed_bytes(), &quote.signature_data.signature) {
+                Ok(()) => auth.quote_signature = true,
+                Err(e) => failures.push(Failure::new(
+                    "quote.signature",
+                    e,
+                    "valid ECDSA P-256 over header and body",
+                )),
+            }
+        }
         None => failures.push(Failure::new(
             "quote.attestation_key",
             hex::encode(quote.signature_data.attestation_key),
@@ -185,7 +194,11 @@ pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &Verify
             },
             None => {
                 if qe.is_some() {
-                    failures.push(Failure::new("pck_chain", "no type 5 PCK chain", "type 5 inside type 6"));
+                    failures.push(Failure::new(
+                        "pck_chain",
+                        "no type 5 PCK chain",
+                        "type 5 inside type 6",
+                    ));
                 }
                 None
             }
@@ -238,15 +251,21 @@ pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &Verify
         // 3. The QE report, signed by the PCK leaf key, binding the attestation key.
         if let Some(q) = qe {
             match chain[0].p256_key() {
-                Some(key) => match verify_raw_sig(&key, &q.qe_report.to_bytes(), &q.qe_report_signature) {
-                    Ok(()) => auth.qe_report_signature = true,
-                    Err(e) => failures.push(Failure::new(
-                        "qe_report.signature",
-                        e,
-                        "valid ECDSA P-256 by the PCK leaf key",
-                    )),
-                },
-                None => failures.push(Failure::new("pck_chain.leaf.key", "not a P-256 key", "a P-256 key")),
+                Some(key) => {
+                    match verify_raw_sig(&key, &q.qe_report.to_bytes(), &q.qe_report_signature) {
+                        Ok(()) => auth.qe_report_signature = true,
+                        Err(e) => failures.push(Failure::new(
+                            "qe_report.signature",
+                            e,
+                            "valid ECDSA P-256 by the PCK leaf key",
+                        )),
+                    }
+                }
+                None => failures.push(Failure::new(
+                    "pck_chain.leaf.key",
+                    "not a P-256 key",
+                    "a P-256 key",
+                )),
             }
         }
     }
@@ -272,10 +291,18 @@ pub fn verify_quote_parsed(quote: Quote, chain: Option<Vec<Cert>>, opts: &Verify
     let mut tcb_eval = None;
     match opts.collateral {
         Some(coll) => {
-            let (checks, eval) = check_collateral(coll, &quote, chain.as_deref(), pck.as_ref(), at, &mut failures);
+            let (checks, eval) = check_collateral(
+                coll,
+                &quote,
+                chain.as_deref(),
+                pck.as_ref(),
+                at,
+                &mut failures,
+            );
             coll_checks = Some(checks);
             if let Some(ev) = &eval {
-                opts.policy.check_tcb(ev.status, &ev.advisory_ids, &mut failures);
+                opts.policy
+                    .check_tcb(ev.status, &ev.advisory_ids, &mut failures);
             }
             tcb_eval = eval;
         }
@@ -307,7 +334,11 @@ fn parse_time(failures: &mut Vec<Failure>, check: &str, s: &str) -> Option<i64> 
     match OffsetDateTime::parse(s, &Rfc3339) {
         Ok(t) => Some(t.unix_timestamp()),
         Err(e) => {
-            failures.push(Failure::new(check, format!("{s:?} ({e})"), "an RFC 3339 time"));
+            failures.push(Failure::new(
+                check,
+                format!("{s:?} ({e})"),
+                "an RFC 3339 time",
+            ));
             None
         }
     }
@@ -493,7 +524,10 @@ fn check_collateral(
             None => empty(failures, "pck_crl_issuer_chain"),
         }
     }
-    for (name, crl) in [("root_ca_crl", &coll.root_ca_crl), ("pck_crl", &coll.pck_crl)] {
+    for (name, crl) in [
+        ("root_ca_crl", &coll.root_ca_crl),
+        ("pck_crl", &coll.pck_crl),
+    ] {
         let (this, next) = crl.window();
         if at < this {
             failures.push(Failure::new(
@@ -514,7 +548,11 @@ fn check_collateral(
             }
             Some(_) => {}
             None => {
-                failures.push(Failure::new(format!("{name}.next_update"), "absent", "a nextUpdate"));
+                failures.push(Failure::new(
+                    format!("{name}.next_update"),
+                    "absent",
+                    "a nextUpdate",
+                ));
                 crl_fresh = false;
             }
         }
@@ -529,7 +567,12 @@ fn check_collateral(
             ));
             none_revoked = false;
         }
-        for (i, cert) in ch.iter().enumerate().skip(1).take(ch.len().saturating_sub(2)) {
+        for (i, cert) in ch
+            .iter()
+            .enumerate()
+            .skip(1)
+            .take(ch.len().saturating_sub(2))
+        {
             if coll.root_ca_crl.revokes(&cert.serial()) {
                 failures.push(Failure::new(
                     format!("{}.revoked", cert_role(i, ch.len(), "pck_chain")),
@@ -559,7 +602,9 @@ fn check_collateral(
 
     // FMSPC / PCE-ID, then the TCB evaluation.
     let Some(pck) = pck else { return (c, None) };
-    let fmspc_ok = hex::decode(&ti.fmspc).map(|f| f == pck.fmspc).unwrap_or(false);
+    let fmspc_ok = hex::decode(&ti.fmspc)
+        .map(|f| f == pck.fmspc)
+        .unwrap_or(false);
     if !fmspc_ok {
         failures.push(Failure::new(
             "tcb_info.fmspc",
@@ -567,7 +612,9 @@ fn check_collateral(
             hex::encode(&pck.fmspc),
         ));
     }
-    let pceid_ok = hex::decode(&ti.pce_id).map(|f| f == pck.pceid).unwrap_or(false);
+    let pceid_ok = hex::decode(&ti.pce_id)
+        .map(|f| f == pck.pceid)
+        .unwrap_or(false);
     if !pceid_ok {
         failures.push(Failure::new(
             "tcb_info.pce_id",

@@ -12,8 +12,8 @@ use x509_parser::revocation_list::CertificateRevocationList;
 /// SHA-256 of the SubjectPublicKeyInfo (DER) of the Intel SGX Root CA, the trust anchor of every PCK chain
 /// and of the TCB signing chain. Computed from `../shared/vectors/tdx/roots/intel_sgx_root_ca.pem`.
 pub const INTEL_SGX_ROOT_CA_SPKI_SHA256: [u8; 32] = [
-    0xa0, 0xaf, 0x03, 0x12, 0x89, 0xf5, 0xd5, 0xd4, 0x13, 0x2f, 0x91, 0x86, 0x06, 0x8a, 0x7f, 0xc1, 0x36, 0x28, 0x63,
-    0x3b, 0xa2, 0x35, 0x77, 0x74, 0x72, 0xe2, 0x9b, 0x6b, 0x6c, 0x67, 0xa4, 0x9e,
+    0xa0, 0xaf, 0x03, 0x12, 0x89, 0xf5, 0xd5, 0xd4, 0x13, 0x2f, 0x91, 0x86, 0x06, 0x8a, 0x7f, 0xc1,
+    0x36, 0x28, 0x63, 0x3b, 0xa2, 0x35, 0x77, 0x74, 0x72, 0xe2, 0x9b, 0x6b, 0x6c, 0x67, 0xa4, 0x9e,
 ];
 
 /// OID of ecdsa-with-SHA256.
@@ -99,7 +99,10 @@ impl Cert {
     /// The validity window as unix seconds.
     pub fn validity(&self) -> (i64, i64) {
         let c = self.parsed();
-        (c.validity().not_before.timestamp(), c.validity().not_after.timestamp())
+        (
+            c.validity().not_before.timestamp(),
+            c.validity().not_after.timestamp(),
+        )
     }
 
     /// Whether `issuer` signed this certificate (ecdsa-with-SHA256, P-256) and names it as issuer.
@@ -115,7 +118,9 @@ impl Cert {
         }
         let alg = c.signature_algorithm.algorithm.to_id_string();
         if alg != ECDSA_WITH_SHA256 {
-            return Err(format!("signature algorithm {alg} is not ecdsa-with-SHA256"));
+            return Err(format!(
+                "signature algorithm {alg} is not ecdsa-with-SHA256"
+            ));
         }
         let key = issuer
             .p256_key()
@@ -132,14 +137,16 @@ fn unreachable_parse() -> ! {
 
 /// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256).
 pub fn verify_der_sig(key: &VerifyingKey, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
-    let sig = Signature::from_der(der_sig).map_err(|e| format!("signature is not DER ECDSA: {e}"))?;
+    let sig =
+        Signature::from_der(der_sig).map_err(|e| format!("signature is not DER ECDSA: {e}"))?;
     key.verify(msg, &sig)
         .map_err(|_| "signature does not verify".to_string())
 }
 
 /// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256).
 pub fn verify_raw_sig(key: &VerifyingKey, msg: &[u8], raw: &[u8]) -> Result<(), String> {
-    let sig = Signature::from_slice(raw).map_err(|e| format!("signature is not r||s P-256: {e}"))?;
+    let sig =
+        Signature::from_slice(raw).map_err(|e| format!("signature is not r||s P-256: {e}"))?;
     key.verify(msg, &sig)
         .map_err(|_| "signature does not verify".to_string())
 }
@@ -174,12 +181,11 @@ pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
         })?;
         let body: String = after[..e].chars().filter(|c| !c.is_whitespace()).collect();
         let der =
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.as_bytes()).map_err(|err| {
-                X509Error::Pem {
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.as_bytes())
+                .map_err(|err| X509Error::Pem {
                     what: what.into(),
                     detail: format!("certificate {}: base64: {err}", out.len()),
-                }
-            })?;
+                })?;
         out.push(Cert::from_der(&format!("{what}[{}]", out.len()), &der)?);
         rest = &after[e + end.len()..];
     }
@@ -228,7 +234,9 @@ impl Crl {
         }
         let alg = c.signature_algorithm.algorithm.to_id_string();
         if alg != ECDSA_WITH_SHA256 {
-            return Err(format!("signature algorithm {alg} is not ecdsa-with-SHA256"));
+            return Err(format!(
+                "signature algorithm {alg} is not ecdsa-with-SHA256"
+            ));
         }
         let key = issuer
             .p256_key()
@@ -239,7 +247,10 @@ impl Crl {
     /// thisUpdate and nextUpdate (if any) as unix seconds.
     pub fn window(&self) -> (i64, Option<i64>) {
         let c = self.parsed();
-        (c.last_update().timestamp(), c.next_update().map(|t| t.timestamp()))
+        (
+            c.last_update().timestamp(),
+            c.next_update().map(|t| t.timestamp()),
+        )
     }
 
     /// Whether `serial` (no leading zeros) is listed.
