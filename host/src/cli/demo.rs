@@ -194,8 +194,8 @@ fn print_verdict(v: &Verdict) {
     }
     if let Some(t) = &v.test {
         println!(
-            "test        `{}` ({}), exit {:?}, {} ms, network {}",
-            t.command, t.source, t.exit_code, t.duration_ms, "none"
+            "test        `{}` ({}), exit {:?}, {} ms, network none",
+            t.command, t.source, t.exit_code, t.duration_ms
         );
     }
     if let Some(c) = &v.tests {
