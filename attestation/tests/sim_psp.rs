@@ -463,7 +463,10 @@ fn vcek_profile_matches_real_amd_certificates() {
             && products_seen.contains("Genoa")
             && products_seen.contains("Turin")
     );
-    assert!(same_alg_as_current_kds, "no real VCEK uses the sim's (current) algorithm encoding");
+    assert!(
+        same_alg_as_current_kds,
+        "no real VCEK uses the sim's (current) algorithm encoding"
+    );
 }
 
 #[test]
