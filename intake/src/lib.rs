@@ -181,8 +181,73 @@ impl Run {
     }
 }
 
-/// Runs stages 1-5 on a bundle (a directory or a .tar/.tar.gz/.zip whose root holds `job.toml`). Executes
-/// nothing. On acceptance the report holds the unpacked root, the repository directory and the loaded job.
+/// Unpacks the job's repository when it is an archive (or, with `copy_dirs`, copies it when it is a
+/// directory) into `work/repository` under the stage 2 rules. `Ok(None)` when there is nothing to do (a
+/// URL, a git bundle, a directory inside an unpacked bundle, or a job stage 3 will refuse anyway).
+fn unpack_repository(
+    job_path: &Path,
+    root: &Path,
+    work: &Path,
+    limits: &IntakeLimits,
+    copy_dirs: bool,
+) -> Result<Option<(PathBuf, Finding)>, (String, String)> {
+    let Ok(job) = job::Job::load(job_path) else {
+        return Ok(None);
+    };
+    if job.repository.url().is_some() {
+        return Ok(None);
+    }
+    let Ok(full) = structure::inside(root, Path::new(&job.repository.path), "repository.path")
+    else {
+        return Ok(None);
+    };
+    let Ok(meta) = std::fs::symlink_metadata(&full) else {
+        return Ok(None);
+    };
+    let dest = work.join("repository");
+    let who = format!("repository {}", job.repository.path);
+    let result = if meta.is_dir() && copy_dirs {
+        unpack::copy_dir(&full, &dest, limits)
+    } else if meta.is_file() {
+        let bytes = match unpack::read_limited(&full, limits.max_bundle_bytes) {
+            Ok(Some(b)) => b,
+            Ok(None) => {
+                return Err((
+                    who,
+                    format!(
+                        "repository archive is larger than max_bundle_bytes = {}",
+                        limits.max_bundle_bytes
+                    ),
+                ))
+            }
+            Err(_) => return Ok(None),
+        };
+        let Some(fmt) = ArchiveFormat::detect(&bytes) else {
+            return Ok(None);
+        };
+        unpack::unpack_archive(&bytes, fmt, &dest, limits)
+    } else {
+        return Ok(None);
+    };
+    match result.and_then(|s| unpack::verify_tree(&dest).map(|_| s)) {
+        Ok(s) => Ok(Some((
+            dest,
+            Finding::new(
+                Stage::Unpack,
+                Severity::Note,
+                who,
+                format!(
+                    "{} entries: {} files ({} bytes)",
+                    s.entries, s.files, s.bytes
+                ),
+            ),
+        ))),
+        Err(e) => Err((format!("{who}: {}", e.member), e.reason)),
+    }
+}
+
+/// Runs stages 1-5 on a bundle (a directory or a .tar/.tar.gz/.zip whose root holds `job.toml`), or on a
+/// lone job file (`*.toml`, whose repository and patch must lie under its directory). Executes nothing. On acceptance the report holds the unpacked root, the repository directory and the loaded job.
 pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     let mut run = Run {
         report: IntakeReport {
@@ -244,96 +309,76 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         }
     };
     run.report.work_dir = Some(work.clone());
-    let root = work.join("bundle");
-    let unpacked = match (&received.kind, &received.bytes) {
-        (BundleKind::Directory, _) => unpack::copy_dir(input, &root, limits),
-        (BundleKind::Archive(fmt), Some(bytes)) => {
-            unpack::unpack_archive(bytes, *fmt, &root, limits)
-        }
-        (BundleKind::Archive(_), None) => Err(unpack::UnpackError {
-            member: "<archive>".into(),
-            reason: "archive bytes missing".into(),
-        }),
+    let (root, job_path, mut unpack_notes) = if received.kind == BundleKind::JobFile {
+        let dir = match input.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let note = Finding::new(
+            Stage::Unpack,
+            Severity::Note,
+            "job file",
+            format!(
+                "a job file, not a bundle: what it names is taken from {} under the bundle rules",
+                dir.display()
+            ),
+        );
+        (dir, input.to_path_buf(), vec![note])
+    } else {
+        let root = work.join("bundle");
+        let unpacked = match (&received.kind, &received.bytes) {
+            (BundleKind::Archive(fmt), Some(bytes)) => {
+                unpack::unpack_archive(bytes, *fmt, &root, limits)
+            }
+            (BundleKind::Archive(_), None) => Err(unpack::UnpackError {
+                member: "<archive>".into(),
+                reason: "archive bytes missing".into(),
+            }),
+            _ => unpack::copy_dir(input, &root, limits),
+        };
+        let summary = match unpacked.and_then(|s| unpack::verify_tree(&root).map(|_| s)) {
+            Ok(s) => s,
+            Err(e) => {
+                run.refuse(Stage::Unpack, Vec::new(), &e.member, e.reason);
+                return run.finish(opts);
+            }
+        };
+        let note = Finding::new(
+            Stage::Unpack,
+            Severity::Note,
+            "bundle",
+            format!(
+                "{} entries: {} files ({} bytes), {} symlinks, {} hard links",
+                summary.entries, summary.files, summary.bytes, summary.symlinks, summary.hardlinks
+            ),
+        );
+        let job_path = root.join("job.toml");
+        (root, job_path, vec![note])
     };
-    let summary = match unpacked.and_then(|s| unpack::verify_tree(&root).map(|_| s)) {
-        Ok(s) => s,
-        Err(e) => {
-            run.refuse(Stage::Unpack, Vec::new(), &e.member, e.reason);
+    run.report.root = Some(root.clone());
+    // A repository shipped as an archive is unpacked, and a lone job file's repository directory copied,
+    // under the same rules, into `repository/`.
+    let copy_dirs = received.kind == BundleKind::JobFile;
+    let repo_unpacked = match unpack_repository(&job_path, &root, &work, limits, copy_dirs) {
+        Ok(Some((dest, note))) => {
+            unpack_notes.push(note);
+            Some(dest)
+        }
+        Ok(None) => None,
+        Err((location, reason)) => {
+            run.refuse(Stage::Unpack, Vec::new(), &location, reason);
             return run.finish(opts);
         }
     };
-    let mut unpack_notes = vec![Finding::new(
-        Stage::Unpack,
-        Severity::Note,
-        "bundle",
-        format!(
-            "{} entries: {} files ({} bytes), {} symlinks, {} hard links",
-            summary.entries, summary.files, summary.bytes, summary.symlinks, summary.hardlinks
-        ),
-    )];
-    run.report.root = Some(root.clone());
-    // A repository shipped as an archive inside the bundle is unpacked under the same rules.
-    let mut repo_unpacked = None;
-    if let Ok(job) = job::Job::load(&root.join("job.toml")) {
-        if job.repository.url().is_none() {
-            if let Ok(full) =
-                structure::inside(&root, Path::new(&job.repository.path), "repository.path")
-            {
-                if std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_file()) {
-                    match unpack::read_limited(&full, limits.max_bundle_bytes) {
-                        Ok(Some(bytes)) => {
-                            if let Some(fmt) = ArchiveFormat::detect(&bytes) {
-                                let dest = work.join("repository");
-                                let who = format!("repository archive {}", job.repository.path);
-                                match unpack::unpack_archive(&bytes, fmt, &dest, limits)
-                                    .and_then(|s| unpack::verify_tree(&dest).map(|_| s))
-                                {
-                                    Ok(s) => {
-                                        unpack_notes.push(Finding::new(
-                                            Stage::Unpack,
-                                            Severity::Note,
-                                            who,
-                                            format!(
-                                                "{} entries: {} files ({} bytes)",
-                                                s.entries, s.files, s.bytes
-                                            ),
-                                        ));
-                                        repo_unpacked = Some(dest);
-                                    }
-                                    Err(e) => {
-                                        run.refuse(
-                                            Stage::Unpack,
-                                            Vec::new(),
-                                            &format!("{who}: {}", e.member),
-                                            e.reason,
-                                        );
-                                        return run.finish(opts);
-                                    }
-                                }
-                            }
-                        }
-                        Ok(None) => {
-                            run.refuse(
-                                Stage::Unpack,
-                                Vec::new(),
-                                &job.repository.path,
-                                format!(
-                                    "repository archive is larger than max_bundle_bytes = {}",
-                                    limits.max_bundle_bytes
-                                ),
-                            );
-                            return run.finish(opts);
-                        }
-                        Err(_) => {}
-                    }
-                }
-            }
-        }
-    }
     run.pass(Stage::Unpack, unpack_notes);
 
     // 3 structure
-    let st = match structure::structure(&root, repo_unpacked.as_deref(), opts.resolver.as_ref()) {
+    let st = match structure::structure_at(
+        &job_path,
+        &root,
+        repo_unpacked.as_deref(),
+        opts.resolver.as_ref(),
+    ) {
         Ok(s) => s,
         Err(why) => {
             run.refuse(Stage::Structure, Vec::new(), "", why);

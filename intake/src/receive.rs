@@ -35,6 +35,9 @@ pub enum BundleKind {
     Directory,
     /// An archive of that format.
     Archive(ArchiveFormat),
+    /// A job file on its own (`fenced-run run JOB.toml`): what it names is read in place, relative to its
+    /// directory, under the same rules as inside a bundle.
+    JobFile,
 }
 
 /// A received bundle.
@@ -90,12 +93,24 @@ pub fn receive(input: &Path, limits: &IntakeLimits) -> Result<Received, ReceiveE
                 limits.max_bundle_bytes
             ))
         })?;
-    let format = ArchiveFormat::detect(&bytes).ok_or_else(|| {
-        ReceiveError::Unusable(format!(
-            "{}: not a bundle (a directory, .tar, .tar.gz or .zip)",
+    let Some(format) = ArchiveFormat::detect(&bytes) else {
+        if input.extension().is_some_and(|e| e == "toml") {
+            if bytes.len() as u64 > MAX_JOB_FILE_BYTES {
+                return Err(ReceiveError::Refused(format!(
+                    "job file is {} bytes, more than {MAX_JOB_FILE_BYTES}",
+                    bytes.len()
+                )));
+            }
+            return Ok(Received {
+                kind: BundleKind::JobFile,
+                bytes: Some(bytes),
+            });
+        }
+        return Err(ReceiveError::Unusable(format!(
+            "{}: not a bundle (a directory, .tar, .tar.gz or .zip) nor a job file (.toml)",
             input.display()
-        ))
-    })?;
+        )));
+    };
     Ok(Received {
         kind: BundleKind::Archive(format),
         bytes: Some(bytes),
@@ -140,6 +155,7 @@ pub fn peek_job(input: &Path, received: &Received, limits: &IntakeLimits) -> Opt
             }
             unpack::read_limited(&p, MAX_JOB_FILE_BYTES).ok().flatten()
         }
+        (BundleKind::JobFile, Some(bytes)) => Some(bytes.clone()),
         (BundleKind::Archive(ArchiveFormat::Zip), Some(bytes)) => {
             let mut z = zip::ZipArchive::new(io::Cursor::new(bytes.as_slice())).ok()?;
             let name = ["job.toml", "./job.toml"]

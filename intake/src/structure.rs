@@ -67,16 +67,29 @@ pub fn structure(
     unpacked_repository: Option<&Path>,
     resolver: &dyn Resolver,
 ) -> Result<Structure, String> {
-    let job_path = root.join("job.toml");
-    match fs::symlink_metadata(&job_path) {
+    structure_at(&root.join("job.toml"), root, unpacked_repository, resolver)
+}
+
+/// Stage 3 for a job file at `job_path` whose named paths must stay inside `root` (the bundle root, or a
+/// lone job file's directory).
+pub fn structure_at(
+    job_path: &Path,
+    root: &Path,
+    unpacked_repository: Option<&Path>,
+    resolver: &dyn Resolver,
+) -> Result<Structure, String> {
+    let shown = job_path
+        .file_name()
+        .map_or_else(|| "job.toml".into(), |n| n.to_string_lossy().into_owned());
+    match fs::symlink_metadata(job_path) {
         Ok(m) if m.is_file() => {}
-        Ok(_) => return Err("job.toml is not a regular file".into()),
-        Err(_) => return Err("the bundle root holds no job.toml".into()),
+        Ok(_) => return Err(format!("{shown} is not a regular file")),
+        Err(_) => return Err(format!("the bundle root holds no {shown}")),
     }
-    let job = Job::load(&job_path).map_err(|e| {
-        // Messages name the file by its place in the bundle, not the temporary directory.
+    let job = Job::load(job_path).map_err(|e| {
+        // Messages name the file by its own name, not the temporary directory it was unpacked into.
         e.to_string()
-            .replacen(&job_path.display().to_string(), "job.toml", 1)
+            .replacen(&job_path.display().to_string(), &shown, 1)
     })?;
     let mut notes = Vec::new();
     let repository_dir = match job.repository.url() {
@@ -103,10 +116,10 @@ pub fn structure(
             let m = fs::symlink_metadata(&full).map_err(|_| {
                 format!("repository.path = `{}` is not in the bundle", rel.display())
             })?;
-            if m.is_dir() {
-                Some(full)
-            } else if let Some(u) = unpacked_repository {
+            if let Some(u) = unpacked_repository {
                 Some(u.to_path_buf())
+            } else if m.is_dir() {
+                Some(full)
             } else if m.is_file() && is_git_bundle(&full) {
                 notes.push(Finding::new(
                     Stage::Structure,

@@ -873,7 +873,7 @@ fn nested_repository_archive_is_unpacked_under_the_same_rules() {
         "bundle.tar",
         &tar(&[file("job.toml", job), file("repo.tar.gz", &inner)]),
     ));
-    assert_refused(&r, Stage::Unpack, "repository archive repo.tar.gz");
+    assert_refused(&r, Stage::Unpack, "repository repo.tar.gz: ../../../evil");
     c.assert_contained(&r);
 }
 
@@ -898,4 +898,48 @@ fn unusable_inputs() {
     let v = serde_json::to_value(&r).expect("serialises");
     assert_eq!(v["refusal"]["stage"], "receive");
     assert_eq!(v["stages"][1]["status"], "not_run");
+}
+
+#[test]
+fn a_lone_job_file_is_taken_under_the_bundle_rules() {
+    let c = Case::new();
+    let d = c.path("in/bundle-jobdir");
+    std::fs::create_dir_all(d.join("repo")).expect("mkdir");
+    std::fs::write(d.join("repo/test.sh"), "true\n").expect("write");
+    std::fs::write(d.join("fix.patch"), "--- a/x\n+++ b/x\n").expect("write");
+    let job = d.join("my-job.toml");
+    std::fs::write(
+        &job,
+        "[repository]\npath = \"repo\"\npatch = \"fix.patch\"\n",
+    )
+    .expect("write");
+    let mut r = c.run(&job);
+    assert!(r.accepted, "{:#?}", r.stages);
+    let repo = r.repository_dir.clone().expect("repository copied");
+    assert!(
+        repo.starts_with(c.path("work")),
+        "the repository is a copy: {}",
+        repo.display()
+    );
+    assert_eq!(
+        std::fs::read(repo.join("test.sh")).expect("read"),
+        b"true\n"
+    );
+    r.cleanup().expect("cleanup");
+
+    // The copy follows the unpack rules: a link out of the repository is refused.
+    std::os::unix::fs::symlink("/etc", d.join("repo/etc")).expect("symlink");
+    let r = c.run(&job);
+    assert_refused(&r, Stage::Unpack, "repository repo: etc: absolute symlink");
+    c.assert_contained(&r);
+    std::fs::remove_file(d.join("repo/etc")).expect("rm");
+
+    // Errors name the job file by its own name.
+    std::fs::write(&job, "[repository]\npath = \"repo\"\ncolour = 1\n").expect("write");
+    let r = c.run(&job);
+    assert_refused(&r, Stage::Structure, "my-job.toml:3:1: `repository.colour`");
+    // A repository outside the job's directory is refused.
+    std::fs::write(&job, "[repository]\npath = \"../elsewhere\"\n").expect("write");
+    let r = c.run(&job);
+    assert_refused(&r, Stage::Structure, "`..`");
 }
