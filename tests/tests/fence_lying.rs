@@ -211,3 +211,48 @@ fn tarball_with_a_detected_command() {
     assert_eq!(r.verdict["tests"]["passed"], 2);
     c.assert_clean(&r, &[]);
 }
+
+#[test]
+fn junit_report_is_read_only_from_inside_the_repository() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    let secret = c.path().join("host-secret.xml");
+    std::fs::write(
+        &secret,
+        "<testsuite tests=\"5\" failures=\"0\"><testcase name=\"a\"/></testsuite>",
+    )
+    .expect("w");
+    c.repo_file(
+        "test.sh",
+        &format!("ln -s {} report.xml\n", secret.display()),
+    );
+    c.job(
+        "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\njunit = \"report.xml\"\n",
+    );
+    let r = c.run();
+    assert_eq!(r.outcome(), "counts_unparsed", "{}", r.dump());
+    assert!(
+        r.verdict["findings"]
+            .to_string()
+            .contains("outside the repository"),
+        "{}",
+        r.dump()
+    );
+    c.assert_clean(&r, &[]);
+
+    let c = Case::new(BIN);
+    c.repo_file(
+        "test.sh",
+        "printf '<testsuite tests=\"2\" failures=\"1\"><testcase name=\"a\"/><testcase name=\"b\"><failure/></testcase></testsuite>' > report.xml\n",
+    );
+    c.job(
+        "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\njunit = \"report.xml\"\n",
+    );
+    let r = c.run();
+    assert_eq!(r.outcome(), "tests_failed", "{}", r.dump());
+    assert_eq!(r.verdict["tests"]["parser"], "junit", "{}", r.dump());
+    assert_eq!(r.verdict["tests"]["failed"], 1, "{}", r.dump());
+    c.assert_clean(&r, &[]);
+}

@@ -518,20 +518,22 @@ fn run_in(
     verdict.output_tail.test = tail_with_header(&run.header, &run.output);
     absorb(&mut verdict, &run);
 
-    let junit = job.test.junit.as_ref().map(|j| repo_dir.join(j));
-    let junit = junit.filter(|p| {
-        p.starts_with(&repo_dir) && !p.components().any(|c| c == std::path::Component::ParentDir)
-    });
-    let counts = if run.output.truncated() {
-        super::counts::CountsResult::Unparsed {
+    // The report file is the repository's: resolve it (symbolic links included) and read it only when it is
+    // a regular file inside the repository copy, never a host file a link points to.
+    let junit = match &job.test.junit {
+        None => Ok(None),
+        Some(j) => contained_file(&repo_dir, j).map(Some),
+    };
+    let counts = match junit {
+        _ if run.output.truncated() => super::counts::CountsResult::Unparsed {
             why: format!(
                 "the output was {} bytes, more than the {} bytes kept for counting",
                 run.output.total,
                 run.output.head.len()
             ),
-        }
-    } else {
-        super::counts::parse(&run.output.head, run.report.exit_code, junit.as_deref())
+        },
+        Err(why) => super::counts::CountsResult::Unparsed { why },
+        Ok(j) => super::counts::parse(&run.output.head, run.report.exit_code, j.as_deref()),
     };
     if let Some(c) = counts.counted() {
         verdict.tests = Some(TestCounts {
@@ -552,6 +554,27 @@ fn run_in(
     }
     verdict.set_outcome(outcome);
     verdict
+}
+
+/// `rel` inside `repo` as a canonical path, when it is a regular file there after resolving every link.
+fn contained_file(repo: &Path, rel: &Path) -> Result<PathBuf, String> {
+    let base = fs::canonicalize(repo).map_err(|e| format!("{}: {e}", repo.display()))?;
+    let path = fs::canonicalize(base.join(rel))
+        .map_err(|e| format!("[test] junit {}: {e}", rel.display()))?;
+    if !path.starts_with(&base) {
+        return Err(format!(
+            "[test] junit {}: resolves outside the repository",
+            rel.display()
+        ));
+    }
+    match fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(path),
+        Ok(_) => Err(format!(
+            "[test] junit {}: not a regular file",
+            rel.display()
+        )),
+        Err(e) => Err(format!("[test] junit {}: {e}", rel.display())),
+    }
 }
 
 fn absorb(verdict: &mut Verdict, run: &PhaseRun) {
