@@ -86,3 +86,43 @@ fn credential_read_paths_are_refused() {
     assert_eq!(r.outcome(), "refused", "{}", r.dump());
     c.assert_clean(&r, &[]);
 }
+
+#[test]
+fn sandbox_read_paths_are_visible_read_only_and_on_path() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    // Not under /tmp (which the job loader refuses as a read path): the target directory's scratch.
+    let tool_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tool dir");
+    let tool = tool_dir.path().join("toolchain");
+    std::fs::create_dir_all(tool.join("bin")).expect("mkdir");
+    std::fs::write(
+        tool.join("bin/faketool-917400"),
+        "#!/bin/sh\necho '1 passed, 0 failed'\n",
+    )
+    .expect("w");
+    let st = std::process::Command::new("chmod")
+        .args(["-R", "a+rX,a+x"])
+        .arg(&tool)
+        .status()
+        .expect("chmod");
+    assert!(st.success());
+    c.repo_file(
+        "test.sh",
+        &format!(
+            "touch {bin}/x 2>/dev/null && {{ echo wrote; exit 1; }}\nfaketool-917400\n",
+            bin = tool.join("bin").display()
+        ),
+    );
+    c.job(&format!(
+        "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n[sandbox]\nread = [\"{}\"]\n",
+        tool.join("bin").display()
+    ));
+    let r = c.run();
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
+    assert!(!tool.join("bin/x").exists());
+    let sandbox = r.verdict["test"]["sandbox"].to_string();
+    assert!(sandbox.contains("[sandbox] read"), "{sandbox}");
+    c.assert_clean(&r, &[]);
+}
