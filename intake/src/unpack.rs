@@ -596,6 +596,19 @@ pub fn unpack_archive(
             Ok(w.summary)
         }
         ArchiveFormat::Zip => {
+            // Bound the zip reader's own memory first: it holds every central-directory record, and each
+            // record starts with this signature, so the count bounds the records (data that happens to
+            // contain the signature only makes the bound looser).
+            let records = bytes.windows(4).filter(|w| *w == b"PK\x01\x02").count() as u64;
+            if records > limits.max_entries {
+                return Err(refuse(
+                    "<archive>",
+                    format!(
+                        "archive has up to {records} central-directory records, more than max_entries = {}",
+                        limits.max_entries
+                    ),
+                ));
+            }
             let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
                 .map_err(|e| refuse("<archive>", format!("not a readable zip: {e}")))?;
             if zip.len() as u64 > limits.max_entries {
