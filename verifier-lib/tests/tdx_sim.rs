@@ -158,7 +158,7 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
         ["tcb_status"]
     );
 
-    // A TDX module older than its identity's only level is not supported.
+    // A TDX module below its identity's UpToDate level is OutOfDate; the converged status follows it.
     let mut low = td();
     low.tee_tcb_svn[0] = 3;
     let current = SimQe::with_platform(
@@ -171,6 +171,27 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
     )
     .expect("current");
     let r = verify_quote(&current.quote(&low).expect("q"), &opts).expect("parse");
+    let tcb = r.tcb.as_ref().expect("tcb");
+    assert_eq!(tcb.module_status, Some(TcbStatus::OutOfDate));
+    assert_eq!(tcb.tdx_level_status, Some(TcbStatus::UpToDate));
+    assert_eq!(r.tcb_status(), Some(TcbStatus::OutOfDate));
+    // TD 1.5: the same outdated TD on a module updated in place (TEE_TCB_SVN2 current) is advised to relaunch.
+    let mut updated = low.clone();
+    updated.td15 = Some((td().tee_tcb_svn, [0; 48]));
+    let r = verify_quote(&current.quote(&updated).expect("q"), &opts).expect("parse");
+    assert_eq!(r.tcb_status(), Some(TcbStatus::TDRelaunchAdvised));
+    let mut not_updated = low.clone();
+    not_updated.td15 = Some((low.tee_tcb_svn, [0; 48]));
+    let r = verify_quote(&current.quote(&not_updated).expect("q"), &opts).expect("parse");
+    assert_eq!(r.tcb_status(), Some(TcbStatus::OutOfDate));
+    // A module major version without an identity is not supported.
+    let mut major = td();
+    major.tee_tcb_svn[1] = 2;
+    let r = verify_quote(&current.quote(&major).expect("q"), &opts).expect("parse");
+    assert_eq!(
+        r.tcb.as_ref().expect("tcb").module_identity_id.as_deref(),
+        Some("TDX_02")
+    );
     assert_eq!(r.tcb_status(), Some(TcbStatus::NotSupported));
     // A TDX component below the level (index 2, not skipped) finds only the OutOfDate level.
     let mut comp = td();

@@ -600,7 +600,8 @@ impl SimQe {
     }
 
     /// Collateral in the `collateral.json` layout, issued at `issued` (unix seconds) and valid for 30 days,
-    /// with one UpToDate TCB level at this platform and `tee_tcb_svn`, and an OutOfDate level below it.
+    /// with one UpToDate TCB level at this platform and `tee_tcb_svn`, an OutOfDate level below it, and a
+    /// module identity `TDX_%02X` UpToDate at TEE_TCB_SVN[0] and OutOfDate below.
     pub fn collateral_json_at(
         &self,
         tee_tcb_svn: &[u8; 16],
@@ -626,6 +627,17 @@ impl SimQe {
             tdx_top[0] = 0;
             tdx_top[1] = 0;
         }
+        // The module identity: UpToDate at this module SVN, OutOfDate below it (when there is a below).
+        let mut module_levels = vec![serde_json::json!(
+            { "tcb": { "isvsvn": tee_tcb_svn[0] }, "tcbDate": iso(issued)?, "tcbStatus": "UpToDate" }
+        )];
+        if tee_tcb_svn[0] > 0 {
+            module_levels.push(serde_json::json!({
+                "tcb": { "isvsvn": 0 },
+                "tcbDate": iso(issued.saturating_sub(365 * 86_400))?,
+                "tcbStatus": "OutOfDate",
+            }));
+        }
         let tcb_info = serde_json::json!({
             "id": "TDX",
             "version": 3,
@@ -645,9 +657,7 @@ impl SimQe {
                 "mrsigner": "00".repeat(48),
                 "attributes": "0000000000000000",
                 "attributesMask": "FFFFFFFFFFFFFFFF",
-                "tcbLevels": [
-                    { "tcb": { "isvsvn": tee_tcb_svn[0] }, "tcbDate": iso(issued)?, "tcbStatus": "UpToDate" },
-                ],
+                "tcbLevels": module_levels,
             }],
             "tcbLevels": [
                 {

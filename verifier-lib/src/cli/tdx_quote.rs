@@ -52,7 +52,8 @@ pub struct TdxPolicyArgs {
     #[arg(long, value_name = "HEX")]
     pub report_data: Option<HexBytes<64>>,
     /// Accept this TCB status too (UpToDate, SWHardeningNeeded, ConfigurationNeeded,
-    /// ConfigurationAndSWHardeningNeeded, OutOfDate, OutOfDateConfigurationNeeded, NotSupported, Revoked);
+    /// ConfigurationAndSWHardeningNeeded, OutOfDate, OutOfDateConfigurationNeeded, TDRelaunchAdvised,
+    /// TDRelaunchAdvisedConfigurationNeeded, NotSupported, Revoked);
     /// repeatable. Default: UpToDate and SWHardeningNeeded only.
     #[arg(long = "accept-tcb-status", value_name = "STATUS", value_parser = parse_status)]
     pub accept_tcb_status: Vec<TcbStatus>,

@@ -2,7 +2,7 @@
 //! level on the PCK certificate's SGX components and PCESVN and on TEE_TCB_SVN (indices 0-1 skipped when the
 //! module major version TEE_TCB_SVN[1] is non-zero), grade the TDX module identity `TDX_%02X` on
 //! TEE_TCB_SVN[0], grade the QE on its ISVSVN, then converge the statuses. Re-derived, not copied.
-//! Not implemented: the TD 1.5 "relaunch advised" refinement (TEE_TCB_SVN2), which only adds statuses.
+//! For TD 1.5 quotes, an OutOfDate TD whose module was updated in place (TEE_TCB_SVN2) is TDRelaunchAdvised.
 
 use serde::Serialize;
 
@@ -33,6 +33,11 @@ pub enum TcbStatus {
     NotSupported,
     /// The TDX module's signer or attributes differ from its identity (STATUS_TDX_MODULE_MISMATCH).
     TdxModuleMismatch,
+    /// TD 1.5: the platform was updated in place (TEE_TCB_SVN2 is current) but the TD still runs on the
+    /// outdated module it launched with; relaunching it would make it UpToDate.
+    TDRelaunchAdvised,
+    /// As [`TcbStatus::TDRelaunchAdvised`], and a platform configuration is needed too.
+    TDRelaunchAdvisedConfigurationNeeded,
     /// A status name Intel does not define.
     Unrecognized,
 }
@@ -50,6 +55,8 @@ impl TcbStatus {
             "Revoked" => Self::Revoked,
             "NotSupported" => Self::NotSupported,
             "TdxModuleMismatch" => Self::TdxModuleMismatch,
+            "TDRelaunchAdvised" => Self::TDRelaunchAdvised,
+            "TDRelaunchAdvisedConfigurationNeeded" => Self::TDRelaunchAdvisedConfigurationNeeded,
             _ => Self::Unrecognized,
         }
     }
@@ -66,6 +73,8 @@ impl TcbStatus {
             Self::Revoked => "Revoked",
             Self::NotSupported => "NotSupported",
             Self::TdxModuleMismatch => "TdxModuleMismatch",
+            Self::TDRelaunchAdvised => "TDRelaunchAdvised",
+            Self::TDRelaunchAdvisedConfigurationNeeded => "TDRelaunchAdvisedConfigurationNeeded",
             Self::Unrecognized => "Unrecognized",
         }
     }
@@ -221,6 +230,78 @@ fn converge_with_qe(tcb: TcbStatus, qe: TcbStatus) -> TcbStatus {
     }
 }
 
+fn config_needed(s: TcbStatus) -> bool {
+    matches!(
+        s,
+        TcbStatus::ConfigurationNeeded
+            | TcbStatus::OutOfDateConfigurationNeeded
+            | TcbStatus::ConfigurationAndSWHardeningNeeded
+            | TcbStatus::TDRelaunchAdvisedConfigurationNeeded
+    )
+}
+
+/// TD 1.5: an OutOfDate TD on a platform whose module was updated in place (TEE_TCB_SVN2 at the latest
+/// level) is advised to relaunch rather than called OutOfDate.
+fn relaunch(
+    info: &TcbInfo,
+    latest: Option<&TcbLevel>,
+    svn2: &[u8; 16],
+    sgx: TcbStatus,
+    tdx: TcbStatus,
+    module: TcbStatus,
+    qe: TcbStatus,
+) -> TcbStatus {
+    use TcbStatus as S;
+    if matches!(qe, S::OutOfDate | S::Revoked | S::NotSupported)
+        || !matches!(
+            sgx,
+            S::UpToDate
+                | S::SWHardeningNeeded
+                | S::ConfigurationNeeded
+                | S::ConfigurationAndSWHardeningNeeded
+        )
+        || !matches!(tdx, S::OutOfDate | S::OutOfDateConfigurationNeeded)
+        || module != S::OutOfDate
+    {
+        return tdx;
+    }
+    let Some(latest) = latest else {
+        return S::NotSupported;
+    };
+    let comp = |i: usize| {
+        latest
+            .tcb
+            .tdxtcbcomponents
+            .get(i)
+            .map_or(u8::MAX, |c| c.svn)
+    };
+    let module_current = if svn2[1] == 0 {
+        svn2[0] >= comp(0)
+    } else {
+        let id = format!("TDX_{:02X}", svn2[1]);
+        let Some(ident) = info
+            .tdx_module_identities
+            .iter()
+            .find(|m| m.id.to_uppercase() == id)
+        else {
+            return S::TdxModuleMismatch;
+        };
+        let Some(top) = ident.tcb_levels.iter().map(|l| l.tcb.isvsvn).max() else {
+            return S::NotSupported;
+        };
+        u16::from(svn2[0]) >= top
+    };
+    if module_current && svn2[2] >= comp(2) {
+        if config_needed(sgx) || config_needed(tdx) {
+            S::TDRelaunchAdvisedConfigurationNeeded
+        } else {
+            S::TDRelaunchAdvised
+        }
+    } else {
+        tdx
+    }
+}
+
 fn push_unique(out: &mut Vec<String>, ids: &[String]) {
     for id in ids {
         if !out.contains(id) {
@@ -234,6 +315,7 @@ pub fn evaluate(
     info: &TcbInfo,
     pck: &PckExtensions,
     td: &TdReport10,
+    tee_tcb_svn2: Option<&[u8; 16]>,
     qe: (TcbStatus, Vec<String>),
     failures: &mut Vec<Failure>,
 ) -> TcbEvaluation {
@@ -252,6 +334,7 @@ pub fn evaluate(
     // Highest level first, as Intel orders them (a stable sort keeps the published order for equal keys).
     let mut order: Vec<usize> = (0..info.tcb_levels.len()).collect();
     order.sort_by(|a, b| level_key(&info.tcb_levels[*b]).cmp(&level_key(&info.tcb_levels[*a])));
+    let latest = order.first().map(|i| &info.tcb_levels[*i]);
     for i in order {
         let level = &info.tcb_levels[i];
         if !sgx_ok(level, pck) {
@@ -346,7 +429,21 @@ pub fn evaluate(
         return ev;
     }
     ev.module_status = Some(module_status);
-    let converged = converge_with_module(tdx_status, module_status);
+    let mut converged = converge_with_module(tdx_status, module_status);
+    if converged != TcbStatus::Revoked {
+        if let Some(svn2) = tee_tcb_svn2 {
+            let sgx_status = ev.sgx_level_status.unwrap_or(TcbStatus::NotSupported);
+            converged = relaunch(
+                info,
+                latest,
+                svn2,
+                sgx_status,
+                converged,
+                module_status,
+                qe_status,
+            );
+        }
+    }
     ev.status = if converged == TcbStatus::Revoked {
         converged
     } else {

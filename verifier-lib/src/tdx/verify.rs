@@ -627,6 +627,13 @@ fn check_collateral(
         Some(q) => tcb::grade_qe(qi, &q.qe_report, failures),
         None => (tcb::TcbStatus::NotSupported, Vec::new()),
     };
-    let ev = tcb::evaluate(ti, pck, quote.td(), qe_grade, failures);
+    let ev = tcb::evaluate(
+        ti,
+        pck,
+        quote.td(),
+        quote.body.td15().map(|b| &b.tee_tcb_svn2),
+        qe_grade,
+        failures,
+    );
     (c, Some(ev))
 }
