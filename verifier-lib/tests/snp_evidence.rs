@@ -318,3 +318,56 @@ fn help_documents_the_policy_defaults() {
         );
     }
 }
+
+#[test]
+fn snp_report_cli_on_a_sim_chain_needs_allow_simulated_and_says_so() {
+    let b = Bundle::new(Product::Turin);
+    let (report, certs) = b
+        .psp
+        .sign_report(b.psp.report_template(MEASUREMENT, [0; 64]))
+        .expect("sign");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let pem = |der: &[u8]| {
+        let b64 = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der);
+        let lines: Vec<&str> = b64
+            .as_bytes()
+            .chunks(64)
+            .map(|c| std::str::from_utf8(c).expect("ascii"))
+            .collect();
+        format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            lines.join("\n")
+        )
+    };
+    std::fs::write(tmp.path().join("report.bin"), &report).expect("write");
+    std::fs::write(tmp.path().join("vcek.der"), &certs[0]).expect("write");
+    std::fs::write(tmp.path().join("ask.pem"), pem(&certs[1])).expect("write");
+    std::fs::write(tmp.path().join("ark.pem"), pem(&certs[2])).expect("write");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_verify-attestation"))
+            .arg("snp-report")
+            .arg(tmp.path().join("report.bin"))
+            .arg("--certs")
+            .arg(tmp.path())
+            .args(["--measurement", &hex::encode(MEASUREMENT)])
+            .args(extra)
+            .output()
+            .expect("run")
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().all(|l| l.starts_with("SIMULATED ")), "{text}");
+    assert!(text.contains("FAIL root"), "{text}");
+    let out = run(&["--allow-simulated", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["tee"], "sim-sev-snp");
+    assert_eq!(json["product"], "Turin");
+    assert!(json["reported_tcb"]["fmc"].is_u64(), "{json}");
+}
