@@ -536,25 +536,27 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
     ] {
         symlink(to, dev.join(name)).map_err(|e| format!("/dev/{name}: {e}"))?;
     }
-    mkdirs(&root.join("proc"))?;
-    Ok(())
-}
-
-/// Makes `root` the root of PID 1's mount namespace, detaches the host's tree, mounts a fresh `/proc` for the
-/// new PID namespace and makes `/` read-only.
-fn enter_root(root: &Path) -> Result<(), String> {
-    nix::unistd::chdir(root).map_err(|e| errno("chdir root", e))?;
-    nix::unistd::pivot_root(".", ".").map_err(|e| errno("pivot_root", e))?;
-    umount2(".", MntFlags::MNT_DETACH).map_err(|e| errno("detaching the host's tree", e))?;
-    nix::unistd::chdir("/").map_err(|e| errno("chdir /", e))?;
+    // The sandbox's own /proc (of PID 1's namespace), mounted while the host's /proc is still in this mount
+    // namespace: in a user namespace the kernel allows a new proc mount only beside a fully visible one.
+    let proc_dir = root.join("proc");
+    mkdirs(&proc_dir)?;
     mount(
         Some("proc"),
-        "/proc",
+        &proc_dir,
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None::<&str>,
     )
     .map_err(|e| errno("mounting /proc", e))?;
+    Ok(())
+}
+
+/// Makes `root` the root of PID 1's mount namespace, detaches the host's tree and makes `/` read-only.
+fn enter_root(root: &Path) -> Result<(), String> {
+    nix::unistd::chdir(root).map_err(|e| errno("chdir root", e))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| errno("pivot_root", e))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| errno("detaching the host's tree", e))?;
+    nix::unistd::chdir("/").map_err(|e| errno("chdir /", e))?;
     mount(
         None::<&str>,
         "/",
