@@ -43,6 +43,24 @@ pub fn skip() -> bool {
     }
 }
 
+/// Like [`skip`], and also skips (printing why) when not root: cgroup limits and the size-limited scratch need
+/// root, so the exhaustion cases cannot be judged without it.
+pub fn skip_without_limits() -> bool {
+    if skip() {
+        return true;
+    }
+    let root = fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        println!("skipped: not root, so no cgroup limits or size-limited scratch to exhaust");
+    }
+    !root
+}
+
 /// The result of one run.
 #[derive(Debug)]
 pub struct Ran {
