@@ -321,3 +321,54 @@ fn tdx_sim_cli_event_log_replay_must_match_the_rtmrs() {
     let (code, _) = run(&matching);
     assert_eq!(code, Some(2));
 }
+
+#[test]
+fn tdx_sim_revoked_certificates_are_named() {
+    use attestation::sim::tdx::SimCert;
+    let dir = tempfile::tempdir().expect("tmp");
+    let qe = SimQe::new(dir.path()).expect("qe");
+    let t = td();
+    let quote = qe.quote(&t).expect("q");
+    let issued = now() as u64 - 3600;
+    let policy = Policy::default();
+    for (revoke, check) in [
+        (SimCert::PckLeaf, "pck_chain.leaf.revoked"),
+        (SimCert::PckCa, "pck_chain.ca.revoked"),
+        (SimCert::TcbSigning, "tcb_info_issuer_chain.leaf.revoked"),
+    ] {
+        let json = qe
+            .collateral_json_revoking(&t.tee_tcb_svn, issued, &[revoke])
+            .expect("collateral");
+        let coll = Collateral::from_json(&json).expect("parse");
+        let opts = VerifyOptions {
+            collateral: Some(&coll),
+            at: now(),
+            policy: &policy,
+            allow_simulated: true,
+        };
+        let r = verify_quote(&quote, &opts).expect("parse");
+        assert!(!r.verified(), "{revoke:?}");
+        assert!(
+            r.failures.iter().any(|f| f.check == check),
+            "{revoke:?}: {:?}",
+            r.failures
+        );
+        assert!(!r.collateral.as_ref().expect("checked").none_revoked);
+    }
+    // Nothing revoked: verified, and the CRLs were really checked.
+    let coll = Collateral::from_json(
+        &qe.collateral_json_revoking(&t.tee_tcb_svn, issued, &[])
+            .expect("c"),
+    )
+    .expect("parse");
+    let opts = VerifyOptions {
+        collateral: Some(&coll),
+        at: now(),
+        policy: &policy,
+        allow_simulated: true,
+    };
+    let r = verify_quote(&quote, &opts).expect("parse");
+    assert!(r.verified(), "{:?}", r.failures);
+    let c = r.collateral.as_ref().expect("checked");
+    assert!(c.none_revoked && c.pck_crl_signature && c.root_ca_crl_signature);
+}

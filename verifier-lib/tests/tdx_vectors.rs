@@ -500,3 +500,79 @@ fn tdx_without_collateral_is_rejected_unless_policy_waives_it() {
         assert!(r.tcb.is_none());
     }
 }
+
+#[test]
+fn tdx_tampered_collateral_is_rejected_with_the_check_named() {
+    let Some(v) = vectors()
+        .into_iter()
+        .find(|v| v.name.starts_with("dcapqvl-v4"))
+    else {
+        return;
+    };
+    let dir = std::env::var_os("FENCED_RUN_VECTORS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"))
+        .join("tdx")
+        .join(&v.name);
+    let raw: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("collateral.json")).expect("c"))
+            .expect("json");
+    let flip_last_hex = |s: &str| {
+        let mut b = hex::decode(s).expect("hex");
+        let n = b.len();
+        b[n - 3] ^= 0x01; // inside the signature's s value, at the end of the DER
+        hex::encode(b)
+    };
+    let flip_first_hex = |s: &str| {
+        let mut b = hex::decode(s).expect("hex");
+        b[5] ^= 0x01;
+        hex::encode(b)
+    };
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        (
+            "pck_crl",
+            flip_last_hex(raw["pck_crl"].as_str().expect("s")).into(),
+            "pck_crl.signature",
+        ),
+        (
+            "root_ca_crl",
+            flip_last_hex(raw["root_ca_crl"].as_str().expect("s")).into(),
+            "root_ca_crl.signature",
+        ),
+        (
+            "tcb_info_signature",
+            flip_first_hex(raw["tcb_info_signature"].as_str().expect("s")).into(),
+            "tcb_info.signature",
+        ),
+        (
+            "qe_identity_signature",
+            flip_first_hex(raw["qe_identity_signature"].as_str().expect("s")).into(),
+            "qe_identity.signature",
+        ),
+        // The PCK CRL issuer chain in place of the TCB signing chain: the wrong key signed TCB Info.
+        (
+            "tcb_info_issuer_chain",
+            raw["pck_crl_issuer_chain"].clone(),
+            "tcb_info.signature",
+        ),
+    ];
+    let policy = permissive();
+    for (field, value, check) in cases {
+        let mut c = raw.clone();
+        c[field] = value;
+        let coll = Collateral::from_json(c.to_string().as_bytes()).expect("still readable");
+        let opts = VerifyOptions {
+            collateral: Some(&coll),
+            at: at_ref(&v),
+            policy: &policy,
+            allow_simulated: false,
+        };
+        let r = verify_quote(&v.quote, &opts).expect("parse");
+        assert!(!r.verified(), "{field}");
+        assert!(
+            r.failures.iter().any(|f| f.check == check),
+            "{field}: {:?}",
+            r.failures
+        );
+    }
+}

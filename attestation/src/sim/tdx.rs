@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use x509_cert::attr::AttributeTypeAndValue;
-use x509_cert::crl::{CertificateList, TbsCertList};
+use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
 use x509_cert::ext::pkix::{BasicConstraints, KeyUsage, KeyUsages};
 use x509_cert::ext::Extension;
 use x509_cert::name::{Name, RdnSequence, RelativeDistinguishedName};
@@ -330,14 +330,23 @@ fn crl(
     issuer_cn: &str,
     this: u64,
     next: u64,
+    revoked: &[u64],
 ) -> Result<Vec<u8>, SimError> {
+    let mut entries = Vec::new();
+    for n in revoked {
+        entries.push(RevokedCert {
+            serial_number: serial(*n)?,
+            revocation_date: utc(this)?,
+            crl_entry_extensions: None,
+        });
+    }
     let tbs = TbsCertList {
         version: Version::V2,
         signature: ecdsa_alg(),
         issuer: name(issuer_cn)?,
         this_update: utc(this)?,
         next_update: Some(utc(next)?),
-        revoked_certificates: None,
+        revoked_certificates: (!entries.is_empty()).then_some(entries),
         crl_extensions: None,
     };
     let tbs_der = tbs.to_der().map_err(der_err("CRL TBS"))?;
@@ -353,6 +362,40 @@ fn crl(
 fn pem(der_bytes: &[u8]) -> Result<String, SimError> {
     der::pem::encode_string("CERTIFICATE", der::pem::LineEnding::LF, der_bytes)
         .map_err(|e| SimError::Der(format!("PEM: {e}")))
+}
+
+/// A certificate of the sim PKI (to name in a CRL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimCert {
+    /// The sim root CA (self-signed; cannot be revoked by a CRL it signs, listed for completeness).
+    Root,
+    /// The sim PCK Platform CA.
+    PckCa,
+    /// The sim PCK leaf.
+    PckLeaf,
+    /// The sim TCB signing certificate.
+    TcbSigning,
+}
+
+impl SimCert {
+    /// Its serial number (as issued by [`SimQe`]).
+    pub fn serial(self) -> u64 {
+        match self {
+            SimCert::Root => 1,
+            SimCert::PckCa => 2,
+            SimCert::PckLeaf => 3,
+            SimCert::TcbSigning => 4,
+        }
+    }
+
+    /// The certificate whose CRL lists it.
+    fn issuer(self) -> SimCert {
+        match self {
+            SimCert::PckLeaf => SimCert::PckCa,
+            _ => SimCert::Root,
+        }
+    }
 }
 
 const ROOT_CN: &str = "SIMULATED SGX Root CA";
@@ -419,7 +462,7 @@ impl SimQe {
             ROOT_CN,
             &root,
             ROOT_CN,
-            1,
+            SimCert::Root.serial(),
             true,
             Vec::new(),
             (t, t + 25 * year),
@@ -429,7 +472,7 @@ impl SimQe {
             ROOT_CN,
             &pck_ca,
             PCK_CA_CN,
-            2,
+            SimCert::PckCa.serial(),
             true,
             Vec::new(),
             (t, t + 7 * year),
@@ -446,7 +489,7 @@ impl SimQe {
             PCK_CA_CN,
             &pck,
             PCK_CN,
-            3,
+            SimCert::PckLeaf.serial(),
             false,
             vec![sgx],
             (t, t + 7 * year),
@@ -456,7 +499,7 @@ impl SimQe {
             ROOT_CN,
             &tcb_signer,
             TCB_CN,
-            4,
+            SimCert::TcbSigning.serial(),
             false,
             Vec::new(),
             (t, t + 7 * year),
@@ -607,6 +650,23 @@ impl SimQe {
         tee_tcb_svn: &[u8; 16],
         issued: u64,
     ) -> Result<Vec<u8>, SimError> {
+        self.collateral_json_revoking(tee_tcb_svn, issued, &[])
+    }
+
+    /// [`SimQe::collateral_json_at`] with CRLs that revoke the certificates named (to test revocation).
+    pub fn collateral_json_revoking(
+        &self,
+        tee_tcb_svn: &[u8; 16],
+        issued: u64,
+        revoked: &[SimCert],
+    ) -> Result<Vec<u8>, SimError> {
+        let serials = |issuer: SimCert| -> Vec<u64> {
+            revoked
+                .iter()
+                .filter(|c| c.issuer() == issuer)
+                .map(|c| c.serial())
+                .collect()
+        };
         let next = issued + 30 * 86_400;
         let iso = |t: u64| -> Result<String, SimError> {
             time::OffsetDateTime::from_unix_timestamp(t as i64)
@@ -706,8 +766,20 @@ impl SimQe {
         let tcb_chain = format!("{}{}", pem(&self.tcb_der)?, pem(&self.root_der)?);
         let out = serde_json::json!({
             "pck_crl_issuer_chain": format!("{}{}", pem(&self.pck_ca_der)?, pem(&self.root_der)?),
-            "root_ca_crl": hex::encode(crl(&self.root, ROOT_CN, issued, issued + 365 * 86_400)?),
-            "pck_crl": hex::encode(crl(&self.pck_ca, PCK_CA_CN, issued, next)?),
+            "root_ca_crl": hex::encode(crl(
+                &self.root,
+                ROOT_CN,
+                issued,
+                issued + 365 * 86_400,
+                &serials(SimCert::Root),
+            )?),
+            "pck_crl": hex::encode(crl(
+                &self.pck_ca,
+                PCK_CA_CN,
+                issued,
+                next,
+                &serials(SimCert::PckCa),
+            )?),
             "tcb_info_issuer_chain": tcb_chain,
             "tcb_info_signature": sign_raw(&tcb_info),
             "tcb_info": tcb_info,
