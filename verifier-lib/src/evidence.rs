@@ -259,13 +259,16 @@ fn verify_snp_part(
     let mut v = snp::verify_report(&report, &bundle, &chain_opts, &opts.policy);
     let simulated = v.chain.root == RootKind::Unpinned;
     if simulated && !opts.chain.allow_simulated {
-        failures.push(Failure::new(
-            checks::SIMULATED,
-            "SIMULATED evidence: the chain does not end in a pinned AMD ARK (give --allow-simulated to accept it)",
-        ));
+        // First in both lists, so the report's own result is not "verified" either.
+        v.failures.insert(
+            0,
+            Failure::new(
+                checks::SIMULATED,
+                "SIMULATED evidence: the chain does not end in a pinned AMD ARK (give --allow-simulated to accept it)",
+            ),
+        );
     }
-    failures.append(&mut v.failures.clone());
-    v.failures.clear();
+    failures.extend(v.failures.iter().cloned());
     let rd = report.report_data;
     (ReportVerification::Snp(Box::new(v)), Some(rd), simulated)
 }
