@@ -2,7 +2,8 @@
 //!
 //! The walker starts at intake's `src/lib.rs` and every crate in its normal (not dev, not build) dependency
 //! graph as `cargo metadata` resolves it for this platform, follows `mod` declarations (also inside macro
-//! invocations such as `cfg_if!`, and `#[path]`), and parses each file with `syn`. Items whose `#[cfg]` is
+//! invocations such as `cfg_if!`, and `#[path]`) and `include!` (a literal path, or a file in the
+//! package's build-script `OUT_DIR`), and parses each file with `syn`. Items whose `#[cfg]` is
 //! false for this build (the package's resolved features, this target, `test` and `doc` off) are not
 //! reachable and are skipped; an unknown cfg counts as possibly true. Comments, doc comments and string
 //! literals are not code. Foreign declarations (`extern "C" { fn fork(); }`, as libc has) are bindings,
@@ -98,6 +99,9 @@ struct Walker {
     /// `cfg`s the package's build script set in this build (`name` or `name="value"`), read from its
     /// output under the target directory; `None` when that output could not be found.
     build_cfgs: Option<HashSet<String>>,
+    /// The package name and target directory, to find what `include!(concat!(env!("OUT_DIR"), ..))` names.
+    package: String,
+    target_dir: Option<PathBuf>,
     hits: Vec<Hit>,
     files: BTreeSet<PathBuf>,
     unparsed: Vec<PathBuf>,
@@ -111,6 +115,8 @@ impl Walker {
             root_dir: root_dir.to_path_buf(),
             features,
             build_cfgs: None,
+            package: String::new(),
+            target_dir: None,
             hits: Vec::new(),
             files: BTreeSet::new(),
             unparsed: Vec::new(),
@@ -388,13 +394,91 @@ impl Walker {
             }
             // Declarations of foreign functions are bindings, not uses.
             Item::ForeignMod(_) => {}
-            Item::Macro(m) => self.tokens(m.mac.tokens.clone(), file, child_dir, true),
+            Item::Macro(m) => self.tokens(m.mac.to_token_stream(), file, child_dir, true),
             other => {
                 let mut pruned = other.clone();
                 Pruner(self).visit_item_mut(&mut pruned);
                 self.tokens(pruned.to_token_stream(), file, child_dir, false);
             }
         }
+    }
+
+    /// `include!("path")` (relative to the including file) and `include!(concat!(env!("OUT_DIR"), "/f"))`
+    /// (every build-script output directory of this package) are scanned as part of the including module.
+    fn include(&mut self, flat: &[Tok], open: usize, file: &Path, child_dir: &Path) {
+        let mut depth = 0;
+        let mut lits = Vec::new();
+        for t in &flat[open..] {
+            match t {
+                Tok::Open(_) => depth += 1,
+                Tok::Close => {
+                    depth -= 1;
+                    if depth == 0 {
+                        break;
+                    }
+                }
+                Tok::Lit(l) => lits.push(l.trim_matches('"').to_string()),
+                _ => {}
+            }
+        }
+        match lits.as_slice() {
+            [one] => {
+                let target = file.parent().unwrap_or(Path::new(".")).join(one);
+                if target.exists() {
+                    self.scan_file(&target, child_dir);
+                } else {
+                    self.missing
+                        .push(format!("include!({one}) (from {})", file.display()));
+                }
+            }
+            [var, rest] if var == "OUT_DIR" => {
+                let found = self.out_dir_files(rest.trim_start_matches('/'));
+                if found.is_empty() {
+                    self.missing.push(format!(
+                        "include! of OUT_DIR/{rest} (from {})",
+                        file.display()
+                    ));
+                }
+                for f in found {
+                    self.scan_file(&f, child_dir);
+                }
+            }
+            other => self.missing.push(format!(
+                "include! of {other:?}, not resolvable (from {})",
+                file.display()
+            )),
+        }
+    }
+
+    fn out_dir_files(&self, rel: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let Some(td) = &self.target_dir else {
+            return out;
+        };
+        let Ok(profiles) = std::fs::read_dir(td) else {
+            return out;
+        };
+        for profile in profiles.flatten() {
+            let Ok(rd) = std::fs::read_dir(profile.path().join("build")) else {
+                continue;
+            };
+            for d in rd.flatten() {
+                let name = d.file_name().to_string_lossy().into_owned();
+                let Some(hash) = name
+                    .strip_prefix(&self.package)
+                    .and_then(|r| r.strip_prefix('-'))
+                else {
+                    continue;
+                };
+                if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    let f = d.path().join("out").join(rel);
+                    if f.exists() {
+                        out.push(f);
+                    }
+                }
+            }
+        }
+        out
     }
 
     // ---- token rules -------------------------------------------------------------------------------
@@ -471,6 +555,12 @@ impl Walker {
                 if RAW_SYSCALLS.contains(&sys) && !defined {
                     self.hit(file, *line, format!("raw syscall number {n}"));
                 }
+            }
+            if n == "include"
+                && matches!(next, Some(Tok::Punct('!')))
+                && matches!(next2, Some(Tok::Open(Delimiter::Parenthesis)))
+            {
+                self.include(&flat, i + 2, file, child_dir);
             }
             if follow_mods && n == "mod" {
                 if let (Some(Tok::Ident(m, _)), Some(Tok::Punct(';'))) = (next, next2) {
@@ -843,6 +933,8 @@ fn scan_package(manifest: &Path, root_name: &str) -> Scan {
             let src = PathBuf::from(lib["src_path"].as_str().expect("src_path"));
             let dir = src.parent().expect("src dir").to_path_buf();
             let mut w = Walker::new(&name, features, &dir);
+            w.package = pkg["name"].as_str().unwrap_or_default().to_string();
+            w.target_dir = Some(target_dir.clone());
             let has_build_script = pkg["targets"].as_array().is_some_and(|ts| {
                 ts.iter().any(|t| {
                     t["kind"]
@@ -1012,6 +1104,8 @@ fn the_walker_flags_a_crate_that_spawns() {
     assert!(has("hidden.rs", 21, "dlopen"), "{text}");
     assert!(has("hidden.rs", 26, "libloading"), "{text}");
     assert!(has("hidden.rs", 31, "Command"), "{text}");
+    // included.rs, pulled in by `include!`.
+    assert!(has("included.rs", 3, "Command"), "{text}");
     // Line 38 (`Cmd::new`, an alias) is caught by its `use` on line 3, not on its own.
     // Not flagged: the extern declaration, exit/id, doc comments, strings, cfg(test), a disabled feature,
     // cfg(windows), a file no `mod` names, and methods that share a name with libc functions.
@@ -1021,7 +1115,7 @@ fn the_walker_flags_a_crate_that_spawns() {
     );
     for (f, _, _) in &got {
         assert!(
-            f == "lib.rs" || f == "hidden.rs",
+            f == "lib.rs" || f == "hidden.rs" || f == "included.rs",
             "flagged a file that is unreachable or clean: {f}\n{text}"
         );
     }
