@@ -371,3 +371,49 @@ fn snp_report_cli_on_a_sim_chain_needs_allow_simulated_and_says_so() {
     assert_eq!(json["product"], "Turin");
     assert!(json["reported_tcb"]["fmc"].is_u64(), "{json}");
 }
+
+mod arbitrary_contents {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    fn good() -> &'static (Evidence, EvidenceOptions) {
+        static GOOD: OnceLock<(Evidence, EvidenceOptions)> = OnceLock::new();
+        GOOD.get_or_init(|| {
+            let b = Bundle::new(Product::Genoa);
+            (b.good(), b.opts(true))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn arbitrary_report_bytes_are_rejected_without_panicking(report in prop::collection::vec(any::<u8>(), 0..1500)) {
+            let (ev, opts) = good();
+            let mut ev = ev.clone();
+            ev.report = report;
+            prop_assert!(!verify_evidence(&ev, opts).verified());
+        }
+
+        #[test]
+        fn arbitrary_certificates_are_rejected_without_panicking(
+            certs in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..400), 0..5),
+        ) {
+            let (ev, opts) = good();
+            let mut ev = ev.clone();
+            ev.certs = certs;
+            prop_assert!(!verify_evidence(&ev, opts).verified());
+        }
+
+        #[test]
+        fn any_flipped_report_byte_is_rejected(off in 0usize..attestation::snp::REPORT_LEN, bit in 0u8..8) {
+            let (ev, opts) = good();
+            let mut ev = ev.clone();
+            ev.report[off] ^= 1 << bit;
+            let v = verify_evidence(&ev, opts);
+            // The reserved signature tail is outside the signed part but must be zero, so it is rejected too.
+            prop_assert!(!v.verified(), "offset {off:#x}");
+        }
+    }
+}
