@@ -359,6 +359,8 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     // A repository shipped as an archive is unpacked, and a lone job file's repository directory copied,
     // under the same rules, into `repository/`.
     let copy_dirs = received.kind == BundleKind::JobFile;
+    // The archive's bytes are not needed again: free them before a repository archive is read.
+    drop(received);
     let repo_unpacked = match unpack_repository(&job_path, &root, &work, limits, copy_dirs) {
         Ok(Some((dest, note))) => {
             unpack_notes.push(note);
