@@ -12,6 +12,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
 
+use super::sni;
 use super::wire::{self, BufIn, HeadError, RequestHead};
 use super::{Counters, Dialer, Log, ProxyLimits, Resolver};
 
@@ -75,6 +76,7 @@ impl Refusal {
 /// What the judge allowed: the normalised host, the entry that allowed it, and the checked addresses.
 struct Allowed {
     host: String,
+    name: HostName,
     entry: String,
     addrs: Vec<IpAddr>,
 }
@@ -243,6 +245,7 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
         return Err((shown, Refusal::forbidden(reason)));
     }
     Ok(Allowed {
+        name: host,
         host: shown,
         entry: entry.to_string(),
         addrs,
@@ -321,28 +324,119 @@ async fn connect(
     {
         return;
     }
-    let (client_rd, early) = input.into_parts();
-    let (up_rd, mut up_wr) = upstream.into_split();
     // Bytes the client sent right after the CONNECT head (e.g. a TLS ClientHello) belong to the tunnel.
-    if !early.is_empty() {
-        if up_wr.write_all(&early).await.is_err() {
-            return;
+    let (client_rd, early) = input.into_parts();
+    let (up_rd, up_wr) = upstream.into_split();
+    let gate = Gate {
+        expected: &allowed.name,
+        early,
+        shared,
+    };
+    tunnel(client_rd, wr, up_rd, up_wr, &counters, gate).await;
+}
+
+/// What the first client bytes of a tunnel are checked against.
+struct Gate<'a> {
+    /// The CONNECT host.
+    expected: &'a HostName,
+    /// Bytes already received after the CONNECT head.
+    early: Vec<u8>,
+    shared: &'a Shared,
+}
+
+impl Gate<'_> {
+    /// Reads until the first bytes say whether this is TLS and which server it names; returns every byte read
+    /// (to be sent upstream), or the reason to close the tunnel.
+    async fn pass(
+        self,
+        client_rd: &mut tokio::net::unix::OwnedReadHalf,
+    ) -> Result<Vec<u8>, String> {
+        use tokio::io::AsyncReadExt;
+        let mut seen = self.early;
+        let limit = self.shared.limits.header_timeout;
+        // The clock starts at the first byte: a client may wait for a server that speaks first.
+        let mut deadline = (!seen.is_empty()).then(|| tokio::time::Instant::now() + limit);
+        loop {
+            match sni::inspect(&seen) {
+                sni::Hello::NeedMore => {}
+                sni::Hello::NotTls | sni::Hello::ServerName(None) => return Ok(seen),
+                sni::Hello::ServerName(Some(name)) => {
+                    return match HostName::parse(&name) {
+                        Ok(n) if n == *self.expected => Ok(seen),
+                        _ => Err(format!(
+                            "TLS server name `{name}` differs from the CONNECT host `{}` (domain fronting)",
+                            self.expected
+                        )),
+                    };
+                }
+                sni::Hello::Malformed(e) => return Err(format!("malformed TLS ClientHello: {e}")),
+            }
+            if seen.len() >= sni::MAX_HELLO_BYTES {
+                return Err("no complete TLS ClientHello in the first 64 KiB".into());
+            }
+            let mut buf = vec![0u8; sni::MAX_HELLO_BYTES - seen.len()];
+            let read = match deadline {
+                Some(d) => tokio::time::timeout_at(d, client_rd.read(&mut buf)).await,
+                None => Ok(client_rd.read(&mut buf).await),
+            };
+            let n = match read {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) => return Err(format!("reading the ClientHello: {e}")),
+                Err(_) => {
+                    return Err("incomplete TLS ClientHello within the header time limit".into())
+                }
+            };
+            if n == 0 && seen.is_empty() {
+                // Closed without a byte: nothing to judge, the tunnel just ends.
+                return Ok(seen);
+            }
+            deadline.get_or_insert_with(|| tokio::time::Instant::now() + limit);
+            if n == 0 {
+                // The client closed before finishing: nothing more can reach the server.
+                return Err("the client closed in the middle of a TLS ClientHello".into());
+            }
+            seen.extend_from_slice(&buf[..n]);
         }
-        counters.up.fetch_add(early.len() as u64, Ordering::Relaxed);
     }
-    tunnel(client_rd, wr, up_rd, up_wr, &counters).await;
 }
 
 async fn tunnel(
-    client_rd: tokio::net::unix::OwnedReadHalf,
+    mut client_rd: tokio::net::unix::OwnedReadHalf,
     client_wr: tokio::net::unix::OwnedWriteHalf,
     up_rd: tokio::net::tcp::OwnedReadHalf,
-    up_wr: tokio::net::tcp::OwnedWriteHalf,
+    mut up_wr: tokio::net::tcp::OwnedWriteHalf,
     counters: &Counters,
+    gate: Gate<'_>,
 ) {
-    let upward = wire::pump(client_rd, up_wr, &counters.up);
+    let log = &gate.shared.log;
+    let upward = async {
+        // Nothing goes upstream before the first bytes are judged; the server may speak first meanwhile.
+        let first = gate.pass(&mut client_rd).await?;
+        if !first.is_empty() {
+            up_wr.write_all(&first).await.map_err(|_| String::new())?;
+            counters.up.fetch_add(first.len() as u64, Ordering::Relaxed);
+        }
+        let _ = wire::pump(client_rd, up_wr, &counters.up).await;
+        Ok::<(), String>(())
+    };
     let downward = wire::pump(up_rd, client_wr, &counters.down);
-    let _ = tokio::join!(upward, downward);
+    tokio::pin!(upward, downward);
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        tokio::select! {
+            r = &mut upward, if !up_done => {
+                up_done = true;
+                if let Err(reason) = r {
+                    if !reason.is_empty() {
+                        log.refuse_after(counters, reason);
+                    }
+                    // Dropping both directions closes the tunnel.
+                    return;
+                }
+            }
+            _ = &mut downward, if !down_done => down_done = true,
+        }
+    }
 }
 
 /// Headers never passed on: hop-by-hop ones, proxy credentials, and protocol switches.

@@ -6,6 +6,7 @@
 
 mod conn;
 pub mod net;
+pub mod sni;
 pub mod wire;
 
 use std::io;
@@ -159,6 +160,8 @@ pub(crate) struct Log {
 pub(crate) struct Counters {
     pub up: Arc<AtomicU64>,
     pub down: Arc<AtomicU64>,
+    /// The record's position in the log (`None` past the log limit).
+    pub index: Option<usize>,
 }
 
 impl Log {
@@ -172,9 +175,10 @@ impl Log {
 
     /// Adds a record and returns its byte counters.
     pub(crate) fn record(&self, host: &str, port: u16, allowed: bool, reason: String) -> Counters {
-        let c = Counters {
+        let mut c = Counters {
             up: Arc::new(AtomicU64::new(0)),
             down: Arc::new(AtomicU64::new(0)),
+            index: None,
         };
         let mut records = match self.records.lock() {
             Ok(g) => g,
@@ -183,6 +187,7 @@ impl Log {
         if records.len() >= self.max {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         } else {
+            c.index = Some(records.len());
             records.push(LiveRecord {
                 host: host.to_string(),
                 port,
@@ -193,6 +198,19 @@ impl Log {
             });
         }
         c
+    }
+
+    /// Turns an allowed record into a refused one when the tunnel is closed after a later check.
+    pub(crate) fn refuse_after(&self, c: &Counters, why: String) {
+        let Some(i) = c.index else { return };
+        let mut records = match self.records.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(r) = records.get_mut(i) {
+            r.allowed = false;
+            r.reason = format!("{}; then closed: {why}", r.reason);
+        }
     }
 
     fn snapshot(&self) -> EgressLog {
