@@ -33,6 +33,8 @@ pub mod checks {
     pub const ISOLATION: &str = "isolation";
     /// No launch measurement was pinned and `--any-measurement` was not given.
     pub const MEASUREMENT_UNPINNED: &str = "measurement-unpinned";
+    /// The launch measurement is not in the auditor-signed measurement set.
+    pub const MEASUREMENT_SET: &str = "measurement-set";
     /// TDX evidence could not be verified.
     pub const TDX: &str = "tdx";
 }
@@ -48,6 +50,9 @@ pub struct EvidenceOptions {
     pub nonce: Option<Vec<u8>>,
     /// Skip the launch-measurement pin on purpose (any guest code could then have produced the verdict).
     pub any_measurement: bool,
+    /// A measurement set whose auditor signatures were already checked (k of n); the launch measurement must
+    /// be one of its entries.
+    pub measurement_set: Option<std::sync::Arc<measurements::set::TrustedSet>>,
 }
 
 /// The verification of the hardware report inside the evidence.
@@ -100,7 +105,7 @@ pub fn verify_evidence_bytes(
 /// Verifies decoded evidence.
 pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerification {
     let mut failures = Vec::new();
-    let pinned = !opts.policy.measurements.is_empty();
+    let pinned = !opts.policy.measurements.is_empty() || opts.measurement_set.is_some();
     if !pinned && !opts.any_measurement {
         failures.push(Failure::new(
             checks::MEASUREMENT_UNPINNED,
@@ -134,6 +139,13 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
                     }
                 ),
             ));
+        }
+    }
+
+    // 1b. The launch measurement against the auditor-signed set.
+    if let Some(set) = &opts.measurement_set {
+        if let Err(e) = match_measurement_set(set, &report, simulated) {
+            failures.push(Failure::new(checks::MEASUREMENT_SET, e));
         }
     }
 
@@ -225,6 +237,35 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
         measurement_pinned: pinned,
         nonce_checked,
         failures,
+    }
+}
+
+/// Looks the verified report's launch measurement up in the set: SNP by measurement and guest policy, TDX by
+/// MRTD and RTMRs, simulated evidence among the set's sim entries.
+fn match_measurement_set(
+    set: &measurements::set::TrustedSet,
+    report: &ReportVerification,
+    simulated: bool,
+) -> Result<(), String> {
+    match report {
+        ReportVerification::Snp(v) if simulated => set
+            .match_sim(&v.report.measurement)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        ReportVerification::Snp(v) => set
+            .match_snp_policy(&v.report.measurement, v.report.policy.0)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        ReportVerification::Tdx(v) => {
+            let td = v.quote.td();
+            set.match_tdx(&td.mrtd, &td.rtmr)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+        _ => Err(format!(
+            "no launch measurement to look up in {}: the report was not verified",
+            set.name()
+        )),
     }
 }
 

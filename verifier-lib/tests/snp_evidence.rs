@@ -83,6 +83,7 @@ impl Bundle {
             },
             nonce: Some(self.nonce.clone()),
             any_measurement: false,
+            measurement_set: None,
         }
     }
 }

@@ -61,6 +61,7 @@ fn opts(allow_simulated: bool, mrtd: [u8; 48], nonce: &[u8]) -> EvidenceOptions 
         },
         nonce: Some(nonce.to_vec()),
         any_measurement: false,
+        measurement_set: None,
     }
 }
 
