@@ -633,3 +633,20 @@ fn production_resolver_and_dialer_with_a_listed_loopback_literal() {
     assert!(log[0].allowed && log[0].host == "127.0.0.1" && log[0].bytes_up == 1);
     assert!(!log[1].allowed);
 }
+
+#[test]
+fn client_chosen_text_is_clipped_in_the_log() {
+    let resolver = MapResolver::new(&[]);
+    let dialer = RecordingDialer::new(&[]);
+    let mut fx = Fixture::start(&["registry.example:443"], resolver, dialer, false);
+    let long = format!("{}.example", "a".repeat(5000));
+    let (_c, r) = connect(&fx, &format!("{long}:443"));
+    assert_eq!(r.code, 403);
+    let log = fx.shutdown();
+    assert!(
+        log[0].host.len() <= 258 && log[0].host.ends_with("..."),
+        "{}",
+        log[0].host.len()
+    );
+    assert!(log[0].reason.len() <= 2051, "{}", log[0].reason.len());
+}

@@ -37,7 +37,11 @@ pub(crate) async fn accept_loop(
         tokio::select! {
             _ = &mut stop => return,
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else { continue };
+                let Ok((stream, _)) = accepted else {
+                    // Out of descriptors or similar: back off instead of spinning on the error.
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                };
                 match slots.clone().try_acquire_owned() {
                     Ok(permit) => {
                         let shared = shared.clone();
@@ -106,9 +110,19 @@ async fn respond<W: AsyncWrite + Unpin>(
         "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    w.write_all(head.as_bytes()).await?;
-    w.write_all(body.as_bytes()).await?;
-    w.flush().await
+    let send = async {
+        w.write_all(head.as_bytes()).await?;
+        w.write_all(body.as_bytes()).await?;
+        w.flush().await
+    };
+    // A client that reads nothing cannot hold the connection open through an error answer.
+    match tokio::time::timeout(std::time::Duration::from_secs(10), send).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "client not reading",
+        )),
+    }
 }
 
 async fn refuse<W: AsyncWrite + Unpin>(w: &mut W, log: &Log, host: &str, port: u16, r: Refusal) {

@@ -189,10 +189,10 @@ impl Log {
         } else {
             c.index = Some(records.len());
             records.push(LiveRecord {
-                host: host.to_string(),
+                host: clip(host, 255),
                 port,
                 allowed,
-                reason,
+                reason: clip(&reason, 2048),
                 up: c.up.clone(),
                 down: c.down.clone(),
             });
@@ -245,6 +245,18 @@ impl Log {
         }
         out
     }
+}
+
+/// At most `max` bytes of `s` (on a character boundary), marked when cut: client-chosen text stays small in the log.
+fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
 }
 
 /// The egress proxy.
