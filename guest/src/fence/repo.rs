@@ -303,12 +303,13 @@ pub fn tree_hash(dir: &Path) -> Result<String, RepoError> {
             .args(args);
         cmd
     };
-    let mut init = git(store.path());
-    init.args(["init", "-q", "--bare"]).arg(&git_dir);
-    run_git(init, "init").map_err(|reason| RepoError::Git {
-        what: "init of the tree store".into(),
-        reason,
-    })?;
+    // A minimal object store (what `git init --bare` would make, without templates or a process).
+    for d in ["objects", "refs"] {
+        let p = git_dir.join(d);
+        fs::create_dir_all(&p).map_err(io(&p))?;
+    }
+    let head = git_dir.join("HEAD");
+    fs::write(&head, "ref: refs/heads/main\n").map_err(io(&head))?;
     run_git(with(&["add", "-A", "-f", "."]), "add").map_err(|reason| RepoError::Git {
         what: "add (tree hash)".into(),
         reason,
@@ -448,6 +449,30 @@ mod tests {
         assert_eq!(t1.len(), 40);
         w(d.path(), "a.txt", "hello!\n");
         assert_ne!(tree_hash(d.path()).expect("hash"), t1);
+    }
+
+    #[test]
+    fn tree_hash_is_the_git_tree_of_a_clean_checkout() {
+        let d = tempfile::tempdir().expect("tmp");
+        w(d.path(), "a.txt", "hello\n");
+        w(d.path(), "sub/b.sh", "echo b\n");
+        let g = |args: &[&str]| {
+            let out = Command::new("git")
+                .current_dir(d.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t.example"])
+                .args(args)
+                .output()
+                .expect("git");
+            assert!(out.status.success(), "{args:?}");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        g(&["init", "-q"]);
+        g(&["add", "."]);
+        g(&["commit", "-q", "-m", "x"]);
+        assert_eq!(
+            tree_hash(d.path()).expect("hash"),
+            g(&["rev-parse", "HEAD^{tree}"])
+        );
     }
 
     #[test]
