@@ -432,7 +432,6 @@ fn run_in(
         home_dir: &home_dir,
     };
 
-    let mut install_facts = None;
     if let Some(install) = &job.install {
         let socket = dir.path().join("egress.sock");
         let session = match &opts.proxy {
@@ -480,7 +479,6 @@ fn run_in(
         });
         verdict.output_tail.install = tail_with_header(&run.header, &run.output);
         absorb(&mut verdict, &run);
-        install_facts = Some(run.facts.clone());
         // The cut: the install namespace must be gone and every process of it dead before tests start.
         if run.left_after_teardown > 0 || !run.report.namespace_dead {
             verdict.findings.push(finding(
@@ -502,7 +500,6 @@ fn run_in(
             return verdict;
         }
     }
-    let _ = install_facts;
 
     let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None);
     verdict.test = Some(TestPhase {
@@ -915,5 +912,53 @@ impl PhaseCtx<'_> {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_keeps_the_head_up_to_the_cap_and_the_tail() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let out = Output::read_all(&data[..], 100_000);
+        assert_eq!(out.total, 300_000);
+        assert_eq!(out.head, &data[..100_000]);
+        assert!(out.truncated());
+        assert!(out.tail.len() >= OUTPUT_TAIL_MAX);
+        assert!(data.ends_with(&out.tail));
+        let small = Output::read_all(&b"abc"[..], 100);
+        assert!(!small.truncated());
+        assert_eq!(small.tail, b"abc");
+    }
+
+    #[test]
+    fn tail_with_header_stays_within_the_limit() {
+        let out = Output {
+            head: Vec::new(),
+            total: 200_000,
+            tail: vec![b'x'; 2 * OUTPUT_TAIL_MAX],
+        };
+        let t = tail_with_header("# header\n", &out);
+        assert!(t.starts_with("# header\n"));
+        assert_eq!(t.len(), OUTPUT_TAIL_MAX);
+    }
+
+    #[test]
+    fn contained_file_refuses_links_out_of_the_repository() {
+        let d = tempfile::tempdir().expect("tmp");
+        let repo = d.path().join("repo");
+        fs::create_dir(&repo).expect("mkdir");
+        fs::write(d.path().join("outside.xml"), "x").expect("w");
+        fs::write(repo.join("in.xml"), "x").expect("w");
+        std::os::unix::fs::symlink(d.path().join("outside.xml"), repo.join("link.xml"))
+            .expect("link");
+        assert!(contained_file(&repo, Path::new("in.xml")).is_ok());
+        assert!(contained_file(&repo, Path::new("link.xml"))
+            .expect_err("escape")
+            .contains("outside"));
+        assert!(contained_file(&repo, Path::new("../outside.xml")).is_err());
+        assert!(contained_file(&repo, Path::new(".")).is_err());
     }
 }
