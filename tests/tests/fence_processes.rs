@@ -161,6 +161,7 @@ fn install_phase_daemon_does_not_survive_the_cut() {
     let r = c.run();
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     assert!(r.verdict["install"]["exit_code"] == 0, "{}", r.dump());
+    assert!(r.verdict["test"]["sandbox"].to_string().contains("cut: "), "{}", r.dump());
     assert_eq!(r.verdict["processes"]["left_after_teardown"], 0);
     c.assert_clean(&r, &["917040"]);
 }

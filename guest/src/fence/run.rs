@@ -464,6 +464,7 @@ fn run_in(
             &install.command,
             install.timeout_seconds,
             forward,
+            None,
         );
         let egress = session.map(|s| s.finish()).unwrap_or_default();
         let _ = fs::remove_file(&socket);
@@ -501,7 +502,11 @@ fn run_in(
         }
     }
 
-    let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None);
+    let cut = job.install.as_ref().map(|_| {
+        "cut: the install phase's PID 1 was reaped (so every process of its namespace was dead) and no \
+         install process was left before this phase started"
+    });
+    let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
     verdict.test = Some(TestPhase {
         command: test_command.clone(),
         source: test_source,
@@ -704,6 +709,7 @@ impl PhaseCtx<'_> {
         command: &str,
         timeout_seconds: u64,
         forward: Option<ForwardSpec>,
+        note: Option<&str>,
     ) -> PhaseRun {
         let mut findings = Vec::new();
         let env = self.env(forward.as_ref());
@@ -730,7 +736,9 @@ impl PhaseCtx<'_> {
                 None
             }
         };
-        let sandbox = self.sandbox_lines(phase, forward.as_ref(), cgroup.as_ref(), timeout_seconds);
+        let mut sandbox =
+            self.sandbox_lines(phase, forward.as_ref(), cgroup.as_ref(), timeout_seconds);
+        sandbox.extend(note.map(str::to_owned));
         let mut header = format!(
             "# fenced-run {phase} phase: {command}\n# env: {}\n",
             env_names.join(" ")
