@@ -536,6 +536,17 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
     ] {
         symlink(to, dev.join(name)).map_err(|e| format!("/dev/{name}: {e}"))?;
     }
+    // POSIX shared memory: a tmpfs of its own, bounded like the scratch (its pages count in the memory cgroup).
+    let shm = dev.join("shm");
+    mkdirs(&shm)?;
+    mount(
+        Some("fence-shm"),
+        &shm,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(format!("size={},mode=1777", spec.file_size_bytes.max(4096)).as_str()),
+    )
+    .map_err(|e| errno("tmpfs /dev/shm", e))?;
     // The sandbox's own /proc (of PID 1's namespace), mounted while the host's /proc is still in this mount
     // namespace: in a user namespace the kernel allows a new proc mount only beside a fully visible one.
     let proc_dir = root.join("proc");

@@ -681,7 +681,7 @@ impl PhaseCtx<'_> {
             }
         ));
         lines.push(format!(
-            "root: read-only tmpfs; /proc of the sandbox only; /dev: {}",
+            "root: read-only tmpfs; /proc of the sandbox only; /dev: {} and a /dev/shm tmpfs",
             spec::DEVICES.join(" ")
         ));
         lines.push(if self.root {
