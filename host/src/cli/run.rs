@@ -93,7 +93,8 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    let opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    opts.intake_input = Some(args.job.clone());
     let verdict = run_job(&job, &opts);
     print_verdict(&verdict, args.json);
     if let (Some(session), Some(out)) = (session, &args.evidence) {
