@@ -173,7 +173,8 @@ impl Case {
     }
 
     /// Asserts that nothing of the run remains: the TMPDIR is empty, no mount under the case, no cgroup of
-    /// the runner, no process whose command line holds one of `markers`.
+    /// the runner, no process whose command line holds one of `markers` or the case directory (the helper and
+    /// the forwarder name their spec file there).
     pub fn assert_clean(&self, ran: &Ran, markers: &[&str]) {
         let left: Vec<_> = fs::read_dir(self.tmp())
             .expect("tmp")
@@ -195,7 +196,10 @@ impl Case {
         let prefix = format!("fenced-run-{}-", ran.pid);
         let cg = find_cgroups(Path::new("/sys/fs/cgroup"), &prefix, 6);
         assert!(cg.is_empty(), "cgroups left: {cg:?}\n{}", ran.dump());
-        let procs = processes_with(markers);
+        let case_marker = case.clone();
+        let mut all: Vec<&str> = markers.to_vec();
+        all.push(&case_marker);
+        let procs = processes_with(&all);
         assert!(
             procs.is_empty(),
             "processes left: {procs:?}\n{}",

@@ -11,7 +11,7 @@ use std::sync::Arc;
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 
 const PROBE: &str = r#"
-import socket, glob, sys
+import socket, glob, sys, os
 tcp, udp, sock_glob = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 bad = []
 for port in (tcp, 3128):
@@ -38,6 +38,7 @@ for path in glob.glob(sock_glob) + ["/work/egress.sock"]:
 ifs = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
 if ifs != ["lo"]:
     bad.append("interfaces %s" % ifs)
+print("netns", os.readlink("/proc/self/ns/net"))
 print("bad:", bad)
 print("1 passed, 0 failed" if not bad else "0 passed, 1 failed")
 sys.exit(1 if bad else 0)
@@ -56,7 +57,7 @@ fn test_phase_reaches_nothing() {
     c.repo_file("probe.py", PROBE);
     let sock_glob = format!("{}/fenced-run-*/egress.sock", c.tmp().display());
     c.job(&format!(
-        "[repository]\npath = \"repo\"\n[install]\ncommand = \"true\"\ntimeout_seconds = 30\n[test]\ncommand = \"python3 probe.py {} {} '{sock_glob}'\"\ntimeout_seconds = 60\n",
+        "[repository]\npath = \"repo\"\n[install]\ncommand = \"echo netns $(readlink /proc/self/ns/net)\"\ntimeout_seconds = 30\n[test]\ncommand = \"python3 probe.py {} {} '{sock_glob}'\"\ntimeout_seconds = 60\n",
         tcp.local_addr().expect("a").port(),
         udp.local_addr().expect("a").port()
     ));
@@ -72,6 +73,24 @@ fn test_phase_reaches_nothing() {
         udp.recv_from(&mut buf).is_err(),
         "the sandbox reached the host's UDP listener"
     );
+    // Each phase ran in a network namespace of its own, never the host's (the helper and forwarder that held
+    // them are gone: `assert_clean` looks for any process naming this case's directory).
+    let host = std::fs::read_link("/proc/self/ns/net").expect("own netns");
+    for tail in [
+        r.test_tail(),
+        r.verdict["output_tail"]["install"].as_str().unwrap_or(""),
+    ] {
+        let ns = tail
+            .lines()
+            .find_map(|l| l.strip_prefix("netns "))
+            .map(str::to_owned);
+        let ns = ns.unwrap_or_else(|| panic!("no netns line in {tail}"));
+        assert_ne!(
+            std::path::Path::new(&ns),
+            host,
+            "a phase ran in the host's network namespace"
+        );
+    }
     c.assert_clean(&r, &["probe.py"]);
 }
 
