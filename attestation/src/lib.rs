@@ -8,4 +8,5 @@ pub mod sim;
 pub mod snp;
 pub mod tdx;
 pub mod tee;
+pub mod vectors;
 pub mod verdict;

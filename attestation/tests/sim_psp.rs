@@ -19,20 +19,7 @@ fn shared_state() -> &'static Path {
 }
 
 fn vectors() -> Option<PathBuf> {
-    let dir = std::env::var_os("FENCED_RUN_VECTORS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"));
-    if dir.join("snp").is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-        panic!(
-            "FENCED_RUN_REQUIRE_VECTORS=1 but {} has no snp vectors",
-            dir.display()
-        );
-    }
-    println!("skipped: no vectors at {}", dir.display());
-    None
+    attestation::vectors::dir("snp").map(|_| attestation::vectors::root())
 }
 
 fn cn(name: &x509_cert::name::Name) -> String {

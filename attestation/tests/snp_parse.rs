@@ -6,22 +6,7 @@ use proptest::prelude::*;
 use std::path::PathBuf;
 
 fn vectors_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("FENCED_RUN_VECTORS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"),
-    };
-    let snp = dir.join("snp");
-    if snp.is_dir() {
-        return Some(snp);
-    }
-    if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-        panic!(
-            "FENCED_RUN_REQUIRE_VECTORS=1 but {} is missing",
-            snp.display()
-        );
-    }
-    println!("skipped: SEV-SNP vectors not found at {}", snp.display());
-    None
+    attestation::vectors::dir("snp")
 }
 
 fn hex_u64(v: &serde_json::Value) -> u64 {

@@ -4,18 +4,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn vectors_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("FENCED_RUN_VECTORS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"))
-        .join("tdx");
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-        panic!("TDX vectors required but {} is missing", dir.display());
-    }
-    println!("skipped: no TDX vectors at {}", dir.display());
-    None
+    attestation::vectors::dir("tdx")
 }
 
 fn run(args: &[&str]) -> (i32, String, String) {

@@ -2,21 +2,10 @@
 //! over mutations of real quotes and collateral, including the PEM chain, CRLs and the signed JSON).
 
 use proptest::prelude::*;
-use std::path::PathBuf;
 use verifier_lib::tdx::{verify_quote, Collateral, Policy, VerifyOptions};
 
 fn vector() -> Option<(Vec<u8>, serde_json::Value, i64)> {
-    let dir = std::env::var_os("FENCED_RUN_VECTORS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"))
-        .join("tdx/dcapqvl-v4-b0c06f-uptodate");
-    if !dir.is_dir() {
-        if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-            panic!("TDX vectors required but {} is missing", dir.display());
-        }
-        println!("skipped: no TDX vectors at {}", dir.display());
-        return None;
-    }
+    let dir = attestation::vectors::dir("tdx/dcapqvl-v4-b0c06f-uptodate")?;
     let q = std::fs::read(dir.join("quote.bin")).expect("quote");
     let c = serde_json::from_slice(&std::fs::read(dir.join("collateral.json")).expect("c"))
         .expect("json");

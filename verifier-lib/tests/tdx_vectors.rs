@@ -15,17 +15,9 @@ struct Vector {
 }
 
 fn vectors() -> Vec<Vector> {
-    let dir = std::env::var_os("FENCED_RUN_VECTORS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"))
-        .join("tdx");
-    if !dir.is_dir() {
-        if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-            panic!("TDX vectors required but {} is missing", dir.display());
-        }
-        println!("skipped: no TDX vectors at {}", dir.display());
+    let Some(dir) = attestation::vectors::dir("tdx") else {
         return Vec::new();
-    }
+    };
     let mut entries: Vec<_> = std::fs::read_dir(&dir)
         .expect("vectors dir")
         .flatten()

@@ -7,22 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// The `snp` vectors directory, or `None` (after printing "skipped: ...") when absent and not required.
 pub fn snp_vectors() -> Option<PathBuf> {
-    let dir = match std::env::var_os("FENCED_RUN_VECTORS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"),
-    };
-    let snp = dir.join("snp");
-    if snp.is_dir() {
-        return Some(snp);
-    }
-    if std::env::var("FENCED_RUN_REQUIRE_VECTORS").as_deref() == Ok("1") {
-        panic!(
-            "FENCED_RUN_REQUIRE_VECTORS=1 but {} is missing",
-            snp.display()
-        );
-    }
-    println!("skipped: SEV-SNP vectors not found at {}", snp.display());
-    None
+    attestation::vectors::dir("snp")
 }
 
 /// One report vector folder.
