@@ -113,6 +113,7 @@ fn sim_evidence(c: &mut Criterion) {
         nonce: Some(nonce),
         any_measurement: false,
         measurement_set: None,
+        tdx_collateral: None,
     };
     assert!(verify_evidence_bytes(&bytes, &opts)
         .expect("decode")

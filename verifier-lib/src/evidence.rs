@@ -53,6 +53,9 @@ pub struct EvidenceOptions {
     /// A measurement set whose auditor signatures were already checked (k of n); the launch measurement must
     /// be one of its entries.
     pub measurement_set: Option<std::sync::Arc<measurements::set::TrustedSet>>,
+    /// TDX collateral (`collateral.json` layout) to use when the evidence carries none, as evidence from
+    /// configfs-tsm usually does: the founder fetches it and verifies offline.
+    pub tdx_collateral: Option<Vec<u8>>,
 }
 
 /// The verification of the hardware report inside the evidence.
@@ -325,7 +328,7 @@ fn verify_tdx_part(
     };
     let collateral = match &ev.collateral {
         Some(Collateral::Bytes(b)) => Some(b.as_slice()),
-        _ => None,
+        _ => opts.tdx_collateral.as_deref(),
     };
     match crate::tdx::verify_quote_for_evidence(
         &ev.report,

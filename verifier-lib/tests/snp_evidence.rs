@@ -84,6 +84,7 @@ impl Bundle {
             nonce: Some(self.nonce.clone()),
             any_measurement: false,
             measurement_set: None,
+            tdx_collateral: None,
         }
     }
 }

@@ -62,6 +62,7 @@ fn opts(allow_simulated: bool, mrtd: [u8; 48], nonce: &[u8]) -> EvidenceOptions 
         nonce: Some(nonce.to_vec()),
         any_measurement: false,
         measurement_set: None,
+        tdx_collateral: None,
     }
 }
 
@@ -148,4 +149,33 @@ fn tdx_sim_evidence_round_trip_and_rejections() {
         "{:?}",
         v.failures
     );
+}
+
+#[test]
+fn tdx_evidence_without_collateral_takes_the_founders_collateral() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let tee = SimTdxTee::new(
+        SimQe::new(dir.path()).expect("sim qe"),
+        SimTd {
+            mrtd: MRTD,
+            ..SimTd::default()
+        },
+    );
+    let k = key("guest");
+    let nonce = [5u8; 32];
+    let mut ev = evidence(&tee, TeeLabel::SimTdx, &k, &k, &nonce, &nonce);
+    let carried = match ev.collateral.take() {
+        Some(attestation::evidence::Collateral::Bytes(b)) => b,
+        other => panic!("sim TDX evidence carries collateral bytes, got {other:?}"),
+    };
+
+    // As configfs-tsm evidence arrives: no collateral, and the default policy needs it.
+    let v = verify_evidence(&ev, &opts(true, MRTD, &nonce));
+    assert!(!v.verified(), "verified without any collateral");
+
+    // The founder fetched the collateral and verifies offline with it.
+    let mut o = opts(true, MRTD, &nonce);
+    o.tdx_collateral = Some(carried);
+    let v = verify_evidence(&ev, &o);
+    assert!(v.verified(), "{:?}", v.failures);
 }

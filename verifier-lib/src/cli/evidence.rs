@@ -48,6 +48,9 @@ pub struct Args {
     /// A CRL (DER or PEM) signed by the ARK (SEV-SNP). Default: no revocation check.
     #[arg(long, value_name = "FILE")]
     pub crl: Option<PathBuf>,
+    /// TDX collateral (`collateral.json`: TCB info, QE identity, CRLs) for evidence that carries none.
+    #[arg(long, value_name = "FILE")]
+    pub collateral: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -99,6 +102,19 @@ pub fn run(args: Args) -> ExitCode {
         let now = time::OffsetDateTime::now_utc();
         now.replace_nanosecond(0).unwrap_or(now)
     });
+    let tdx_collateral = match &args.collateral {
+        Some(p) => match std::fs::read(p) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                return unusable(
+                    args.json,
+                    "input",
+                    format!("cannot read --collateral {}: {e}", p.display()),
+                )
+            }
+        },
+        None => None,
+    };
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, &args) {
             Ok(t) => Some(std::sync::Arc::new(t)),
@@ -122,6 +138,7 @@ pub fn run(args: Args) -> ExitCode {
         nonce: args.nonce.as_ref().map(|n| n.0.clone()),
         any_measurement: args.any_measurement,
         measurement_set,
+        tdx_collateral,
     };
     let v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
