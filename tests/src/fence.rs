@@ -167,6 +167,19 @@ impl Case {
         }
     }
 
+    /// Starts `fenced-run run job.toml --json` without waiting for it.
+    pub fn spawn(&self) -> std::process::Child {
+        Command::new(&self.bin)
+            .arg("run")
+            .arg(self.path().join("job.toml"))
+            .arg("--json")
+            .env("TMPDIR", self.tmp())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn")
+    }
+
     /// Runs with no extra arguments.
     pub fn run(&self) -> Ran {
         self.run_with(&[], &[])
@@ -193,8 +206,7 @@ impl Case {
             "a mount under {case} is left\n{}",
             ran.dump()
         );
-        let prefix = format!("fenced-run-{}-", ran.pid);
-        let cg = find_cgroups(Path::new("/sys/fs/cgroup"), &prefix, 6);
+        let cg = cgroups_of(ran.pid);
         assert!(cg.is_empty(), "cgroups left: {cg:?}\n{}", ran.dump());
         let case_marker = case.clone();
         let mut all: Vec<&str> = markers.to_vec();
@@ -206,6 +218,15 @@ impl Case {
             ran.dump()
         );
     }
+}
+
+/// The cgroups (any hierarchy) of the runner with process id `pid`.
+pub fn cgroups_of(pid: u32) -> Vec<PathBuf> {
+    find_cgroups(
+        Path::new("/sys/fs/cgroup"),
+        &format!("fenced-run-{pid}-"),
+        6,
+    )
 }
 
 fn find_cgroups(dir: &Path, prefix: &str, depth: u32) -> Vec<PathBuf> {

@@ -161,7 +161,71 @@ fn install_phase_daemon_does_not_survive_the_cut() {
     let r = c.run();
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     assert!(r.verdict["install"]["exit_code"] == 0, "{}", r.dump());
-    assert!(r.verdict["test"]["sandbox"].to_string().contains("cut: "), "{}", r.dump());
+    assert!(
+        r.verdict["test"]["sandbox"].to_string().contains("cut: "),
+        "{}",
+        r.dump()
+    );
     assert_eq!(r.verdict["processes"]["left_after_teardown"], 0);
     c.assert_clean(&r, &["917040"]);
+}
+
+/// Polls `cond` until it holds or `secs` pass; returns whether it held.
+fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn a_killed_runner_takes_its_sandbox_down_and_the_next_run_sweeps_its_remains() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file("test.sh", "sleep 917600\n");
+    c.job(&job("", 600, ""));
+    let mut first = c.spawn();
+    let first_pid = first.id();
+    assert!(
+        wait_for(30, || !fenced_run_tests::fence::processes_with(&["917600"])
+            .is_empty()),
+        "the sandboxed command never started"
+    );
+    first.kill().expect("kill the runner");
+    let _ = first.wait();
+    // PR_SET_PDEATHSIG chain: runner -> helper -> PID 1 -> the whole namespace.
+    assert!(
+        wait_for(10, || fenced_run_tests::fence::processes_with(&["917600"])
+            .is_empty()),
+        "the sandbox outlived its runner: {:?}",
+        fenced_run_tests::fence::processes_with(&["917600"])
+    );
+    // Exiting tasks leave their cgroup a moment after they are gone from /proc.
+    let empty = |d: &std::path::PathBuf| {
+        std::fs::read_to_string(d.join("cgroup.procs"))
+            .map(|t| t.trim().is_empty())
+            .unwrap_or(true)
+    };
+    assert!(wait_for(10, || fenced_run_tests::fence::cgroups_of(
+        first_pid
+    )
+    .iter()
+    .all(empty)));
+    // The next run in the same TMPDIR removes the dead runner's directory, mount and cgroups.
+    c.repo_file("test.sh", "echo '1 passed, 0 failed'\n");
+    c.job(&job("", 60, ""));
+    let r = c.run();
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
+    assert!(
+        fenced_run_tests::fence::cgroups_of(first_pid).is_empty(),
+        "{:?}",
+        fenced_run_tests::fence::cgroups_of(first_pid)
+    );
+    c.assert_clean(&r, &["917600"]);
 }

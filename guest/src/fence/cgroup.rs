@@ -84,6 +84,26 @@ fn own_path(matches: impl Fn(&str, &str) -> bool) -> Option<String> {
     })
 }
 
+/// Whether `name` is `fenced-run-<pid>-...` for a pid that no longer exists in our PID namespace (a runner
+/// that was killed before it could clean up).
+pub fn stale_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("fenced-run-") else {
+        return false;
+    };
+    let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    !pid.is_empty() && rest[pid.len()..].starts_with('-') && !Path::new("/proc").join(&pid).exists()
+}
+
+/// Removes the empty groups of dead runners under `parent` (a non-empty group is left alone).
+fn sweep(parent: &Path) {
+    let Ok(rd) = fs::read_dir(parent) else { return };
+    for e in rd.filter_map(Result::ok) {
+        if e.file_name().to_str().is_some_and(stale_name) {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 impl PhaseCgroup {
     /// Creates the group `name` under the runner's own group and sets `memory_bytes` and `pids`.
     pub fn create(name: &str, memory_bytes: u64, pids: u64) -> Result<PhaseCgroup, CgroupError> {
@@ -98,6 +118,7 @@ impl PhaseCgroup {
                     // Best effort: enabling fails when the parent holds processes itself.
                     let _ = fs::write(parent.join("cgroup.subtree_control"), "+memory +pids");
                 }
+                sweep(&parent);
                 let dir = parent.join(name);
                 fs::create_dir(&dir).map_err(io(&dir))?;
                 let mut g = PhaseCgroup {
@@ -125,6 +146,11 @@ impl PhaseCgroup {
                     .join("pids")
                     .join(pids_own)
                     .join(name);
+                for dir in [&memory, &pids_dir] {
+                    if let Some(parent) = dir.parent() {
+                        sweep(parent);
+                    }
+                }
                 fs::create_dir(&memory).map_err(io(&memory))?;
                 if let Err(e) = fs::create_dir(&pids_dir) {
                     let _ = fs::remove_dir(&memory);

@@ -81,6 +81,8 @@ fn errno(what: &str, e: Errno) -> String {
 
 /// Everything the helper does for one phase; `Err` only when the sandbox could not be set up.
 fn run_phase(spec: &PhaseSpec) -> Result<PhaseReport, String> {
+    // If the runner dies, so does the helper (and with it PID 1 and the whole sandbox).
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(|e| errno("PR_SET_PDEATHSIG", e))?;
     if spec.user_ns {
         enter_user_namespace()?;
     }

@@ -138,8 +138,9 @@ struct RunDir {
 
 impl RunDir {
     fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
+        sweep_stale_run_dirs(&std::env::temp_dir());
         let dir = tempfile::Builder::new()
-            .prefix("fenced-run-")
+            .prefix(&format!("fenced-run-{}-", std::process::id()))
             .tempdir()
             .map_err(|e| format!("cannot create the run directory: {e}"))?;
         let fs_dir = dir.path().join("fs");
@@ -200,6 +201,27 @@ impl Drop for RunDir {
         if self.mounted {
             let _ = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH);
         }
+    }
+}
+
+/// Removes the run directories of dead runners (`fenced-run-<pid>-*` whose pid no longer exists), unmounting
+/// their scratch first: what a runner killed by a signal could not clean up itself.
+fn sweep_stale_run_dirs(tmp: &Path) {
+    let Ok(rd) = fs::read_dir(tmp) else { return };
+    for e in rd.filter_map(Result::ok) {
+        if !e
+            .file_name()
+            .to_str()
+            .is_some_and(super::cgroup::stale_name)
+        {
+            continue;
+        }
+        let path = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let _ = nix::mount::umount2(&path.join("fs"), nix::mount::MntFlags::MNT_DETACH);
+        let _ = fs::remove_dir_all(&path);
     }
 }
 
