@@ -2,3 +2,4 @@
 //! `fenced-run` CLI.
 
 pub mod cli;
+pub mod sim;

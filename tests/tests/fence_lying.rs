@@ -97,7 +97,8 @@ fn environment_injection_is_refused_at_load() {
         let r = c.run();
         assert_eq!(r.code, 1, "{}", r.dump());
         assert_eq!(r.outcome(), "refused", "{}", r.dump());
-        assert_eq!(r.verdict["refusal"]["stage"], "job");
+        // The job loader runs in intake stage 3 (structure), before anything executes.
+        assert_eq!(r.verdict["refusal"]["stage"], "structure");
         assert!(
             r.verdict["refusal"]["reason"]
                 .as_str()

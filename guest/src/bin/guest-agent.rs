@@ -1,5 +1,5 @@
 //! `guest-agent`: the guest's init and job agent. The VM job protocol is not built yet; today it runs the fence
-//! helper when re-executed as one, and `guest-agent fence JOB.toml` runs a job in the process tier and prints
+//! helper when re-executed as one, and `guest-agent fence JOB.toml|BUNDLE` runs intake and then the job in the process tier and prints
 //! the verdict JSON (the same code the VM will run).
 
 use std::path::PathBuf;
@@ -11,18 +11,18 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [cmd, job] if cmd == "fence" => {
-            let job = match intake::job::Job::load(std::path::Path::new(job)) {
-                Ok(j) => j,
-                Err(e) => {
-                    eprintln!("guest-agent: {e}");
-                    return ExitCode::from(2);
-                }
-            };
             let opts = guest::fence::run::RunOptions::new(
                 PathBuf::from("/proc/self/exe"),
                 guest::fence::run::random_nonce(),
             );
-            let v = guest::fence::run::run_job(&job, &opts);
+            // Intake again in here: the guest trusts no host.
+            let v = match guest::fence::run::run_input(std::path::Path::new(job), &opts) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("guest-agent: {job}: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             println!("{}", v.to_json_pretty());
             if v.judged {
                 ExitCode::SUCCESS

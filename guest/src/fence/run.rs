@@ -108,9 +108,9 @@ pub struct RunOptions {
     pub output_cap: usize,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
     pub home: Option<PathBuf>,
-    /// The job file (or bundle) to pass through intake stages 1-5 before anything else; `None` skips intake
-    /// (the caller ran it already).
-    pub intake_input: Option<PathBuf>,
+    /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
+    /// `repository.path`.
+    pub repository: Option<PathBuf>,
 }
 
 impl RunOptions {
@@ -123,7 +123,7 @@ impl RunOptions {
             proxy: Some(Arc::new(ProxyEgress::system())),
             output_cap: DEFAULT_OUTPUT_CAP,
             home: None,
-            intake_input: None,
+            repository: None,
         }
     }
 }
@@ -313,17 +313,6 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
             inputs,
         );
     }
-    let mut intake_findings = Vec::new();
-    if let Some(input) = &opts.intake_input {
-        match intake_stages(input) {
-            Ok(f) => intake_findings = f,
-            Err((stage, reason, findings)) => {
-                let mut v = refuse(&stage, &reason, inputs);
-                v.findings = findings;
-                return v;
-            }
-        }
-    }
     let root = nix::unistd::geteuid().is_root();
     let home = opts
         .home
@@ -339,7 +328,6 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         Err(e) => return refuse("fence", &e, inputs),
     };
     let mut verdict = run_in(job, opts, &dir, read_paths, root, inputs);
-    verdict.findings.splice(0..0, intake_findings);
     for left in dir.teardown() {
         verdict
             .findings
@@ -348,11 +336,27 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
     verdict
 }
 
-/// Runs intake stages 1-5 on `input` (executing nothing); `Ok` with the findings worth recording when it
-/// accepts, `Err((stage, reason, findings))` when it refuses.
-fn intake_stages(input: &Path) -> Result<Vec<Finding>, (String, String, Vec<Finding>)> {
-    let opts = intake::IntakeOptions::for_tier(intake::normalise::Isolation::Process);
-    let mut report = intake::run_stages(input, &opts);
+/// Runs intake stages 1-5 on `input` (a job file, or a bundle: a directory or a .tar/.tar.gz/.zip whose root
+/// holds `job.toml`), executing nothing, then, when intake accepts, the job it loaded, in the fence, from
+/// intake's own copy of the bundle. Intake's refusals come back as `refused` verdicts naming the stage, with
+/// every finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
+pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
+    let tier = match opts.isolation {
+        Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
+        Isolation::Tdx => intake::normalise::Isolation::Tdx,
+        Isolation::Vm => intake::normalise::Isolation::Vm,
+        _ => intake::normalise::Isolation::Process,
+    };
+    // Named like the run directories (`fenced-run-<pid>-...`), so that if this runner is killed mid-run the next
+    // run sweeps intake's copy too.
+    let work = tempfile::Builder::new()
+        .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
+        .tempdir()
+        .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    let mut report = intake::run_stages(
+        input,
+        &intake::IntakeOptions::for_tier(tier).with_work_parent(work.path()),
+    );
     let findings: Vec<Finding> = report
         .findings()
         .filter(|f| f.severity != intake::Severity::Note)
@@ -366,19 +370,59 @@ fn intake_stages(input: &Path) -> Result<Vec<Finding>, (String, String, Vec<Find
             detail: f.what.clone(),
         })
         .collect();
-    let _ = report.cleanup();
-    if let Some(u) = &report.unusable {
-        return Err(("intake".into(), u.clone(), findings));
+    if let Some(why) = report.unusable.clone() {
+        let _ = report.cleanup();
+        return Err(why);
     }
-    match &report.refusal {
-        Some(r) => Err((r.stage.name().to_owned(), r.reason.clone(), findings)),
-        None if !report.accepted => Err((
-            "intake".into(),
-            "intake did not accept the job".into(),
-            findings,
-        )),
-        None => Ok(findings),
+    let job = match (report.accepted, report.job.take()) {
+        (true, Some(job)) => job,
+        _ => {
+            let (stage, reason) = match &report.refusal {
+                Some(r) => (r.stage.name().to_owned(), r.reason.clone()),
+                None => (
+                    "intake".to_owned(),
+                    "intake did not accept the job".to_owned(),
+                ),
+            };
+            let _ = report.cleanup();
+            let inputs = Inputs {
+                commit: None,
+                tree: None,
+                patch_sha256: None,
+                job_sha256: job_file_sha256(input),
+                nonce: opts.nonce.clone(),
+            };
+            let mut v = Verdict::refused(&stage, &reason, opts.isolation, inputs, AGENT_VERSION);
+            v.findings = findings;
+            return Ok(v);
+        }
+    };
+    let mut from_intake = opts.clone();
+    from_intake.repository = report.repository_dir.clone();
+    let mut verdict = run_job(&job, &from_intake);
+    verdict.findings.splice(0..0, findings);
+    if let Err(e) = report.cleanup() {
+        verdict.findings.push(finding(
+            "teardown",
+            "left-on-host",
+            format!("intake work directory: {e}"),
+        ));
     }
+    Ok(verdict)
+}
+
+/// SHA-256 of the job file `input` names (itself, or `job.toml` at a bundle directory's root), when readable.
+fn job_file_sha256(input: &Path) -> Option<String> {
+    use sha2::Digest;
+    let file = if input.is_dir() {
+        input.join("job.toml")
+    } else if input.extension().is_some_and(|e| e == "toml") {
+        input.to_path_buf()
+    } else {
+        return None;
+    };
+    let bytes = fs::read(file).ok()?;
+    Some(hex::encode(sha2::Sha256::digest(bytes)))
 }
 
 fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
@@ -435,7 +479,10 @@ fn run_in(
         v.limits = applied_limits(job);
         v
     };
-    let source = job.resolve(Path::new(&job.repository.path));
+    let source = opts
+        .repository
+        .clone()
+        .unwrap_or_else(|| job.resolve(Path::new(&job.repository.path)));
     let patch = job.repository.patch.as_ref().map(|p| job.resolve(p));
     let repo_dir = dir.fs.join("repo");
     let prepared = match repo::prepare(

@@ -2,12 +2,8 @@
 //! a bug, and a patch that claims to fix it, go through intake, the fence (the best isolation this machine offers),
 //! evidence bound to a sim attestation report, and the founder's verification of that evidence.
 
-use attestation::session::Session;
-use attestation::sim::snp::{SimPsp, SimSnpTee};
-use attestation::snp::Product;
 use attestation::verdict::{Isolation, Verdict};
-use guest::fence::run::{run_job, RunOptions};
-use intake::{run_stages, IntakeOptions};
+use guest::fence::run::{run_input, RunOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions};
@@ -90,46 +86,20 @@ fn demo(args: &Args) -> Result<bool, String> {
     println!("bundle      embedded demo (calc.sh with a bug, fix.patch claims to fix it)");
     println!("isolation   {}: {why}", isolation_name(isolation));
 
-    // Intake, stages 1-5: nothing runs yet.
-    let mut report = run_stages(
-        &bundle,
-        &IntakeOptions::for_tier(intake_tier(isolation)).with_work_parent(tmp.path()),
-    );
-    if let Some(why) = &report.unusable {
-        return Err(format!("intake: {why}"));
-    }
-    let Some(job) = report.job.clone().filter(|_| report.accepted) else {
-        let reason = report
-            .refusal
-            .as_ref()
-            .map(|r| format!("{:?}: {}", r.stage, r.reason))
-            .unwrap_or_else(|| "refused".into());
-        println!("intake      refused: {reason}");
-        return Ok(false);
-    };
-    println!(
-        "intake      stages 1-5 passed, {} finding(s)",
-        report.findings().count()
-    );
-    for f in report.findings() {
-        println!(
-            "finding     {:?} {:?} {}: {}",
-            f.stage, f.severity, f.location, f.what
-        );
-    }
-
     // The attestation session begins before any untrusted code runs.
     let nonce = guest::fence::run::random_nonce();
-    let psp = SimPsp::open_default(Product::Milan).map_err(|e| format!("sim PSP: {e}"))?;
-    let measurement = attestation::sim::current_process_launch_measurement()
-        .map_err(|e| format!("launch measurement: {e}"))?;
-    let tee = SimSnpTee::new(psp, measurement);
-    let session = Session::begin(&tee, &nonce).map_err(|e| format!("attestation: {e}"))?;
+    let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
 
+    // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
     opts.isolation = isolation;
-    let verdict = run_job(&job, &opts);
-    let _ = report.cleanup();
+    let verdict = run_input(&bundle, &opts).map_err(|e| format!("intake: {e}"))?;
+    for f in &verdict.findings {
+        println!(
+            "finding     [{}] {} {}: {}",
+            f.stage, f.kind, f.path, f.detail
+        );
+    }
     print_verdict(&verdict);
 
     let evidence = session
@@ -168,16 +138,6 @@ fn demo(args: &Args) -> Result<bool, String> {
         println!("{}", verdict.to_json_pretty());
     }
     Ok(verdict.judged && v.verified())
-}
-
-/// The same tier in intake's terms (intake depends on nothing that could run code, attestation included).
-fn intake_tier(i: Isolation) -> intake::normalise::Isolation {
-    match i {
-        Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
-        Isolation::Tdx => intake::normalise::Isolation::Tdx,
-        Isolation::Vm => intake::normalise::Isolation::Vm,
-        _ => intake::normalise::Isolation::Process,
-    }
 }
 
 fn isolation_name(i: Isolation) -> String {

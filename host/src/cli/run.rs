@@ -1,17 +1,17 @@
-//! `fenced-run run JOB.toml --isolation process`: load the job, run it in the fence (namespaces on this host),
+//! `fenced-run run JOB.toml|BUNDLE --isolation process`: intake stages 1-5, then the job in the fence (namespaces on this host),
 //! print the verdict (`--json` for the contract form) and optionally write sim evidence for it.
 //! Exit 0 whenever the run judged, 1 when it refused, 2 on unusable input.
 
 use attestation::verdict::Verdict;
-use guest::fence::run::{run_job, RunOptions};
-use intake::job::{Job, JobError};
+use guest::fence::run::{run_input, RunOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `fenced-run run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The job file (TOML, see docs/job-file.md).
+    /// The job: a job file (TOML, see docs/job-file.md) or a bundle (a directory, .tar, .tar.gz or .zip whose
+    /// root holds `job.toml`). Intake stages 1-5 run on it before anything executes.
     pub job: PathBuf,
     /// The isolation tier; only `process` (Linux namespaces on this host) runs from this command.
     #[arg(long, default_value = "process", value_name = "TIER")]
@@ -53,39 +53,10 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => guest::fence::run::random_nonce(),
     };
-    let job = match Job::load(&args.job) {
-        Ok(j) => j,
-        Err(e @ JobError::Invalid { .. }) => {
-            // A value the policy refuses (denied environment name, credential path): a refusal, with a verdict.
-            let mut v = Verdict::refused(
-                "job",
-                &e.to_string(),
-                attestation::verdict::Isolation::Process,
-                attestation::verdict::Inputs {
-                    commit: None,
-                    tree: None,
-                    patch_sha256: None,
-                    job_sha256: std::fs::read(&args.job).ok().map(|b| {
-                        use sha2::Digest;
-                        hex::encode(sha2::Sha256::digest(b))
-                    }),
-                    nonce: nonce.clone(),
-                },
-                guest::fence::run::AGENT_VERSION,
-            );
-            v.limits = Default::default();
-            print_verdict(&v, args.json);
-            return ExitCode::from(1);
-        }
-        Err(e) => {
-            eprintln!("fenced-run run: {e}");
-            return ExitCode::from(2);
-        }
-    };
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     let session = match &args.evidence {
-        Some(_) => match begin_sim_session(&nonce) {
-            Ok(s) => Some(s),
+        Some(_) => match crate::sim::begin_process_session(&nonce) {
+            Ok((s, _)) => Some(s),
             Err(e) => {
                 eprintln!("fenced-run run: --evidence: {e}");
                 return ExitCode::from(2);
@@ -93,9 +64,15 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
-    opts.intake_input = Some(args.job.clone());
-    let verdict = run_job(&job, &opts);
+    let opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    // Intake stages 1-5 first (nothing runs), then the fence on intake's own copy of the bundle.
+    let verdict = match run_input(&args.job, &opts) {
+        Ok(v) => v,
+        Err(why) => {
+            eprintln!("fenced-run run: {}: {why}", args.job.display());
+            return ExitCode::from(2);
+        }
+    };
     print_verdict(&verdict, args.json);
     if let (Some(session), Some(out)) = (session, &args.evidence) {
         let written = session
@@ -145,14 +122,4 @@ fn print_verdict(v: &Verdict, json: bool) {
     for f in &v.findings {
         println!("finding [{}] {}: {}", f.stage, f.kind, f.detail);
     }
-}
-
-/// Opens the sim PSP (SEV-SNP, Milan) and begins an attestation session for the process tier; its launch
-/// measurement is the sim stand-in computed from this executable.
-fn begin_sim_session(nonce: &[u8]) -> Result<attestation::session::Session, String> {
-    use attestation::sim::{current_process_launch_measurement, SimPsp, SimSnpTee};
-    let psp = SimPsp::open_default(attestation::snp::Product::Milan).map_err(|e| e.to_string())?;
-    let measurement = current_process_launch_measurement().map_err(|e| e.to_string())?;
-    let tee = SimSnpTee::new(psp, measurement);
-    attestation::session::Session::begin(&tee, nonce).map_err(|e| e.to_string())
 }
