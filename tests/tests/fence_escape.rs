@@ -3,6 +3,7 @@
 //! repository is never touched.
 
 use fenced_run_tests::fence::{skip, Case};
+use std::io::Write;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 
@@ -124,5 +125,70 @@ fn sandbox_read_paths_are_visible_read_only_and_on_path() {
     assert!(!tool.join("bin/x").exists());
     let sandbox = r.verdict["test"]["sandbox"].to_string();
     assert!(sandbox.contains("[sandbox] read"), "{sandbox}");
+    c.assert_clean(&r, &[]);
+}
+
+/// A repository whose own `.git/config` defines a filter driver, with `.git/info/attributes` applying it to
+/// every file: the runner applies the patch as root outside the fence, and must never run that driver.
+#[test]
+fn repository_git_config_never_runs_on_the_host() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file("calc.txt", "a\n");
+    c.repo_file(
+        "test.sh",
+        "grep -q b calc.txt && echo '1 passed, 0 failed'\n",
+    );
+    let repo = c.path().join("repo");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.example"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "init"]);
+    let marker = c.path().join("PWNED");
+    let mut config = std::fs::OpenOptions::new()
+        .append(true)
+        .open(repo.join(".git/config"))
+        .expect("config");
+    writeln!(
+        config,
+        // Quoted: in git config an unquoted `;` starts a comment.
+        "[filter \"x\"]\n\tclean = \"sh -c 'touch {m}-clean; cat'\"\n\tsmudge = \"sh -c 'touch {m}-smudge; cat'\"\n\
+         [diff]\n\texternal = \"sh -c 'touch {m}-diff'\"",
+        m = marker.display()
+    )
+    .expect("write config");
+    std::fs::create_dir_all(repo.join(".git/info")).expect("info");
+    std::fs::write(repo.join(".git/info/attributes"), "* filter=x\n").expect("attributes");
+    std::fs::write(
+        c.path().join("fix.patch"),
+        "--- a/calc.txt\n+++ b/calc.txt\n@@ -1 +1 @@\n-a\n+b\n",
+    )
+    .expect("patch");
+    c.job(
+        "[repository]\npath = \"repo\"\npatch = \"fix.patch\"\n[test]\ncommand = \"sh test.sh\"\n",
+    );
+    let r = c.run();
+    let ran: Vec<_> = std::fs::read_dir(c.path())
+        .expect("case dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("PWNED"))
+        .collect();
+    assert!(
+        ran.is_empty(),
+        "the repository's git config ran on the host: {ran:?}\n{}",
+        r.dump()
+    );
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     c.assert_clean(&r, &[]);
 }

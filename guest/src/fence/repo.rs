@@ -259,14 +259,19 @@ pub fn prepare(
                 reason: format!("cannot be read: {e}"),
             })?;
             let abs = fs::canonicalize(p).map_err(io(p))?;
-            let mut check = git(dest);
-            check.args(["apply", "--check"]).arg(&abs);
+            // Applied with a scratch GIT_DIR: the repository's own .git (config, info/attributes) is never
+            // read, so a filter driver it defines cannot run here, outside the fence.
+            let scratch = ScratchGit::new(dest)?;
+            let check = scratch.cmd([
+                std::ffi::OsStr::new("apply"),
+                "--check".as_ref(),
+                abs.as_os_str(),
+            ]);
             run_git(check, "apply --check").map_err(|reason| RepoError::Patch {
                 path: p.to_owned(),
                 reason,
             })?;
-            let mut apply = git(dest);
-            apply.arg("apply").arg(&abs);
+            let apply = scratch.cmd([std::ffi::OsStr::new("apply"), abs.as_os_str()]);
             run_git(apply, "apply").map_err(|reason| RepoError::Patch {
                 path: p.to_owned(),
                 reason,
@@ -283,38 +288,57 @@ pub fn prepare(
     })
 }
 
-/// The git tree object id of everything under `dir` (ignored files included, `.git` excluded), computed in
-/// a throwaway object store beside `dir` so that the repository's own configuration is never read.
-pub fn tree_hash(dir: &Path) -> Result<String, RepoError> {
-    let store = tempfile::Builder::new()
-        .prefix("fenced-run-tree-")
-        .tempdir()
-        .map_err(|e| RepoError::Io {
-            path: std::env::temp_dir(),
-            source: e,
-        })?;
-    let git_dir = store.path().join("store.git");
-    let index = store.path().join("index");
-    let with = |args: &[&str]| {
-        let mut cmd = git(dir);
-        cmd.env("GIT_DIR", &git_dir)
-            .env("GIT_WORK_TREE", dir)
-            .env("GIT_INDEX_FILE", &index)
+/// A throwaway git directory (an empty object store and index, no configuration) for running git over a work
+/// tree without ever reading the repository's own `.git`: its config may define filter drivers,
+/// `diff.external` and the like, which git would otherwise run as the trusted runner.
+struct ScratchGit {
+    store: tempfile::TempDir,
+    work_tree: PathBuf,
+}
+
+impl ScratchGit {
+    fn new(work_tree: &Path) -> Result<ScratchGit, RepoError> {
+        let store = tempfile::Builder::new()
+            .prefix("fenced-run-git-")
+            .tempdir()
+            .map_err(|e| RepoError::Io {
+                path: std::env::temp_dir(),
+                source: e,
+            })?;
+        // A minimal object store (what `git init --bare` would make, without templates or a process).
+        let git_dir = store.path().join("store.git");
+        for d in ["objects", "refs"] {
+            let p = git_dir.join(d);
+            fs::create_dir_all(&p).map_err(io(&p))?;
+        }
+        let head = git_dir.join("HEAD");
+        fs::write(&head, "ref: refs/heads/main\n").map_err(io(&head))?;
+        Ok(ScratchGit {
+            store,
+            work_tree: work_tree.to_owned(),
+        })
+    }
+
+    /// `git ARGS` over the work tree with the scratch directory as `GIT_DIR`.
+    fn cmd<S: AsRef<std::ffi::OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Command {
+        let mut cmd = git(&self.work_tree);
+        cmd.env("GIT_DIR", self.store.path().join("store.git"))
+            .env("GIT_WORK_TREE", &self.work_tree)
+            .env("GIT_INDEX_FILE", self.store.path().join("index"))
             .args(args);
         cmd
-    };
-    // A minimal object store (what `git init --bare` would make, without templates or a process).
-    for d in ["objects", "refs"] {
-        let p = git_dir.join(d);
-        fs::create_dir_all(&p).map_err(io(&p))?;
     }
-    let head = git_dir.join("HEAD");
-    fs::write(&head, "ref: refs/heads/main\n").map_err(io(&head))?;
-    run_git(with(&["add", "-A", "-f", "."]), "add").map_err(|reason| RepoError::Git {
+}
+
+/// The git tree object id of everything under `dir` (ignored files included, `.git` excluded), computed in
+/// a throwaway object store so that the repository's own configuration is never read.
+pub fn tree_hash(dir: &Path) -> Result<String, RepoError> {
+    let scratch = ScratchGit::new(dir)?;
+    run_git(scratch.cmd(["add", "-A", "-f", "."]), "add").map_err(|reason| RepoError::Git {
         what: "add (tree hash)".into(),
         reason,
     })?;
-    run_git(with(&["write-tree"]), "write-tree").map_err(|reason| RepoError::Git {
+    run_git(scratch.cmd(["write-tree"]), "write-tree").map_err(|reason| RepoError::Git {
         what: "write-tree".into(),
         reason,
     })
