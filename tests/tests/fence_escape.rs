@@ -192,3 +192,47 @@ fn repository_git_config_never_runs_on_the_host() {
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     c.assert_clean(&r, &[]);
 }
+
+/// The command runs in a user namespace of its own (as root the runner builds the sandbox from the host's user
+/// namespace, then the command enters one as its unprivileged uid), where only its uid is mapped.
+#[test]
+fn the_command_has_its_own_user_namespace() {
+    if skip() {
+        return;
+    }
+    let c = Case::new(BIN);
+    c.repo_file(
+        "test.sh",
+        "echo \"userns=$(readlink /proc/self/ns/user)\"\n\
+         echo \"uidmap=$(cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //')\"\n\
+         echo \"uid=$(id -u)\"\n\
+         echo '1 passed, 0 failed'\n",
+    );
+    c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n");
+    let r = c.run();
+    assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
+    let tail = r.test_tail();
+    let host_ns = std::fs::read_link("/proc/self/ns/user").expect("host user ns");
+    let line = |key: &str| {
+        tail.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let inside = line("userns=");
+    assert!(inside.starts_with("user:["), "{}", r.dump());
+    assert_ne!(
+        inside,
+        host_ns.to_string_lossy(),
+        "same user namespace as the host"
+    );
+    let uid = line("uid=");
+    assert_ne!(uid, "0", "the command must not be root: {}", r.dump());
+    // Exactly one mapping, of the command's own uid (as root: 65534 to itself; as a user: the user ns maps 0).
+    let uidmap = line("uidmap=");
+    let map: Vec<&str> = uidmap.split_whitespace().collect();
+    assert_eq!(map.len(), 3, "one uid mapping: {}", r.dump());
+    assert_eq!(map[2], "1", "a single uid is mapped: {}", r.dump());
+    c.assert_clean(&r, &[]);
+}

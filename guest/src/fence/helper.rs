@@ -246,6 +246,23 @@ fn enter_user_namespace() -> Result<(), String> {
     Ok(())
 }
 
+/// As root the sandbox is built in the host's user namespace; the command then enters one of its own, already
+/// the unprivileged uid, in which only that uid and gid exist (each mapped to itself), so it holds no
+/// capability over anything of the host's user namespace, even through a setuid binary.
+fn enter_own_user_namespace(uid: Uid, gid: Gid) -> Result<(), String> {
+    // Changing credentials cleared the dumpable flag, which makes /proc/self root's: take it back to write
+    // the maps (the command's own exec clears it again if it must).
+    nix::sys::prctl::set_dumpable(true).map_err(|e| errno("PR_SET_DUMPABLE", e))?;
+    unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| errno("unshare(USER) as the command's uid", e))?;
+    fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("/proc/self/setgroups: {e}"))?;
+    fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))
+        .map_err(|e| format!("/proc/self/uid_map: {e}"))?;
+    fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+        .map_err(|e| format!("/proc/self/gid_map: {e}"))?;
+    Ok(())
+}
+
 /// PID 1 of the sandbox's PID namespace: builds the mount tree, starts the command, reaps every process,
 /// and reports through `status`. Returns its exit code.
 fn pid1(spec: &PhaseSpec, go: OwnedFd, status: OwnedFd) -> i32 {
@@ -396,6 +413,9 @@ fn become_command(spec: &PhaseSpec, argv: &[CString; 4], env: &[CString]) -> Str
         sys::drop_capability_bounding_set().map_err(|e| errno("dropping capabilities", e))?;
         nix::unistd::setresgid(gid, gid, gid).map_err(|e| errno("setresgid", e))?;
         nix::unistd::setresuid(uid, uid, uid).map_err(|e| errno("setresuid", e))?;
+        if !spec.user_ns {
+            enter_own_user_namespace(uid, gid)?;
+        }
         nix::sys::prctl::set_no_new_privs().map_err(|e| errno("PR_SET_NO_NEW_PRIVS", e))?;
         Ok(())
     })();

@@ -764,10 +764,12 @@ impl PhaseCtx<'_> {
         timeout: u64,
     ) -> Vec<String> {
         let l = &self.job.limits;
-        let mut lines = vec![format!(
-            "namespaces: {}pid (own PID 1), mount, ipc, uts, net",
-            if self.root { "" } else { "user, " }
-        )];
+        let mut lines = vec![if self.root {
+            "namespaces: pid (own PID 1), mount, ipc, uts, net; user (the command's own, entered as its uid)"
+                .to_owned()
+        } else {
+            "namespaces: user, pid (own PID 1), mount, ipc, uts, net".to_owned()
+        }];
         lines.push(match forward {
             Some(f) => format!("network: loopback only; relay 127.0.0.1:{} -> egress proxy (HTTP_PROXY, HTTPS_PROXY)", f.port),
             None if phase == "install" => "network: loopback only (no egress proxy)".into(),
