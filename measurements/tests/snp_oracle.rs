@@ -293,6 +293,15 @@ fn cli_flags_match_sev_snp_measure() {
     let o = ovmf.display().to_string();
     let flag_sets: Vec<Vec<String>> = vec![
         vec!["--mode", "snp:ovmf-hash", "--ovmf", &o],
+        // sev-snp-measure prints the OVMF hash in hex whatever --output-format says; so do we.
+        vec![
+            "--mode",
+            "snp:ovmf-hash",
+            "--ovmf",
+            &o,
+            "--output-format",
+            "base64",
+        ],
         vec![
             "--mode",
             "snp",

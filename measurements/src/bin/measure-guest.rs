@@ -251,7 +251,8 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
             });
             println!("{v:#}");
         } else {
-            println!("{}", encode(&h, a.output_format));
+            // Always hex, as sev-snp-measure prints it: it is the input format of --snp-ovmf-hash.
+            println!("{}", hex::encode(h));
         }
         return Ok(());
     }
