@@ -118,7 +118,12 @@ pub fn test_outcome(f: &PhaseFacts, counts: &CountsResult) -> (Outcome, Option<S
         );
     }
     if let Some(why) = f.unavailable() {
-        return (Outcome::TestCommandUnavailable, Some(why));
+        // 126/127 from the shell means "not found / not executable" only when no test ran before it: a script
+        // that ran failing tests and then called a missing tool is still judged on its tests.
+        let tests_ran = counts.counted().is_some_and(|c| c.counts.ran() > 0);
+        if f.exec_error.is_some() || !tests_ran {
+            return (Outcome::TestCommandUnavailable, Some(why));
+        }
     }
     if f.signal == Some(SIGKILL) && f.exit_code.is_none() {
         // Killed without the OOM counter or the clock: still a failure of the command as far as we can tell.
@@ -159,6 +164,20 @@ mod tests {
 
     fn parse(s: &str, code: Option<i32>) -> CountsResult {
         counts::parse(s.as_bytes(), code, None)
+    }
+
+    #[test]
+    fn exit_127_after_counted_tests_is_judged_on_the_tests() {
+        let c = parse(
+            "3 passed, 1 failed\nsh: 5: lint-tool: not found\n",
+            Some(127),
+        );
+        assert_eq!(test_outcome(&exited(127), &c).0, Outcome::TestsFailed);
+        let none = parse("sh: 1: cargo: not found\n", Some(127));
+        assert_eq!(
+            test_outcome(&exited(127), &none).0,
+            Outcome::TestCommandUnavailable
+        );
     }
 
     #[test]
