@@ -85,36 +85,16 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
-    let crl = match &args.crl {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                return unusable(
-                    args.json,
-                    "input",
-                    format!("cannot read --crl {}: {e}", p.display()),
-                )
-            }
-        },
-        None => None,
+    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
+        Ok(b) => b,
+        Err(exit) => return exit,
     };
-    let at = args.at.unwrap_or_else(|| {
-        let now = time::OffsetDateTime::now_utc();
-        now.replace_nanosecond(0).unwrap_or(now)
-    });
-    let tdx_collateral = match &args.collateral {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                return unusable(
-                    args.json,
-                    "input",
-                    format!("cannot read --collateral {}: {e}", p.display()),
-                )
-            }
-        },
-        None => None,
-    };
+    let at = super::at_or_now(args.at);
+    let tdx_collateral =
+        match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
+            Ok(b) => b,
+            Err(exit) => return exit,
+        };
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, &args) {
             Ok(t) => Some(std::sync::Arc::new(t)),

@@ -3,3 +3,33 @@
 pub mod evidence;
 pub mod snp_report;
 pub mod tdx_quote;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Reads the file an optional flag names. `Err` carries the exit (2, unusable input) after printing which
+/// flag and file could not be read, as JSON when `json`.
+pub(crate) fn read_flag_file(
+    json: bool,
+    flag: &str,
+    path: Option<&Path>,
+) -> Result<Option<Vec<u8>>, ExitCode> {
+    match path {
+        None => Ok(None),
+        Some(p) => std::fs::read(p).map(Some).map_err(|e| {
+            snp_report::unusable(
+                json,
+                "input",
+                format!("cannot read {flag} {}: {e}", p.display()),
+            )
+        }),
+    }
+}
+
+/// The time of `--at`, or now (to the second) when it is absent.
+pub(crate) fn at_or_now(at: Option<time::OffsetDateTime>) -> time::OffsetDateTime {
+    at.unwrap_or_else(|| {
+        let now = time::OffsetDateTime::now_utc();
+        now.replace_nanosecond(0).unwrap_or(now)
+    })
+}

@@ -167,25 +167,12 @@ pub fn run(args: Args) -> ExitCode {
         Ok(b) => b,
         Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
     };
-    let crl = match &args.crl {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => Some(b),
-            Err(e) => {
-                return unusable(
-                    args.json,
-                    "input",
-                    format!("cannot read --crl {}: {e}", p.display()),
-                )
-            }
-        },
-        None => None,
+    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
+        Ok(b) => b,
+        Err(exit) => return exit,
     };
     let opts = ChainOptions {
-        at: args.at.unwrap_or_else(|| {
-            time::OffsetDateTime::now_utc()
-                .replace_nanosecond(0)
-                .unwrap_or_else(|_| time::OffsetDateTime::now_utc())
-        }),
+        at: super::at_or_now(args.at),
         crl,
         allow_simulated: args.allow_simulated,
     };

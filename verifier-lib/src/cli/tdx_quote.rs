@@ -3,7 +3,7 @@
 //! replayed from a CCEL event log. Exit 0 verified, 1 rejected, 2 unusable input.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cli::snp_report::parse_time;
@@ -295,54 +295,38 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
-    let collateral = match &args.collateral {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => match Collateral::from_json(&b) {
+    let collateral =
+        match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
+            Ok(None) => None,
+            Ok(Some(b)) => match Collateral::from_json(&b) {
                 Ok(c) => Some(c),
                 Err(e) => {
+                    let p = args.collateral.as_deref().unwrap_or(Path::new("-"));
                     return unusable(
                         args.json,
                         "collateral-format",
                         format!("{}: {e}", p.display()),
-                    )
+                    );
                 }
             },
+            Err(exit) => return exit,
+        };
+    let replay = match super::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
+        Ok(None) => None,
+        Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
+            Ok(r) => Some(r),
             Err(e) => {
+                let p = args.event_log.as_deref().unwrap_or(Path::new("-"));
                 return unusable(
                     args.json,
-                    "input",
-                    format!("cannot read --collateral {}: {e}", p.display()),
-                )
+                    "event-log-format",
+                    format!("{}: {e}", p.display()),
+                );
             }
         },
-        None => None,
+        Err(exit) => return exit,
     };
-    let replay = match &args.event_log {
-        Some(p) => match std::fs::read(p) {
-            Ok(b) => match measurements::tdx::replay_rtmrs(&b) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    return unusable(
-                        args.json,
-                        "event-log-format",
-                        format!("{}: {e}", p.display()),
-                    )
-                }
-            },
-            Err(e) => {
-                return unusable(
-                    args.json,
-                    "input",
-                    format!("cannot read --event-log {}: {e}", p.display()),
-                )
-            }
-        },
-        None => None,
-    };
-    let at = args
-        .at
-        .unwrap_or_else(time::OffsetDateTime::now_utc)
-        .unix_timestamp();
+    let at = super::at_or_now(args.at).unix_timestamp();
     let policy = args.policy.to_policy();
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),
