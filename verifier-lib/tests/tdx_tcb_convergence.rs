@@ -236,3 +236,60 @@ fn tdx_tcb_module_mismatch_and_module_version_zero() {
         }
     }
 }
+
+/// TD 1.5: an OutOfDate module whose platform was updated in place (TEE_TCB_SVN2 at the latest module and TDX
+/// levels) gives TDRelaunchAdvised (…ConfigurationNeeded when the platform needs configuration), only when the
+/// SGX level is not OutOfDate/Revoked and the QE is UpToDate; otherwise the TD 1.0 result stands.
+#[test]
+fn tdx_tcb_td15_relaunch_advised_matrix() {
+    use TcbStatus::{TDRelaunchAdvised as RA, TDRelaunchAdvisedConfigurationNeeded as RAC};
+    // With the QE UpToDate, per platform status in `PLATFORM` order.
+    const RELAUNCH_QE_UP: [TcbStatus; 7] = [RA, RA, RAC, RAC, O, OC, R];
+    for (pi, &p) in PLATFORM.iter().enumerate() {
+        // Module ISVSVN 3 is OutOfDate; ISVSVN 4 (the latest) UpToDate.
+        let mut info = tcb_info(p, O);
+        let mut latest = info.tdx_module_identities[0].tcb_levels[0].clone();
+        latest.tcb.isvsvn = u16::from(MODULE_SVN) + 1;
+        latest.tcb_status = "UpToDate".into();
+        info.tdx_module_identities[0].tcb_levels.insert(0, latest);
+        for (qi, &q) in QE.iter().enumerate() {
+            let td10 = td(MODULE_SVN, 1, 1);
+            let run = |svn2: [u8; 3]| {
+                let mut s = [0u8; 16];
+                s[..3].copy_from_slice(&svn2);
+                let mut failures = Vec::new();
+                evaluate(
+                    &info,
+                    &pck(SGX_SVN),
+                    &td10,
+                    Some(&s),
+                    (q, Vec::new()),
+                    &mut failures,
+                )
+                .status
+            };
+            let td10_result = EXPECTED[pi][4 + qi];
+            let want = if q == U {
+                RELAUNCH_QE_UP[pi]
+            } else {
+                td10_result
+            };
+            assert_eq!(
+                run([MODULE_SVN + 1, 1, 1]),
+                want,
+                "updated in place: platform {p} qe {q}"
+            );
+            // Module in TEE_TCB_SVN2 not the latest, or TDX component 2 behind: no relaunch advice.
+            assert_eq!(
+                run([MODULE_SVN, 1, 1]),
+                td10_result,
+                "module not updated: platform {p} qe {q}"
+            );
+            assert_eq!(
+                run([MODULE_SVN + 1, 1, 0]),
+                td10_result,
+                "component 2 behind: platform {p} qe {q}"
+            );
+        }
+    }
+}
