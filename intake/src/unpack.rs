@@ -470,7 +470,23 @@ struct Writer<'a> {
     summary: UnpackSummary,
 }
 
-impl Writer<'_> {
+impl<'a> Writer<'a> {
+    /// Checks the finished plan, then creates the fresh destination the plan's entries are written into.
+    fn start(planner: &Planner, dest: &'a Path) -> Result<Writer<'a>, UnpackError> {
+        planner.finish()?;
+        make_fresh(dest)?;
+        Ok(Writer {
+            root: dest,
+            summary: UnpackSummary {
+                entries: planner.count,
+                files: 0,
+                bytes: 0,
+                symlinks: 0,
+                hardlinks: 0,
+            },
+        })
+    }
+
     fn path(&self, comps: &[String]) -> PathBuf {
         let mut p = self.root.to_path_buf();
         p.extend(comps);
@@ -579,18 +595,7 @@ pub fn unpack_archive(
     match format {
         ArchiveFormat::Tar | ArchiveFormat::TarGz => {
             plan_tar(bytes, format, &mut planner)?;
-            planner.finish()?;
-            make_fresh(dest)?;
-            let mut w = Writer {
-                root: dest,
-                summary: UnpackSummary {
-                    entries: planner.count,
-                    files: 0,
-                    bytes: 0,
-                    symlinks: 0,
-                    hardlinks: 0,
-                },
-            };
+            let mut w = Writer::start(&planner, dest)?;
             write_tar(bytes, format, &planner, &mut w)?;
             w.links(&planner.entries)?;
             Ok(w.summary)
@@ -669,18 +674,7 @@ pub fn unpack_archive(
                     planner.add(&name, kind, size, mode.unwrap_or(0) & 0o7777, None)?;
                 }
             }
-            planner.finish()?;
-            make_fresh(dest)?;
-            let mut w = Writer {
-                root: dest,
-                summary: UnpackSummary {
-                    entries: planner.count,
-                    files: 0,
-                    bytes: 0,
-                    symlinks: 0,
-                    hardlinks: 0,
-                },
-            };
+            let mut w = Writer::start(&planner, dest)?;
             // Match planned entries back to zip indices by name.
             let mut by_name: HashMap<String, usize> = HashMap::new();
             for (i, e) in planner.entries.iter().enumerate() {
@@ -1017,18 +1011,7 @@ pub fn copy_dir(
             }
         }
     }
-    planner.finish()?;
-    make_fresh(dest)?;
-    let mut w = Writer {
-        root: dest,
-        summary: UnpackSummary {
-            entries: planner.count,
-            files: 0,
-            bytes: 0,
-            symlinks: 0,
-            hardlinks: 0,
-        },
-    };
+    let mut w = Writer::start(&planner, dest)?;
     for e in &planner.entries {
         match e.kind {
             Kind::Dir => w.dir(&e.comps)?,
