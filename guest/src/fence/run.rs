@@ -4,6 +4,7 @@
 
 use super::cgroup::PhaseCgroup;
 use super::classify::{self, PhaseFacts};
+use super::counts;
 use super::helper::HELPER_ARG;
 use super::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
 use super::repo;
@@ -23,8 +24,6 @@ use std::time::Duration;
 
 /// The agent version recorded in verdicts.
 pub const AGENT_VERSION: &str = concat!("fenced-run ", env!("CARGO_PKG_VERSION"));
-/// Most output of one phase kept whole for the count parsers (64 MiB); beyond it counts are not trusted.
-pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024 * 1024;
 /// The uid and gid untrusted commands run as when the runner is root (`nobody` on Debian).
 pub const SANDBOX_ID: u32 = 65534;
 /// The port of the egress relay inside the install phase's network namespace.
@@ -104,8 +103,6 @@ pub struct RunOptions {
     pub nonce: Vec<u8>,
     /// The egress proxy of the install phase; without one the install phase has loopback only.
     pub proxy: Option<Arc<dyn EgressProvider>>,
-    /// Most output kept whole per phase for the count parsers.
-    pub output_cap: usize,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
     pub home: Option<PathBuf>,
     /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
@@ -121,7 +118,6 @@ impl RunOptions {
             isolation: Isolation::Process,
             nonce,
             proxy: Some(Arc::new(ProxyEgress::system())),
-            output_cap: DEFAULT_OUTPUT_CAP,
             home: None,
             repository: None,
         }
@@ -225,26 +221,25 @@ fn sweep_stale_run_dirs(tmp: &Path) {
     }
 }
 
-/// Output of one phase: kept whole up to a cap for the parsers, and its tail for the verdict.
+/// Output of one phase, read to its end in bounded memory: the count parsers see every byte as it arrives
+/// ([`counts::Scanner`]), and only the head and the tail are kept for display.
 #[derive(Debug, Default)]
 pub struct Output {
-    /// The stream from its start, up to the cap.
+    /// The first bytes of the stream (at most [`OUTPUT_TAIL_MAX`]).
     pub head: Vec<u8>,
     /// Total bytes the phase wrote.
     pub total: u64,
     /// The last bytes written (at most twice [`OUTPUT_TAIL_MAX`]).
     pub tail: Vec<u8>,
+    /// What the count parsers found in the whole stream.
+    pub scanned: counts::Scanned,
 }
 
 impl Output {
-    /// Whether the stream went past the cap (the parsers did not see all of it).
-    pub fn truncated(&self) -> bool {
-        self.total > self.head.len() as u64
-    }
-
-    /// Reads `r` to its end.
-    pub fn read_all(mut r: impl Read, cap: usize) -> Output {
+    /// Reads `r` to its end, feeding every byte to the count parsers.
+    pub fn read_all(mut r: impl Read) -> Output {
         let mut out = Output::default();
+        let mut scanner = counts::Scanner::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match r.read(&mut buf) {
@@ -255,7 +250,8 @@ impl Output {
             };
             let chunk = &buf[..n];
             out.total += n as u64;
-            let room = cap.saturating_sub(out.head.len());
+            scanner.feed(chunk);
+            let room = OUTPUT_TAIL_MAX.saturating_sub(out.head.len());
             out.head.extend_from_slice(&chunk[..room.min(n)]);
             out.tail.extend_from_slice(chunk);
             if out.tail.len() > 2 * OUTPUT_TAIL_MAX {
@@ -263,6 +259,7 @@ impl Output {
                 out.tail.drain(..cut);
             }
         }
+        out.scanned = scanner.finish();
         out
     }
 }
@@ -645,16 +642,20 @@ fn run_in(
         Some(j) => contained_file(&repo_dir, j).map(Some),
     };
     let counts = match junit {
-        _ if run.output.truncated() => super::counts::CountsResult::Unparsed {
-            why: format!(
-                "the output was {} bytes, more than the {} bytes kept for counting",
-                run.output.total,
-                run.output.head.len()
-            ),
-        },
-        Err(why) => super::counts::CountsResult::Unparsed { why },
-        Ok(j) => super::counts::parse(&run.output.head, run.report.exit_code, j.as_deref()),
+        Err(why) => counts::CountsResult::Unparsed { why },
+        Ok(j) => counts::count(&run.output.scanned, run.report.exit_code, j.as_deref()),
     };
+    if run.output.scanned.long_lines > 0 && job.test.junit.is_none() {
+        verdict.findings.push(finding(
+            "counts",
+            "long-lines",
+            format!(
+                "{} line(s) longer than {} bytes: the parsers read each from its start (after its last carriage return) only",
+                run.output.scanned.long_lines,
+                counts::MAX_PARSED_LINE
+            ),
+        ));
+    }
     if let Some(c) = counts.counted() {
         verdict.tests = Some(TestCounts {
             passed: c.counts.passed,
@@ -671,6 +672,14 @@ fn run_in(
     let (outcome, why) = classify::test_outcome(&run.facts, &counts);
     if let Some(why) = why {
         verdict.findings.push(finding("test", "outcome", why));
+    }
+    if let (Some(why), attestation::verdict::Outcome::TestsFailed) =
+        (run.facts.exhausted(), outcome)
+    {
+        // The suite's failures were claimed before our side gave out: they stand, and the exhaustion is said.
+        verdict
+            .findings
+            .push(finding("test", "environment-exhausted", why));
     }
     verdict.set_outcome(outcome);
     verdict
@@ -991,11 +1000,10 @@ impl PhaseCtx<'_> {
                 return;
             }
         };
-        let cap = self.opts.output_cap;
         let reader = child
             .stdout
             .take()
-            .map(|out| std::thread::spawn(move || Output::read_all(out, cap)));
+            .map(|out| std::thread::spawn(move || Output::read_all(out)));
         let pid = child.id();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -1048,25 +1056,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_keeps_the_head_up_to_the_cap_and_the_tail() {
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let out = Output::read_all(&data[..], 100_000);
-        assert_eq!(out.total, 300_000);
-        assert_eq!(out.head, &data[..100_000]);
-        assert!(out.truncated());
-        assert!(out.tail.len() >= OUTPUT_TAIL_MAX);
+    fn output_keeps_the_head_and_the_tail_and_counts_everything() {
+        let mut data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        data.extend_from_slice(b"\n3 passed, 2 failed\n");
+        let out = Output::read_all(&data[..]);
+        assert_eq!(out.total, data.len() as u64);
+        assert_eq!(out.head, &data[..OUTPUT_TAIL_MAX]);
+        assert!(out.tail.len() >= OUTPUT_TAIL_MAX && out.tail.len() <= 2 * OUTPUT_TAIL_MAX);
         assert!(data.ends_with(&out.tail));
-        let small = Output::read_all(&b"abc"[..], 100);
-        assert!(!small.truncated());
-        assert_eq!(small.tail, b"abc");
+        assert_eq!(
+            out.scanned.found,
+            vec![(counts::Parser::Plain, counts::Counts::new(3, 2, 0))]
+        );
+        let small = Output::read_all(&b"abc"[..]);
+        assert_eq!(
+            (small.head.as_slice(), small.tail.as_slice()),
+            (&b"abc"[..], &b"abc"[..])
+        );
     }
 
     #[test]
     fn tail_with_header_stays_within_the_limit() {
         let out = Output {
-            head: Vec::new(),
             total: 200_000,
             tail: vec![b'x'; 2 * OUTPUT_TAIL_MAX],
+            ..Default::default()
         };
         let t = tail_with_header("# header\n", &out);
         assert!(t.starts_with("# header\n"));
