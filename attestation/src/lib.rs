@@ -8,5 +8,6 @@ pub mod sim;
 pub mod snp;
 pub mod tdx;
 pub mod tee;
+pub mod text;
 pub mod vectors;
 pub mod verdict;

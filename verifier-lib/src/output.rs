@@ -37,12 +37,29 @@ impl fmt::Display for Failure {
 }
 
 /// Prints rows as an aligned two-column table; every line is prefixed with `prefix` (e.g. `SIMULATED `).
+/// Keys and every line of a value are escaped ([`attestation::text::escape`]): a certificate name or report
+/// field cannot move the cursor or start a line of its own (a value's newlines become new table lines, each
+/// prefixed).
 pub fn print_table(rows: &[(String, String)], prefix: &str) -> String {
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    use attestation::text::escape;
+    let rows: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|(k, v)| {
+            (
+                escape(k).into_owned(),
+                v.lines().map(|l| escape(l).into_owned()).collect(),
+            )
+        })
+        .collect();
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
-    for (k, v) in rows {
-        let mut lines = v.lines();
-        let first = lines.next().unwrap_or("");
+    for (k, lines) in &rows {
+        let mut lines = lines.iter();
+        let first = lines.next().map(String::as_str).unwrap_or("");
         out.push_str(&format!("{prefix}{k:<width$}  {first}\n"));
         for more in lines {
             out.push_str(&format!("{prefix}{:<width$}  {more}\n", ""));
@@ -321,5 +338,19 @@ mod tests {
         assert!(lines.iter().all(|l| l.starts_with("SIMULATED ")));
         assert_eq!(lines[0], "SIMULATED a         1");
         assert_eq!(lines[2], "SIMULATED           y");
+    }
+
+    #[test]
+    fn table_escapes_keys_and_values() {
+        let t = print_table(
+            &[("CN\x1b[2J".into(), "Evil \u{9b}31m\rOK\nline\x07".into())],
+            "",
+        );
+        assert!(attestation::text::is_safe_output(t.as_bytes()), "{t:?}");
+        assert!(
+            t.contains("CN\\x1b[2J") && t.contains("Evil \\u{9b}31m\\rOK"),
+            "{t}"
+        );
+        assert!(t.contains("line\\x07"), "{t}");
     }
 }

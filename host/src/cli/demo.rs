@@ -2,6 +2,7 @@
 //! a bug, and a patch that claims to fix it, go through intake, the fence (the best isolation this machine offers),
 //! evidence bound to a sim attestation report, and the founder's verification of that evidence.
 
+use attestation::text::{escape, shown};
 use attestation::verdict::{Isolation, Verdict};
 use guest::fence::run::{run_input, RunOptions};
 use std::path::{Path, PathBuf};
@@ -42,7 +43,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fenced-run demo: {e}");
+            eprintln!("fenced-run demo: {}", escape(&e));
             ExitCode::from(2)
         }
     }
@@ -97,7 +98,10 @@ fn demo(args: &Args) -> Result<bool, String> {
     for f in &verdict.findings {
         println!(
             "finding     [{}] {} {}: {}",
-            f.stage, f.kind, f.path, f.detail
+            escape(&f.stage),
+            escape(&f.kind),
+            escape(&f.path),
+            escape(&f.detail)
         );
     }
     print_verdict(&verdict);
@@ -110,7 +114,11 @@ fn demo(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("encoding the evidence: {e}"))?;
     if let Some(out) = &args.evidence {
         std::fs::write(out, &bytes).map_err(|e| format!("writing {}: {e}", out.display()))?;
-        println!("evidence    {} ({} bytes)", out.display(), bytes.len());
+        println!(
+            "evidence    {} ({} bytes)",
+            shown(out.display()),
+            bytes.len()
+        );
     }
 
     // The founder's side: verify what came back, pinning the measurement and the nonce.
@@ -131,11 +139,14 @@ fn demo(args: &Args) -> Result<bool, String> {
         );
     } else {
         for f in &v.failures {
-            println!("REJECTED    {}: {}", f.check, f.detail);
+            println!("REJECTED    {}: {}", escape(&f.check), escape(&f.detail));
         }
     }
     if args.json {
-        println!("{}", verdict.to_json_pretty());
+        println!(
+            "{}",
+            attestation::text::json_safe(&verdict.to_json_pretty())
+        );
     }
     Ok(verdict.judged && v.verified())
 }
@@ -150,18 +161,24 @@ fn isolation_name(i: Isolation) -> String {
 fn print_verdict(v: &Verdict) {
     println!("outcome     {}", v.outcome.as_str());
     if let Some(r) = &v.refusal {
-        println!("refused     at {}: {}", r.stage, r.reason);
+        println!("refused     at {}: {}", escape(&r.stage), escape(&r.reason));
     }
     if let Some(t) = &v.test {
         println!(
             "test        `{}` ({}), exit {:?}, {} ms, network none",
-            t.command, t.source, t.exit_code, t.duration_ms
+            escape(&t.command),
+            escape(&t.source),
+            t.exit_code,
+            t.duration_ms
         );
     }
     if let Some(c) = &v.tests {
         println!(
             "counts      {} passed, {} failed, {} skipped (parser: {})",
-            c.passed, c.failed, c.skipped, c.parser
+            c.passed,
+            c.failed,
+            c.skipped,
+            escape(&c.parser)
         );
     }
     println!(

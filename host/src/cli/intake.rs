@@ -1,8 +1,9 @@
 //! `fenced-run intake BUNDLE [--json]`: runs intake stages 1-5 on a bundle (executing nothing) and prints
 //! each stage's result and every finding. Exit 0 accepted, 1 refused, 2 unusable input.
 
+use attestation::text::{escape, shown};
 use intake::normalise::Isolation;
-use intake::{run_stages, IntakeOptions, IntakeReport, StageStatus};
+use intake::{run_stages, IntakeOptions, IntakeReport, Severity, StageStatus};
 use std::process::ExitCode;
 
 /// The isolation tier named on the command line.
@@ -56,12 +57,13 @@ pub fn exit_code(report: &IntakeReport) -> u8 {
     }
 }
 
-/// The report as lines of text.
+/// The report as lines of text. Every location, finding and reason comes from the bundle (file names, lines of
+/// the repository, job values), so each is escaped as one line ([`attestation::text::escape`]).
 pub fn render(report: &IntakeReport) -> String {
     let mut out = String::new();
-    out.push_str(&format!("intake {}\n", report.input.display()));
+    out.push_str(&format!("intake {}\n", shown(report.input.display())));
     if let Some(u) = &report.unusable {
-        out.push_str(&format!("unusable input: {u}\n"));
+        out.push_str(&format!("unusable input: {}\n", escape(u)));
     }
     for s in &report.stages {
         let status = match s.status {
@@ -71,11 +73,21 @@ pub fn render(report: &IntakeReport) -> String {
         };
         out.push_str(&format!("  {:<10} {status}\n", s.stage.name()));
         for f in &s.findings {
-            out.push_str(&format!("    {f}\n"));
+            let sev = match f.severity {
+                Severity::Refusal => "refused",
+                Severity::Contained => "finding",
+                _ => "note",
+            };
+            out.push_str(&format!(
+                "    [{}] {sev}: {}: {}\n",
+                f.stage,
+                escape(&f.location),
+                escape(&f.what)
+            ));
         }
     }
     match (&report.refusal, report.accepted) {
-        (Some(r), _) => out.push_str(&format!("refused at {}: {}\n", r.stage, r.reason)),
+        (Some(r), _) => out.push_str(&format!("refused at {}: {}\n", r.stage, escape(&r.reason))),
         (None, true) => out.push_str("accepted\n"),
         (None, false) => {}
     }
@@ -89,9 +101,9 @@ pub fn run(args: Args) -> ExitCode {
     let mut report = run_stages(&args.input, &opts);
     if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(j) => println!("{j}"),
+            Ok(j) => println!("{}", attestation::text::json_safe(&j)),
             Err(e) => {
-                eprintln!("fenced-run intake: cannot write JSON: {e}");
+                eprintln!("fenced-run intake: cannot write JSON: {}", shown(e));
                 return ExitCode::from(2);
             }
         }
@@ -100,10 +112,13 @@ pub fn run(args: Args) -> ExitCode {
     }
     if args.keep {
         if let Some(w) = &report.work_dir {
-            eprintln!("work directory kept: {}", w.display());
+            eprintln!("work directory kept: {}", shown(w.display()));
         }
     } else if let Err(e) = report.cleanup() {
-        eprintln!("fenced-run intake: cannot remove the work directory: {e}");
+        eprintln!(
+            "fenced-run intake: cannot remove the work directory: {}",
+            shown(e)
+        );
     }
     ExitCode::from(exit_code(&report))
 }

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use attestation::text::{escape, escape_text, json_safe, shown};
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
 use measurements::set::{self, Hex, HexU64, MeasurementSet};
@@ -249,7 +250,7 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
                 "ovmf": a.ovmf.display().to_string(),
                 "ovmf_hash": hex::encode(h),
             });
-            println!("{v:#}");
+            println!("{}", json_safe(&format!("{v:#}")));
         } else {
             // Always hex, as sev-snp-measure prints it: it is the input format of --snp-ovmf-hash.
             println!("{}", hex::encode(h));
@@ -338,7 +339,7 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
                 "cmdline_sha256": hex::encode(h.cmdline),
             })),
         });
-        println!("{v:#}");
+        println!("{}", json_safe(&format!("{v:#}")));
     } else {
         println!("{}", encode(&ld, a.output_format));
     }
@@ -382,7 +383,7 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
             out.insert("rtmrs".into(), rtmrs.into());
         } else {
             for e in &replay.events {
-                println!("{e}");
+                println!("{}", shown(e));
             }
             for (i, r) in replay.rtmrs.iter().enumerate() {
                 println!("RTMR{i}: {}", hex::encode(r));
@@ -390,7 +391,10 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
         }
     }
     if a.json {
-        println!("{:#}", serde_json::Value::Object(out));
+        println!(
+            "{}",
+            json_safe(&format!("{:#}", serde_json::Value::Object(out)))
+        );
     }
     Ok(())
 }
@@ -511,9 +515,9 @@ fn run_sign(a: SignArgs) -> Result<(), Fail> {
     std::fs::write(&out, sig.to_toml()).map_err(|e| usage(format!("{}: {e}", out.display())))?;
     println!(
         "signed {} (set_sha256 {}) -> {}",
-        s.label(),
+        escape(&s.label()),
         hex::encode(s.digest()),
-        out.display()
+        shown(out.display())
     );
     Ok(())
 }
@@ -546,8 +550,8 @@ fn run_keygen(a: KeygenArgs) -> Result<(), Fail> {
         .map_err(|e| usage(format!("{}: {e}", pp.display())))?;
     println!(
         "{} (private, 0600)\n{} (public key {})",
-        kp.display(),
-        pp.display(),
+        shown(kp.display()),
+        shown(pp.display()),
         hex::encode(key.verifying_key().to_bytes())
     );
     Ok(())
@@ -562,16 +566,18 @@ fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
     };
     println!(
         "measurement set {}: signed by {} trusted auditor(s): {}",
-        t.name(),
+        shown(t.name()),
         t.signers.len(),
-        t.signers
-            .iter()
-            .map(|(n, k)| format!("{n} ({})", &k[..16]))
-            .collect::<Vec<_>>()
-            .join(", ")
+        escape(
+            &t.signers
+                .iter()
+                .map(|(n, k)| format!("{n} ({})", k.get(..16).unwrap_or(k)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     );
     for p in &t.problems {
-        println!("note: {p}");
+        println!("note: {}", shown(p));
     }
     if let Some(m) = &a.snp_measurement {
         let m = hex48("--snp-measurement", m)?;
@@ -580,13 +586,25 @@ fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
             None => t.match_snp(&m),
         };
         let e = r.map_err(|e| Fail(1, e.to_string()))?;
-        println!("in set: {e}");
+        println!("in set: {}", shown(e));
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                eprint!("{}", escape_text(&text));
+                return ExitCode::from(2);
+            }
+            print!("{}", escape_text(&text));
+            return ExitCode::SUCCESS;
+        }
+    };
     let r = match cli.cmd {
         Cmd::Snp(a) => run_snp(a),
         Cmd::Tdx(a) => run_tdx(a),
@@ -598,7 +616,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(Fail(code, msg)) => {
-            eprintln!("measure-guest: {msg}");
+            eprintln!("measure-guest: {}", escape(&msg));
             ExitCode::from(code)
         }
     }

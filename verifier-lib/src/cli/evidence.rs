@@ -131,7 +131,10 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     if args.json {
-        println!("{}", output::evidence_json(&v, &opts));
+        println!(
+            "{}",
+            attestation::text::json_safe(&output::evidence_json(&v, &opts).to_string())
+        );
     } else {
         print!("{}", output::evidence_table(&v, &opts));
     }
@@ -199,11 +202,12 @@ fn rejected(json: bool, why: String) -> ExitCode {
             "verified": false,
             "failures": [{"check": crate::evidence::checks::MEASUREMENT_SET, "detail": why}],
         });
-        println!("{v}");
+        println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         println!(
-            "REJECTED  {}: {why}",
-            crate::evidence::checks::MEASUREMENT_SET
+            "REJECTED  {}: {}",
+            crate::evidence::checks::MEASUREMENT_SET,
+            attestation::text::escape(&why)
         );
     }
     ExitCode::from(1)

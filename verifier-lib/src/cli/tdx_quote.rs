@@ -133,9 +133,12 @@ fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
             "tee": "tdx",
             "failures": [{ "check": check, "detail": detail }],
         });
-        println!("{v}");
+        println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
-        eprintln!("verify-attestation tdx-quote: {detail}");
+        eprintln!(
+            "verify-attestation tdx-quote: {}",
+            attestation::text::escape(&detail)
+        );
     }
     ExitCode::from(2)
 }
@@ -346,7 +349,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     if args.json {
-        println!("{}", json(&v));
+        println!("{}", attestation::text::json_safe(&json(&v).to_string()));
     } else {
         print!("{}", table(&v));
     }
