@@ -430,6 +430,9 @@ fn strip_ansi(raw: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Counts per parser, in parser order.
+type PerParser = Vec<(Parser, Counts)>;
+
 #[derive(Default)]
 struct Accumulator {
     found: std::collections::BTreeMap<Parser, Counts>,
@@ -501,7 +504,7 @@ impl Accumulator {
     }
 
     /// Each parser's sum, and the fallbacks that matched beside a more specific parser with failures claimed.
-    fn finish(mut self) -> (Vec<(Parser, Counts)>, Vec<(Parser, Counts)>) {
+    fn finish(mut self) -> (PerParser, PerParser) {
         if let Some(block) = self.mocha.take() {
             self.add(Parser::Mocha, block);
         }
