@@ -738,6 +738,8 @@ mod tests {
         d
     }
 
+    type Change<'a> = &'a dyn Fn(&Path);
+
     fn head_and_tree(p: &Path) -> (ObjectId, ObjectId) {
         let g = open(p).expect("open").expect("git");
         let head = g.head().expect("head");
@@ -772,7 +774,7 @@ mod tests {
 
     #[test]
     fn every_difference_is_named() {
-        let cases: &[(&str, &dyn Fn(&Path), &str)] = &[
+        let cases: &[(&str, Change, &str)] = &[
             ("content", &|p| w(p, "a/x", "other\n"), "a/x"),
             ("untracked", &|p| w(p, "a/new", "n\n"), "a/new"),
             (
@@ -847,7 +849,7 @@ mod tests {
 
     #[test]
     fn what_redirects_git_is_refused() {
-        let cases: &[(&str, &dyn Fn(&Path))] = &[
+        let cases: &[(&str, Change)] = &[
             ("gitfile", &|p| {
                 fs::rename(p.join(".git"), p.join("../moved.git")).ok();
                 w(p, ".git", "gitdir: /tmp/elsewhere\n");
