@@ -5,6 +5,7 @@ pub mod cgroup;
 pub mod classify;
 pub mod counts;
 pub mod forwarder;
+pub mod gitdir;
 pub mod helper;
 pub mod proxy;
 pub mod repo;

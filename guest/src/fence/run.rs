@@ -535,6 +535,11 @@ fn run_in(
         AGENT_VERSION,
     );
     verdict.limits = applied_limits(job);
+    for note in &prepared.notes {
+        verdict
+            .findings
+            .push(finding("commit", "commit-unverified", note.clone()));
+    }
     let ctx = PhaseCtx {
         job,
         opts,
