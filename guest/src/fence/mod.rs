@@ -9,5 +9,6 @@ pub mod helper;
 pub mod proxy;
 pub mod repo;
 pub mod run;
+pub mod seccomp;
 pub mod spec;
 pub mod sys;

@@ -804,6 +804,16 @@ impl PhaseCtx<'_> {
             "root: read-only tmpfs; /proc of the sandbox only; /dev: {} and a /dev/shm tmpfs",
             spec::DEVICES.join(" ")
         ));
+        lines.push(
+            "descriptors: 0 (/dev/null), 1 and 2 (the output pipe) only; the helper closes every inherited \
+             descriptor and the command marks all from 3 close-on-exec (close_range)"
+                .into(),
+        );
+        lines.push(
+            "keyring: a fresh anonymous session keyring per phase (KEYCTL_JOIN_SESSION_KEYRING)"
+                .into(),
+        );
+        lines.push(super::seccomp::describe());
         lines.push(if self.root {
             format!(
                 "user: uid {} gid {}, no capabilities, no_new_privs",
@@ -919,6 +929,9 @@ impl PhaseCtx<'_> {
         }
         if let Some(e) = &run.report.setup_error {
             findings.push(finding(phase, "sandbox-setup", e.clone()));
+            // The kernel's answer when a layer could not be applied (the command did not start then).
+            run.sandbox
+                .push(format!("not applied: {e}; the command was not started"));
         }
         // Teardown checks: the namespace's PID 1 reaped, the cgroup empty, then removed.
         let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();
