@@ -539,6 +539,33 @@ fn mkdirs(p: &Path) -> Result<(), String> {
     fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))
 }
 
+/// Creates the directories leading to the host directory `host_dir` under `root` that do not exist there
+/// yet, each with the mode (and, when `chown`, the owner) of the host directory it stands for: a read path
+/// keeps the protection of its parents (a file under a 0700 home stays unreachable to other uids).
+fn mkdirs_like_host(root: &Path, host_dir: &Path, chown: bool) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut host = PathBuf::from("/");
+    for comp in host_dir.components() {
+        let std::path::Component::Normal(name) = comp else {
+            continue;
+        };
+        host.push(name);
+        let target = under(root, &host);
+        if fs::symlink_metadata(&target).is_ok() {
+            continue;
+        }
+        let meta = fs::metadata(&host).map_err(|e| format!("{}: {e}", host.display()))?;
+        fs::create_dir(&target).map_err(|e| format!("mkdir {}: {e}", target.display()))?;
+        fs::set_permissions(&target, fs::Permissions::from_mode(meta.mode() & 0o1777))
+            .map_err(|e| format!("chmod {}: {e}", target.display()))?;
+        if chown {
+            std::os::unix::fs::lchown(&target, Some(meta.uid()), Some(meta.gid()))
+                .map_err(|e| format!("chown {}: {e}", target.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Builds the sandbox's root on `spec.root_dir` (a fresh tmpfs) in PID 1's private mount namespace.
 fn build_root(spec: &PhaseSpec) -> Result<(), String> {
     let root = &spec.root_dir;
@@ -569,10 +596,10 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         let target = under(root, p);
         let meta = fs::metadata(p).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
         if meta.is_dir() {
-            mkdirs(&target)?;
+            mkdirs_like_host(root, p, !spec.user_ns)?;
         } else {
-            if let Some(parent) = target.parent() {
-                mkdirs(parent)?;
+            if let Some(parent) = p.parent() {
+                mkdirs_like_host(root, parent, !spec.user_ns)?;
             }
             fs::write(&target, b"")
                 .map_err(|e| format!("mount point {}: {e}", target.display()))?;
