@@ -111,7 +111,7 @@ impl RunnerLimit {
         }
     }
 
-    /// What this process may set: as root (CAP_SYS_RESOURCE) up to `fs.nr_open`; otherwise its own hard
+    /// What this process may set: with CAP_SYS_RESOURCE (root) up to `fs.nr_open`; otherwise its own hard
     /// RLIMIT_NOFILE (a user namespace cannot raise it). `None` when neither can be read.
     pub fn open_files() -> Option<RunnerLimit> {
         let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
@@ -122,13 +122,17 @@ impl RunnerLimit {
             rlim_max: 0,
         };
         #[allow(unsafe_code)]
-        // SAFETY: getrlimit writes the `rlimit` we own and reads nothing else; geteuid takes no argument.
-        let (got, root) = unsafe {
-            (
-                libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0,
-                libc::geteuid() == 0,
-            )
-        };
+        // SAFETY: getrlimit writes the `rlimit` we own and reads nothing else.
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 };
+        // Raising the hard limit takes CAP_SYS_RESOURCE (bit 24 of the effective set), not uid 0 as such.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))
+                    .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            })
+            .is_some_and(|caps| caps & (1 << 24) != 0);
         let hard = got.then_some(lim.rlim_max as u64);
         match (root, nr_open, hard) {
             (true, Some(n), _) | (_, Some(n), None) => Some(RunnerLimit::new(
@@ -139,7 +143,7 @@ impl RunnerLimit {
                 let value = n.map_or(h, |n| n.min(h));
                 Some(RunnerLimit::new(
                     value,
-                    format!("the runner's hard RLIMIT_NOFILE ({value}; it is not root)"),
+                    format!("the runner's hard RLIMIT_NOFILE ({value}; it lacks CAP_SYS_RESOURCE)"),
                 ))
             }
             _ => None,
