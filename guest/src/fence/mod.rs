@@ -10,5 +10,7 @@ pub mod helper;
 pub mod proxy;
 pub mod repo;
 pub mod run;
+pub mod rundir;
+pub mod seccomp;
 pub mod spec;
 pub mod sys;

@@ -108,6 +108,9 @@ pub struct RunOptions {
     /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
     /// `repository.path`.
     pub repository: Option<PathBuf>,
+    /// What the job may take from the runner's machine (passthrough names, read paths): the operator's
+    /// configuration, checked by intake's stage 4 and again by the fence.
+    pub operator: intake::operator::OperatorPolicy,
 }
 
 impl RunOptions {
@@ -120,6 +123,7 @@ impl RunOptions {
             proxy: Some(Arc::new(ProxyEgress::system())),
             home: None,
             repository: None,
+            operator: intake::operator::OperatorPolicy::default(),
         }
     }
 }
@@ -134,10 +138,11 @@ struct RunDir {
 
 impl RunDir {
     fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
-        sweep_stale_run_dirs(&std::env::temp_dir());
+        let parent = super::rundir::runs_parent(&std::env::temp_dir())?;
+        super::rundir::sweep(&parent);
         let dir = tempfile::Builder::new()
             .prefix(&format!("fenced-run-{}-", std::process::id()))
-            .tempdir()
+            .tempdir_in(&parent)
             .map_err(|e| format!("cannot create the run directory: {e}"))?;
         let fs_dir = dir.path().join("fs");
         fs::create_dir(&fs_dir).map_err(|e| format!("{}: {e}", fs_dir.display()))?;
@@ -148,7 +153,7 @@ impl RunDir {
         };
         if root {
             nix::mount::mount(
-                Some("fenced-run"),
+                Some(super::rundir::SCRATCH_SOURCE),
                 &rd.fs,
                 Some("tmpfs"),
                 nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
@@ -187,6 +192,9 @@ impl RunDir {
             if let Err(e) = dir.close() {
                 left.push(format!("directory {}: {e}", p.display()));
             }
+            if let Some(parent) = p.parent() {
+                super::rundir::remove_parent_if_empty(parent);
+            }
         }
         left
     }
@@ -197,27 +205,6 @@ impl Drop for RunDir {
         if self.mounted {
             let _ = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH);
         }
-    }
-}
-
-/// Removes the run directories of dead runners (`fenced-run-<pid>-*` whose pid no longer exists), unmounting
-/// their scratch first: what a runner killed by a signal could not clean up itself.
-fn sweep_stale_run_dirs(tmp: &Path) {
-    let Ok(rd) = fs::read_dir(tmp) else { return };
-    for e in rd.filter_map(Result::ok) {
-        if !e
-            .file_name()
-            .to_str()
-            .is_some_and(super::cgroup::stale_name)
-        {
-            continue;
-        }
-        let path = e.path();
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let _ = nix::mount::umount2(&path.join("fs"), nix::mount::MntFlags::MNT_DETACH);
-        let _ = fs::remove_dir_all(&path);
     }
 }
 
@@ -316,7 +303,7 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         .clone()
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
         .unwrap_or_default();
-    let read_paths = match resolve_read_paths(job, &home) {
+    let read_paths = match resolve_read_paths(job, &home, &opts.operator) {
         Ok(p) => p,
         Err(e) => return refuse("sandbox", &e, inputs),
     };
@@ -338,21 +325,33 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
 /// intake's own copy of the bundle. Intake's refusals come back as `refused` verdicts naming the stage, with
 /// every finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
 pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
+    let parent = super::rundir::runs_parent(&std::env::temp_dir())?;
+    let verdict = run_input_under(input, opts, &parent);
+    super::rundir::remove_parent_if_empty(&parent);
+    verdict
+}
+
+/// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
+fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
     let tier = match opts.isolation {
         Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
         Isolation::Tdx => intake::normalise::Isolation::Tdx,
         Isolation::Vm => intake::normalise::Isolation::Vm,
         _ => intake::normalise::Isolation::Process,
     };
-    // Named like the run directories (`fenced-run-<pid>-...`), so that if this runner is killed mid-run the next
-    // run sweeps intake's copy too.
+    // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
+    // killed mid-run the next run sweeps intake's copy too.
     let work = tempfile::Builder::new()
         .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
-        .tempdir()
+        .tempdir_in(parent)
         .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    let runner =
+        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
     let mut report = intake::run_stages(
         input,
-        &intake::IntakeOptions::for_tier(tier).with_work_parent(work.path()),
+        &intake::IntakeOptions::for_tier(tier)
+            .with_work_parent(work.path())
+            .with_runner(runner),
     );
     let findings: Vec<Finding> = report
         .findings()
@@ -422,7 +421,19 @@ fn job_file_sha256(input: &Path) -> Option<String> {
     Some(hex::encode(sha2::Sha256::digest(bytes)))
 }
 
-fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
+/// The job's `[sandbox] read` paths, canonical: each must resolve (links followed) to a place the operator
+/// allows (the allowed roots are resolved too), pass the credential list again, and hold no Unix socket or
+/// FIFO anywhere below it (a socket the sandbox could connect to is a door out of it).
+fn resolve_read_paths(
+    job: &Job,
+    home: &Path,
+    operator: &intake::operator::OperatorPolicy,
+) -> Result<Vec<PathBuf>, String> {
+    let roots: Vec<PathBuf> = operator
+        .read_roots(Some(home))
+        .into_iter()
+        .filter_map(|r| fs::canonicalize(r).ok())
+        .collect();
     let mut out = Vec::new();
     for p in job.sandbox.resolve(home)? {
         let canon =
@@ -434,9 +445,51 @@ fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
                 canon.display()
             )
         })?;
+        if !roots
+            .iter()
+            .any(|r| intake::operator::is_at_or_under(&canon, r))
+        {
+            return Err(format!(
+                "[sandbox] read {} (resolves to {}): not at or under a path the operator allows (allowed: {}; from {})",
+                p.display(),
+                canon.display(),
+                operator.read_line(),
+                operator.source
+            ));
+        }
+        refuse_sockets_below(&canon).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
         out.push(canon);
     }
     Ok(out)
+}
+
+/// Most entries walked below one read path looking for sockets and FIFOs; a larger tree is refused rather
+/// than shown unchecked.
+pub const READ_PATH_MAX_ENTRIES: u64 = 2_000_000;
+
+/// Walks `dir` (links not followed, mount points crossed: a bind shows what is mounted below too) and
+/// refuses the first Unix socket or FIFO, naming it.
+fn refuse_sockets_below(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut seen = 0u64;
+    for e in walkdir::WalkDir::new(dir).follow_links(false) {
+        let e = e.map_err(|e| format!("walking for sockets: {e}"))?;
+        seen += 1;
+        if seen > READ_PATH_MAX_ENTRIES {
+            return Err(format!(
+                "more than {READ_PATH_MAX_ENTRIES} entries: too large to check for sockets and FIFOs"
+            ));
+        }
+        let t = e.file_type();
+        if t.is_socket() || t.is_fifo() {
+            return Err(format!(
+                "{} is a {}: a read path must hold none (the sandbox could connect through it)",
+                e.path().display(),
+                if t.is_socket() { "Unix socket" } else { "FIFO" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn applied_limits(job: &Job) -> AppliedLimits {
@@ -754,6 +807,11 @@ impl PhaseCtx<'_> {
         env.insert("TMPDIR".into(), spec::SANDBOX_TMP.into());
         env.insert("LANG".into(), "C.UTF-8".into());
         for name in &self.job.env.passthrough {
+            // Intake's stage 4 refused the job already if the operator does not allow a name; a job handed
+            // to the fence directly gets the same rule here.
+            if !self.opts.operator.allows_env(name) {
+                continue;
+            }
             if let Ok(v) = std::env::var(name) {
                 env.insert(name.clone(), v);
             }
@@ -818,6 +876,16 @@ impl PhaseCtx<'_> {
             "root: read-only tmpfs; /proc of the sandbox only; /dev: {} and a /dev/shm tmpfs",
             spec::DEVICES.join(" ")
         ));
+        lines.push(
+            "descriptors: 0 (/dev/null), 1 and 2 (the output pipe) only; the helper closes every inherited \
+             descriptor and the command marks all from 3 close-on-exec (close_range)"
+                .into(),
+        );
+        lines.push(
+            "keyring: a fresh anonymous session keyring per phase (KEYCTL_JOIN_SESSION_KEYRING)"
+                .into(),
+        );
+        lines.push(super::seccomp::describe());
         lines.push(if self.root {
             format!(
                 "user: uid {} gid {}, no capabilities, no_new_privs",
@@ -933,6 +1001,9 @@ impl PhaseCtx<'_> {
         }
         if let Some(e) = &run.report.setup_error {
             findings.push(finding(phase, "sandbox-setup", e.clone()));
+            // The kernel's answer when a layer could not be applied (the command did not start then).
+            run.sandbox
+                .push(format!("not applied: {e}; the command was not started"));
         }
         // Teardown checks: the namespace's PID 1 reaped, the cgroup empty, then removed.
         let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();

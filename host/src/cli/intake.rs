@@ -44,6 +44,10 @@ pub struct Args {
     /// Keep the unpacked work directory (its path is printed) instead of removing it.
     #[arg(long)]
     pub keep: bool,
+    /// The operator's configuration (TOML, see docs/job-file.md) stage 4 checks `[env] passthrough` and
+    /// `[sandbox] read` against. Without it: TERM LANG LC_* TZ CI, and no read path.
+    #[arg(long, value_name = "FILE")]
+    pub operator_config: Option<std::path::PathBuf>,
 }
 
 /// The exit code of a report: 0 accepted, 1 refused, 2 unusable input.
@@ -96,7 +100,16 @@ pub fn render(report: &IntakeReport) -> String {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let mut opts = IntakeOptions::for_tier(args.isolation.into());
+    let operator = match super::operator_policy(args.operator_config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fenced-run intake: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut opts = IntakeOptions::for_tier(args.isolation.into()).with_runner(
+        ::intake::normalise::RunnerPolicy::with_operator(operator, None),
+    );
     opts.keep_on_refusal = args.keep;
     let mut report = run_stages(&args.input, &opts);
     if args.json {

@@ -26,6 +26,10 @@ pub struct Args {
     /// The founder's nonce, hex (random when absent).
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<String>,
+    /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
+    /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
+    #[arg(long, value_name = "FILE")]
+    pub operator_config: Option<PathBuf>,
 }
 
 /// Runs the subcommand.
@@ -37,6 +41,13 @@ pub fn run(args: Args) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    let operator = match super::operator_policy(args.operator_config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fenced-run run: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let nonce = match &args.nonce {
         Some(h) => match hex::decode(h.trim()) {
             Ok(n) if !n.is_empty() && n.len() <= 64 => n,
@@ -65,7 +76,8 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    let opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    opts.operator = operator;
     // Intake stages 1-5 first (nothing runs), then the fence on intake's own copy of the bundle.
     let verdict = match run_input(&args.job, &opts) {
         Ok(v) => v,
