@@ -34,6 +34,10 @@ pub struct Args {
     /// Print the verdict as JSON after the summary.
     #[arg(long)]
     pub json: bool,
+    /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
+    /// `verify-attestation evidence --nonce`.
+    #[arg(long, value_name = "HEX", value_parser = super::parse_nonce)]
+    pub nonce: Option<Vec<u8>>,
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -87,7 +91,11 @@ fn demo(args: &Args) -> Result<bool, String> {
     println!("isolation   {}: {why}", isolation_name(isolation));
 
     // The attestation session begins before any untrusted code runs.
-    let nonce = guest::fence::run::random_nonce();
+    let nonce = args
+        .nonce
+        .clone()
+        .unwrap_or_else(guest::fence::run::random_nonce);
+    println!("nonce       {}", hex::encode(&nonce));
     let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
 
     // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
