@@ -36,8 +36,8 @@ pub struct Args {
     pub json: bool,
     /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
     /// `verify-attestation evidence --nonce`.
-    #[arg(long, value_name = "HEX", value_parser = super::parse_nonce)]
-    pub nonce: Option<Vec<u8>>,
+    #[arg(long, value_name = "HEX")]
+    pub nonce: Option<String>,
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -80,6 +80,11 @@ fn write_bundle(dir: &Path) -> Result<(), String> {
 }
 
 fn demo(args: &Args) -> Result<bool, String> {
+    // The founder's nonce, checked before anything runs.
+    let nonce = match &args.nonce {
+        Some(h) => super::parse_nonce(h).map_err(|e| format!("--nonce: {e}"))?,
+        None => guest::fence::run::random_nonce(),
+    };
     let (isolation, why) = best_isolation();
     let tmp = tempfile::Builder::new()
         .prefix("fenced-run-demo-")
@@ -91,10 +96,6 @@ fn demo(args: &Args) -> Result<bool, String> {
     println!("isolation   {}: {why}", isolation_name(isolation));
 
     // The attestation session begins before any untrusted code runs.
-    let nonce = args
-        .nonce
-        .clone()
-        .unwrap_or_else(guest::fence::run::random_nonce);
     println!("nonce       {}", hex::encode(&nonce));
     let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
 
