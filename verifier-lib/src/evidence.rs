@@ -449,7 +449,7 @@ fn tdx_image_gap(opts: &EvidenceOptions) -> Option<String> {
         return None;
     }
     if raw {
-        return Some(format!(
+        return Some(String::from(
             "--measurement on TDX evidence would pin MRTD only (the firmware); the kernel, initramfs and command \
              line are measured into RTMR1 and RTMR2: give --mrtd HEX --rtmr 1=HEX --rtmr 2=HEX, or --measurements \
              SET whose TDX entry lists rtmr1 and rtmr2 (or --leave-rtmrs-unpinned to accept any image on purpose)"

@@ -51,7 +51,7 @@ pub struct Args {
     pub no_nonce: bool,
     /// The founder's pins on the run itself.
     #[command(flatten)]
-    pub pins: PinArgs,
+    pub pins: Box<PinArgs>,
     /// TDX evidence: the image pin and the TDX policy.
     #[command(flatten)]
     pub tdx: Box<EvidenceTdxArgs>,
