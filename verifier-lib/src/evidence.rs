@@ -220,10 +220,12 @@ pub fn verify_evidence_bytes(
 /// Verifies decoded evidence.
 pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerification {
     let mut failures = Vec::new();
-    let pinned = !opts.policy.measurements.is_empty()
-        || opts.measurement_set.is_some()
-        || !opts.tdx_policy.mrtd.is_empty()
-        || opts.tdx_policy.rtmr.iter().any(Option::is_some);
+    // A pin counts only for the TEE it applies to: `--mrtd`/`--rtmr` pin nothing of an SEV-SNP report.
+    let pinned = opts.measurement_set.is_some()
+        || !opts.policy.measurements.is_empty()
+        || (!ev.tee.is_snp()
+            && (!opts.tdx_policy.mrtd.is_empty()
+                || opts.tdx_policy.rtmr.iter().any(Option::is_some)));
     if !pinned && !opts.any_measurement {
         failures.push(Failure::new(
             checks::MEASUREMENT_UNPINNED,

@@ -367,3 +367,28 @@ fn counts_that_contradict_the_outcome_are_a_named_failure() {
         }
     }
 }
+
+#[test]
+fn tdx_register_pins_do_not_pin_snp_evidence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ev = write(dir.path(), &evidence(Outcome::TestsPassed, Some((1, 0))));
+    let out = Command::new(env!("CARGO_BIN_EXE_verify-attestation"))
+        .arg("evidence")
+        .arg(&ev)
+        .args([
+            "--allow-simulated",
+            "--json",
+            "--nonce",
+            &hex::encode(NONCE),
+        ])
+        .args(["--mrtd", &hex::encode(MEASUREMENT)])
+        .output()
+        .expect("run");
+    let json = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(
+        failure_checks(&json),
+        [checks::MEASUREMENT_UNPINNED],
+        "{json}"
+    );
+}
