@@ -35,6 +35,10 @@ pub struct Args {
     /// Print the verdict as JSON after the summary.
     #[arg(long)]
     pub json: bool,
+    /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
+    /// `verify-attestation evidence --nonce`.
+    #[arg(long, value_name = "HEX")]
+    pub nonce: Option<String>,
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -77,6 +81,11 @@ fn write_bundle(dir: &Path) -> Result<(), String> {
 }
 
 fn demo(args: &Args) -> Result<bool, String> {
+    // The founder's nonce, checked before anything runs.
+    let nonce = match &args.nonce {
+        Some(h) => super::parse_nonce(h).map_err(|e| format!("--nonce: {e}"))?,
+        None => guest::fence::run::random_nonce(),
+    };
     let (isolation, why) = best_isolation();
     let tmp = tempfile::Builder::new()
         .prefix("fenced-run-demo-")
@@ -88,7 +97,7 @@ fn demo(args: &Args) -> Result<bool, String> {
     println!("isolation   {}: {why}", isolation_name(isolation));
 
     // The attestation session begins before any untrusted code runs.
-    let nonce = guest::fence::run::random_nonce();
+    println!("nonce       {}", hex::encode(&nonce));
     let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
 
     // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.

@@ -23,7 +23,7 @@ pub struct Args {
     /// Write evidence for the run (sim attestation for the process tier) to this file.
     #[arg(long, value_name = "OUT")]
     pub evidence: Option<PathBuf>,
-    /// The founder's nonce, hex (random when absent).
+    /// The founder's nonce, hex, 16 to 64 bytes (random when absent); checked with or without --evidence.
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<String>,
     /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
@@ -49,17 +49,10 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let nonce = match &args.nonce {
-        Some(h) => match hex::decode(h.trim()) {
-            Ok(n) if !n.is_empty() && n.len() <= 64 => n,
-            Ok(n) => {
-                eprintln!(
-                    "fenced-run run: --nonce: {} bytes; expected 1 to 64",
-                    n.len()
-                );
-                return ExitCode::from(2);
-            }
+        Some(h) => match super::parse_nonce(h) {
+            Ok(n) => n,
             Err(e) => {
-                eprintln!("fenced-run run: --nonce: not hex: {}", shown(e));
+                eprintln!("fenced-run run: --nonce: {}", shown(&e));
                 return ExitCode::from(2);
             }
         },

@@ -32,6 +32,8 @@ pub struct Policy {
     pub mr_config_id: Option<[u8; 48]>,
     /// Expected MROWNER.
     pub mr_owner: Option<[u8; 48]>,
+    /// Expected MROWNERCONFIG.
+    pub mr_owner_config: Option<[u8; 48]>,
     /// Expected XFAM.
     pub xfam: Option<[u8; 8]>,
     /// Expected TD attributes (all 64 bits).
@@ -57,6 +59,7 @@ impl Default for Policy {
             rtmr: [None; 4],
             mr_config_id: None,
             mr_owner: None,
+            mr_owner_config: None,
             xfam: None,
             td_attributes: None,
             min_tee_tcb_svn: None,
@@ -128,6 +131,12 @@ impl Policy {
             "mr_owner",
             &td.mr_owner,
             self.mr_owner.as_ref().map(|w| &w[..]),
+        );
+        eq_check(
+            failures,
+            "mr_owner_config",
+            &td.mr_owner_config,
+            self.mr_owner_config.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
