@@ -510,14 +510,13 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
                 second: len,
             });
         }
-        if let Some(want) = digest_size(alg).filter(|&w| w != len) {
-            return Err(EventLogError::AlgorithmSize {
-                alg,
-                size: len,
-                want,
-            });
-        }
         algs.push((alg, len));
+    }
+    // Sizes only once every declaration is read, so a repeated algorithm is named as such.
+    for &(alg, size) in &algs {
+        if let Some(want) = digest_size(alg).filter(|&w| w != size) {
+            return Err(EventLogError::AlgorithmSize { alg, size, want });
+        }
     }
     if !algs
         .iter()
