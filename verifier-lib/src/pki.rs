@@ -160,17 +160,14 @@ pub fn check_path(chain: &[X509Certificate<'_>], shape: &[Position<'_>]) -> Vec<
         }
         // Issuer linkage: the next certificate's subject, or itself for the root.
         match (pos.role, chain.get(i + 1)) {
-            (Role::Root, _) => {
-                if cert.issuer().as_raw() != cert.subject().as_raw() {
-                    v(
-                        Rule::IssuerName,
-                        format!(
-                            "root issuer CN={} differs from its subject CN={subject_cn} (not self-issued)",
-                            cn(cert.issuer())
-                        ),
-                    );
-                }
-            }
+            (Role::Root, _) if cert.issuer().as_raw() != cert.subject().as_raw() => v(
+                Rule::IssuerName,
+                format!(
+                    "root issuer CN={} differs from its subject CN={subject_cn} (not self-issued)",
+                    cn(cert.issuer())
+                ),
+            ),
+            (Role::Root, _) => {}
             (_, Some(next)) if cert.issuer().as_raw() != next.subject().as_raw() => v(
                 Rule::IssuerName,
                 format!(
