@@ -70,6 +70,22 @@ fn a_pck_leaf_that_signs_another_leaf_is_refused() {
 }
 
 #[test]
+fn a_pck_leaf_whose_cpusvn_disagrees_with_its_components_is_refused() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let qe = SimQe::new(dir.path()).expect("qe");
+    let td = SimTd::default();
+    let quote = qe
+        .quote_with_defect(&td, SimDefect::CpusvnMismatch)
+        .expect("quote");
+    let r = sim_verify(
+        &quote,
+        &qe.collateral_json(&td.tee_tcb_svn).expect("collateral"),
+        &Policy::default(),
+    );
+    assert_eq!(checks(&r), ["pck_chain.leaf.sgx_extensions.cpusvn"]);
+}
+
+#[test]
 fn tcb_info_signed_by_a_pck_key_is_refused() {
     let dir = tempfile::tempdir().expect("tmp");
     let qe = SimQe::new(dir.path()).expect("qe");

@@ -248,6 +248,15 @@ fn entry(suffix: &str, value: Vec<u8>) -> Result<Vec<u8>, SimError> {
 
 /// The SGX extension value (a SEQUENCE of (OID, value)) in Intel's order: PPID, TCB, PCE-ID, FMSPC, SGX type.
 fn sgx_extension(p: &SimPlatform, ppid: &[u8; 16]) -> Result<Vec<u8>, SimError> {
+    sgx_extension_with_cpusvn(p, ppid, &p.sgx_tcb_components)
+}
+
+/// [`sgx_extension`] with a CPUSVN of the caller's choice (Intel's equals the 16 component SVNs).
+fn sgx_extension_with_cpusvn(
+    p: &SimPlatform,
+    ppid: &[u8; 16],
+    cpusvn: &[u8; 16],
+) -> Result<Vec<u8>, SimError> {
     let mut tcb = Vec::new();
     for (i, svn) in p.sgx_tcb_components.iter().enumerate() {
         tcb.extend(entry(
@@ -256,7 +265,7 @@ fn sgx_extension(p: &SimPlatform, ppid: &[u8; 16]) -> Result<Vec<u8>, SimError> 
         )?);
     }
     tcb.extend(entry("2.17", tlv(0x02, &der_uint(u64::from(p.pcesvn))))?);
-    tcb.extend(entry("2.18", tlv(0x04, &p.sgx_tcb_components))?);
+    tcb.extend(entry("2.18", tlv(0x04, cpusvn))?);
     let mut seq = entry("1", tlv(0x04, ppid))?;
     seq.extend(entry("2", tlv(0x30, &tcb))?);
     seq.extend(entry("3", tlv(0x04, &p.pceid))?);
@@ -375,6 +384,9 @@ pub enum SimDefect {
     /// TCB Info and QE Identity signed by the PCK leaf key, issuer chain PCK leaf <- PCK CA <- root
     /// ([`SimQe::collateral_json_with_defect`]).
     CollateralSignedByPck,
+    /// The PCK leaf's CPUSVN (SGX extension .2.18) differs from its 16 component SVNs
+    /// ([`SimQe::quote_with_defect`]).
+    CpusvnMismatch,
     /// The root CA CRL expired 30 days before the collateral was issued.
     ExpiredCrl,
     /// The root CA CRL's thisUpdate is 30 days in the future.
@@ -650,6 +662,38 @@ impl SimQe {
                 let mut bytes = chain.into_bytes();
                 bytes.push(0);
                 self.quote_with(td, &forged_key, bytes)
+            }
+            SimDefect::CpusvnMismatch => {
+                // A PCK leaf, properly issued by the PCK CA for the same key, whose CPUSVN says a higher TCB
+                // than its component SVNs.
+                let sgx = Extension {
+                    extn_id: ObjectIdentifier::new(SGX_EXTENSIONS)
+                        .map_err(|e| SimError::Der(e.to_string()))?,
+                    critical: false,
+                    extn_value: OctetString::new(sgx_extension_with_cpusvn(
+                        &self.platform,
+                        &self.ppid,
+                        &[0xff; 16],
+                    )?)
+                    .map_err(der_err("SGX extension"))?,
+                };
+                let t = now().saturating_sub(86_400);
+                let leaf = issue(
+                    &self.pck_ca,
+                    PCK_CA_CN,
+                    &self.pck,
+                    PCK_CN,
+                    SimCert::PckLeaf.serial(),
+                    false,
+                    vec![sgx],
+                    (t, t + 365 * 86_400),
+                )?;
+                let mut chain = pem(&leaf)?;
+                chain.push_str(&pem(&self.pck_ca_der)?);
+                chain.push_str(&pem(&self.root_der)?);
+                let mut bytes = chain.into_bytes();
+                bytes.push(0);
+                self.quote_with(td, &self.pck, bytes)
             }
             _ => self.quote(td),
         }
