@@ -255,9 +255,21 @@ fn invalid(path: &Path, message: impl Into<String>) -> SetError {
 }
 
 fn read_text(path: &Path) -> Result<String, SetError> {
-    std::fs::read_to_string(path).map_err(|source| SetError::Io {
+    // Sets, signatures and keys are kilobytes: the size is checked before anything is read.
+    let bytes =
+        attestation::cli_io::read_capped(path, attestation::cli_io::MAX_INPUT).map_err(|e| {
+            let source = match e {
+                attestation::cli_io::ReadError::Io { source, .. } => source,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+            };
+            SetError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+    String::from_utf8(bytes).map_err(|e| SetError::Io {
         path: path.to_owned(),
-        source,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
     })
 }
 

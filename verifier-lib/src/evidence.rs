@@ -10,7 +10,7 @@
 use crate::output::Failure;
 use crate::snp::{self, CertBundle, ChainOptions, Policy, RootKind, SnpVerification};
 use attestation::binding;
-use attestation::evidence::{Collateral, Evidence, EvidenceError, TeeLabel};
+use attestation::evidence::{Evidence, EvidenceError, TeeLabel};
 use attestation::snp::AttestationReport;
 use attestation::verdict::{Isolation, Outcome, Verdict};
 
@@ -724,14 +724,21 @@ fn verify_tdx_part(
     if tdx_policy.report_data.is_none() {
         tdx_policy.report_data = opts.policy.report_data.map(|r| r.0);
     }
-    let collateral = match &ev.collateral {
-        Some(Collateral::Bytes(b)) => Some(b.as_slice()),
-        _ => opts.tdx_collateral.as_deref(),
+    // The founder's collateral wins over the evidence's (see `tdx::collateral::choose_for_evidence`).
+    let chosen = match crate::tdx::collateral::choose_for_evidence(
+        ev.collateral.as_ref(),
+        opts.tdx_collateral.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            failures.push(Failure::new("collateral-format", e));
+            return (ReportVerification::Unverified, None, ev.tee.is_simulated());
+        }
     };
-    match crate::tdx::verify_quote_for_evidence(
+    match crate::tdx::verify_quote_for_evidence_chosen(
         &ev.report,
         &ev.certs,
-        collateral,
+        chosen,
         opts.chain.at.unix_timestamp(),
         &tdx_policy,
         true,

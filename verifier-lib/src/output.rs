@@ -346,6 +346,7 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
             "chip_id": serde_json::Value::Null,
             "reported_tcb": t.tcb_status().map(|s| format!("{s:?}")),
             "policy": serde_json::Value::Null,
+            "collateral_used": t.collateral_used,
         }),
         _ => serde_json::json!({
             "product": null, "signing_key": null, "measurement": null, "report_data": null,
@@ -433,6 +434,10 @@ pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> Strin
                 "report data".to_string(),
                 hex::encode(t.quote.td().report_data),
             ));
+            match &t.collateral_used {
+                Some(c) => rows.extend(c.rows()),
+                None => rows.push(("collateral".to_string(), "none".to_string())),
+            }
         }
         _ => {}
     }

@@ -13,6 +13,18 @@ use measurements::set::{self, Hex, HexU64, MeasurementSet};
 use measurements::{sim, snp, tdx};
 use sha2::{Digest, Sha256};
 
+// Every subcommand prints through these (they shadow std's): a closed stdout is a quiet error exit, not a panic.
+macro_rules! println {
+    ($($t:tt)*) => {
+        attestation::cli_println!($($t)*)
+    };
+}
+macro_rules! print {
+    ($($t:tt)*) => {
+        attestation::cli_print!($($t)*)
+    };
+}
+
 /// Expected SEV-SNP and TDX launch measurements, and the measurement sets auditors sign.
 #[derive(Parser, Debug)]
 #[command(name = "measure-guest", version)]
@@ -384,8 +396,9 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
         }
     }
     if let Some(path) = &a.event_log {
-        let bytes =
-            std::fs::read(path).map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
+        // A CCEL is 64 KiB; the size is checked before anything is read.
+        let bytes = attestation::cli_io::read_capped(path, attestation::cli_io::MAX_INPUT)
+            .map_err(|e| usage(format!("event log: {e}")))?;
         let replay = tdx::replay_rtmrs(&bytes)
             .map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
         if a.json {
@@ -453,7 +466,8 @@ fn process_entry(path: &std::path::Path) -> Result<set::SimEntry, Fail> {
 }
 
 fn read_file(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Fail> {
-    std::fs::read(path).map_err(|e| usage(format!("{what} {}: {e}", path.display())))
+    // Kernels and initrds of a guest image are tens of MiB; 4 GiB is checked before anything is read.
+    attestation::cli_io::read_capped(path, 4 << 30).map_err(|e| usage(format!("{what}: {e}")))
 }
 
 fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {

@@ -248,15 +248,9 @@ impl std::str::FromStr for NonceArg {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.evidence) {
+    let bytes = match super::read_input(&args.evidence) {
         Ok(b) => b,
-        Err(e) => {
-            return unusable(
-                args.json,
-                "input",
-                format!("cannot read evidence {}: {e}", args.evidence.display()),
-            )
-        }
+        Err(e) => return unusable(args.json, "input", format!("evidence: {e}")),
     };
     let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
         Ok(b) => b,

@@ -143,15 +143,9 @@ pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.report) {
+    let bytes = match super::read_input(&args.report) {
         Ok(b) => b,
-        Err(e) => {
-            return unusable(
-                args.json,
-                "input",
-                format!("cannot read report {}: {e}", args.report.display()),
-            )
-        }
+        Err(e) => return unusable(args.json, "input", format!("report: {e}")),
     };
     let report = match AttestationReport::from_bytes(&bytes) {
         Ok(r) => r,
