@@ -168,7 +168,7 @@ fn errors_naming_a_hostile_path_are_escaped_in_every_binary() {
         (
             "verify-attestation evidence",
             VERIFY,
-            vec![os("evidence"), os("--any-measurement"), h],
+            vec![os("evidence"), os("--any-measurement"), os("--no-nonce"), h],
         ),
         (
             "verify-attestation tdx-quote",

@@ -80,6 +80,7 @@ fn a_1_gib_evidence_file_is_refused_without_reading_it() {
         .arg("evidence")
         .arg(&big)
         .arg("--any-measurement")
+        .arg("--no-nonce")
         .arg("--json")
         .output()
         .expect("run");

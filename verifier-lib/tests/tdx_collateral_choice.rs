@@ -172,6 +172,7 @@ fn the_cli_names_the_collateral_used_with_its_dates() {
             .arg(&ev_path)
             .args(["--measurement", &hex::encode(MRTD)])
             .args(["--nonce", &hex::encode(NONCE)])
+            .arg("--leave-rtmrs-unpinned")
             .arg("--allow-simulated")
             .arg("--collateral")
             .arg(&coll_path);
