@@ -398,3 +398,64 @@ fn a_truncated_bundle_ends_in_a_clear_host_error() {
     );
     w.assert_clean();
 }
+
+#[test]
+fn ctrl_c_during_a_vm_run_kills_the_vm_and_removes_its_files() {
+    if missing().is_some() {
+        return;
+    }
+    let image = shared_image();
+    let w = Work::new();
+    let mut child = Command::new(BIN)
+        .args(["run", "--isolation", "vm", "--image"])
+        .arg(image)
+        .arg(demo_dir())
+        .env("TMPDIR", w.0.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // Wait until QEMU runs (it has created the console file in the VM's directory), then interrupt.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let vm_dir = std::fs::read_dir(w.0.path())
+            .expect("read")
+            .filter_map(Result::ok)
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("fenced-run-vm-")
+                    && e.path().join("console.log").exists()
+            });
+        if vm_dir {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no VM directory appeared");
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "fenced-run ended early"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT");
+    let stopped = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            stopped.elapsed() < Duration::from_secs(15),
+            "fenced-run did not stop after SIGINT"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("interrupted; the VM was killed"), "{err}");
+    w.assert_clean();
+}

@@ -26,7 +26,7 @@ pub fn run(args: &Args, nonce: Vec<u8>) -> ExitCode {
     }
     // Intake on the host first: nothing is launched for a bundle intake refuses.
     let work = match tempfile::Builder::new()
-        .prefix("fenced-run-vm-intake-")
+        .prefix("fenced-run-intake-vm-")
         .tempdir()
     {
         Ok(w) => w,
