@@ -459,3 +459,80 @@ fn ctrl_c_during_a_vm_run_kills_the_vm_and_removes_its_files() {
     assert!(err.contains("interrupted; the VM was killed"), "{err}");
     w.assert_clean();
 }
+
+#[test]
+fn manifest_snp_digests_equal_sev_snp_measure_for_the_same_image() {
+    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // ../shared beside the checkout (CI), or beside the vectors directory.
+    let firmware = std::env::var_os("FENCED_RUN_VECTORS")
+        .map(|v| PathBuf::from(v).join("../firmware"))
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(|| ws.join("../shared/firmware"));
+    let ovmf = firmware.join("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
+    let oracle = ws.join("target/sev-snp-venv/bin/sev-snp-measure");
+    if !ovmf.is_file() || !oracle.is_file() {
+        if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
+            panic!(
+                "FENCED_RUN_REQUIRE_VM=1 but {} or {} is missing",
+                ovmf.display(),
+                oracle.display()
+            );
+        }
+        eprintln!("SKIP: the shared AmdSev OVMF or the sev-snp-measure venv (.ci/run) is missing");
+        return;
+    }
+    if missing().is_some() {
+        return;
+    }
+    let t = tempfile::tempdir().expect("tmp");
+    let out = t.path().join("image");
+    let o = Command::new(BIN)
+        .args(["image", "build", "--out"])
+        .arg(&out)
+        .arg("--ovmf")
+        .arg(&ovmf)
+        .output()
+        .expect("image build");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = Manifest::load(&out).expect("manifest");
+    assert_eq!(
+        m.measurements
+            .sev_snp
+            .iter()
+            .map(|s| s.vcpus)
+            .collect::<Vec<_>>(),
+        image::SNP_VCPUS
+    );
+    for s in &m.measurements.sev_snp {
+        let r = Command::new(&oracle)
+            .args([
+                "--mode",
+                "snp",
+                "--vcpus",
+                &s.vcpus.to_string(),
+                "--vcpu-type",
+                &s.vcpu_type,
+            ])
+            .arg("--ovmf")
+            .arg(&ovmf)
+            .arg("--kernel")
+            .arg(out.join(image::KERNEL_FILE))
+            .arg("--initrd")
+            .arg(out.join(image::INITRAMFS_FILE))
+            .args([
+                "--append",
+                &m.cmdline.value,
+                "--guest-features",
+                &format!("{:#x}", s.guest_features),
+            ])
+            .output()
+            .expect("sev-snp-measure");
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(
+            String::from_utf8_lossy(&r.stdout).trim(),
+            s.measurement,
+            "{} vCPUs",
+            s.vcpus
+        );
+    }
+}

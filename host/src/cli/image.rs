@@ -1,4 +1,4 @@
-//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE]`: builds the `vm` tier's guest image
+//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE]`: builds the `vm` tier's guest image
 //! (host::image) and prints its manifest's measurements. Exit 0 built, 2 unusable input.
 
 use crate::image::{self, BuildOptions};
@@ -34,6 +34,10 @@ pub struct BuildArgs {
     /// The static busybox for shell test suites (default /bin/busybox from busybox-static).
     #[arg(long, value_name = "FILE")]
     pub busybox: Option<PathBuf>,
+    /// The AmdSev OVMF (for SEV-SNP with kernel-hashes): the manifest then lists the SNP launch digest for 1, 2
+    /// and 4 vCPUs of type EPYC-v4.
+    #[arg(long, value_name = "FILE")]
+    pub ovmf: Option<PathBuf>,
     /// Leave git out of the image (the fence's tree hash and `git apply` then fail in the guest).
     #[arg(long)]
     pub no_git: bool,
@@ -69,6 +73,12 @@ pub fn run(args: Args) -> ExitCode {
             );
             println!("cmdline     {}", m.cmdline.value);
             println!("vm          measurement {}", m.measurements.vm);
+            for s in &m.measurements.sev_snp {
+                println!(
+                    "sev-snp     {} vCPU {}: {}",
+                    s.vcpus, s.vcpu_type, s.measurement
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -105,5 +115,6 @@ fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         agent,
         busybox,
         git,
+        ovmf: b.ovmf.clone(),
     })
 }

@@ -74,11 +74,68 @@ pub struct Included {
     pub sha256: String,
 }
 
+/// One expected SEV-SNP launch digest of the image (QEMU, `kernel-hashes=on`, the given OVMF).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnpMeasurement {
+    /// SHA-256 of the OVMF image, hex.
+    pub ovmf_sha256: String,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// vCPU type (its CPUID signature goes into each VMSA).
+    pub vcpu_type: String,
+    /// SEV_FEATURES of the VMSAs.
+    pub guest_features: u64,
+    /// The launch digest, hex.
+    pub measurement: String,
+}
+
+/// vCPU counts the manifest lists SNP launch digests for.
+pub const SNP_VCPUS: &[u32] = &[1, 2, 4];
+/// The vCPU type of those digests.
+pub const SNP_VCPU_TYPE: &str = "EPYC-v4";
+/// SEV_FEATURES of those digests (SNPActive only).
+pub const SNP_GUEST_FEATURES: u64 = 0x1;
+
 /// Expected measurements of the image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Measurements {
     /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image.
     pub vm: String,
+    /// SEV-SNP launch digests for the OVMF given at build time (empty without one).
+    #[serde(default)]
+    pub sev_snp: Vec<SnpMeasurement>,
+}
+
+/// The SEV-SNP launch digests of `kernel`, `initrd` and [`CMDLINE`] under the OVMF `ovmf`, per [`SNP_VCPUS`].
+pub fn snp_measurements(
+    ovmf: &[u8],
+    kernel: &[u8],
+    initrd: &[u8],
+) -> Result<Vec<SnpMeasurement>, String> {
+    use measurements::snp;
+    let parsed = snp::Ovmf::parse(ovmf.to_vec()).map_err(|e| format!("--ovmf: {e}"))?;
+    let hashes = snp::KernelHashes::new(kernel, Some(initrd), Some(CMDLINE));
+    let sig = snp::vcpu_sig_for_type(SNP_VCPU_TYPE).ok_or("unknown vCPU type")?;
+    let mut out = Vec::new();
+    for &vcpus in SNP_VCPUS {
+        let cfg = snp::SnpConfig {
+            vcpus,
+            vcpu_sig: sig,
+            guest_features: SNP_GUEST_FEATURES,
+            vmm: snp::VmmType::Qemu,
+            ovmf_hash: None,
+        };
+        let ld =
+            snp::launch_digest(&parsed, Some(&hashes), &cfg).map_err(|e| format!("--ovmf: {e}"))?;
+        out.push(SnpMeasurement {
+            ovmf_sha256: sha256_hex(ovmf),
+            vcpus,
+            vcpu_type: SNP_VCPU_TYPE.into(),
+            guest_features: SNP_GUEST_FEATURES,
+            measurement: hex::encode(ld),
+        });
+    }
+    Ok(out)
 }
 
 /// The manifest (`manifest.json`).
@@ -133,6 +190,8 @@ pub struct BuildOptions {
     pub busybox: Option<PathBuf>,
     /// `git` to include with its shared libraries (the fence computes tree hashes and applies patches with it).
     pub git: Option<PathBuf>,
+    /// The AmdSev OVMF to compute SEV-SNP launch digests for, when given.
+    pub ovmf: Option<PathBuf>,
 }
 
 fn read(what: &str, p: &Path) -> Result<Vec<u8>, String> {
@@ -282,6 +341,10 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     c384.update(CMDLINE.as_bytes());
     c384.update([0u8]);
     let vm = measurements::sim::vm_launch_measurement(&kernel, &initramfs, CMDLINE);
+    let sev_snp = match &opts.ovmf {
+        Some(p) => snp_measurements(&read("OVMF", p)?, &kernel, &initramfs)?,
+        None => Vec::new(),
+    };
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         kernel: Artifact::of(KERNEL_FILE, &kernel),
@@ -295,6 +358,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         included,
         measurements: Measurements {
             vm: hex::encode(vm),
+            sev_snp,
         },
     };
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
