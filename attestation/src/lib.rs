@@ -2,11 +2,13 @@
 //! written back, the report-data key binding, and the TEE backends (hardware and sim).
 
 pub mod binding;
+pub mod cli_io;
 pub mod evidence;
 pub mod session;
 pub mod sim;
 pub mod snp;
 pub mod tdx;
 pub mod tee;
+pub mod text;
 pub mod vectors;
 pub mod verdict;

@@ -309,7 +309,13 @@ impl OutputTail {
     /// Keeps the last [`OUTPUT_TAIL_MAX`] bytes of `bytes` as lossy UTF-8.
     pub fn tail_of(bytes: &[u8]) -> String {
         let start = bytes.len().saturating_sub(OUTPUT_TAIL_MAX);
-        String::from_utf8_lossy(&bytes[start..]).into_owned()
+        let s = String::from_utf8_lossy(&bytes[start..]);
+        // An invalid byte becomes U+FFFD (3 bytes): drop leading characters until 64 KiB of UTF-8 remain.
+        let mut cut = s.len().saturating_sub(OUTPUT_TAIL_MAX);
+        while !s.is_char_boundary(cut) {
+            cut += 1;
+        }
+        s[cut..].to_string()
     }
 }
 
@@ -488,8 +494,8 @@ impl Verdict {
             ("install", &self.output_tail.install),
             ("test", &self.output_tail.test),
         ] {
-            // Lossy UTF-8 may widen each invalid byte to U+FFFD (3 bytes).
-            if tail.len() > 3 * OUTPUT_TAIL_MAX {
+            // `tail_of` never keeps more than 64 KiB of UTF-8, so neither may a reader accept more.
+            if tail.len() > OUTPUT_TAIL_MAX {
                 return Err(VerdictError::Inconsistent(format!(
                     "output_tail.{name} is {} bytes, more than a 64 KiB tail",
                     tail.len()
@@ -867,5 +873,23 @@ mod tests {
         let t = OutputTail::tail_of(&big);
         assert_eq!(t.len(), OUTPUT_TAIL_MAX);
         assert!(t.ends_with("END"));
+    }
+
+    #[test]
+    fn output_tail_of_invalid_utf8_stays_within_64k_and_a_longer_one_is_refused() {
+        // Every invalid byte widens to U+FFFD (3 bytes); the tail is cut back to 64 KiB of UTF-8.
+        let mut junk = vec![0xffu8; OUTPUT_TAIL_MAX];
+        junk.extend_from_slice(b"END");
+        let t = OutputTail::tail_of(&junk);
+        assert!(t.len() <= OUTPUT_TAIL_MAX, "{}", t.len());
+        assert!(t.len() > OUTPUT_TAIL_MAX - 3);
+        assert!(t.ends_with("END"));
+        let mut v = Verdict::refused("job", "missing", Isolation::Process, Inputs::default(), "x");
+        v.output_tail.test = t;
+        v.check_consistency()
+            .expect("a tail_of result is consistent");
+        v.output_tail.test = "a".repeat(OUTPUT_TAIL_MAX + 1);
+        let e = v.check_consistency().expect_err("a tail above 64 KiB");
+        assert!(e.to_string().contains("output_tail.test"), "{e}");
     }
 }

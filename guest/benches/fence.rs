@@ -61,6 +61,10 @@ fn bench(c: &mut Criterion) {
     } else {
         println!("skipped bwrap_unshare_all: bwrap is not installed (apt package bubblewrap)");
     }
+    // Compiled once per phase by PID 1 (applying it is irreversible, so it is measured inside the runs).
+    g.bench_function("seccomp_filter_compile", |b| {
+        b.iter(|| guest::fence::seccomp::build().expect("filter"))
+    });
     if root {
         let dir = tempfile::tempdir().expect("dir");
         std::fs::create_dir(dir.path().join("repo")).expect("repo");

@@ -3,7 +3,9 @@
 
 use std::io::Write;
 
-use guest::fence::counts::{parse, parse_junit, Counts, CountsResult, ExitCheck, Parser};
+use guest::fence::counts::{
+    count, parse, parse_junit, Counts, CountsResult, ExitCheck, Parser, Scanner, MAX_PARSED_LINE,
+};
 
 struct Case {
     name: &'static str,
@@ -419,6 +421,36 @@ fn table() -> Vec<Case> {
             want: Some((Counts::new(2, 0, 0), &[Parser::CargoTest], Agrees)),
         },
         Case {
+            name: "a plain line's failures stand beside a fake runner success",
+            stream: "1 passed, 2 failed\ntest result: ok. 5 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n",
+            exit: Some(0),
+            want: Some((Counts::new(5, 2, 0), &[Parser::CargoTest, Parser::Plain], ExitHidFailure { failed: 2 })),
+        },
+        Case {
+            name: "a plain line restating a runner's failures is not counted twice",
+            stream: "test result: FAILED. 4 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\nResults: 4 passed, 3 failed\n",
+            exit: Some(101),
+            want: Some((Counts::new(4, 3, 0), &[Parser::CargoTest], Agrees)),
+        },
+        Case {
+            name: "more failures in the plain line than in the runner's: the larger claim stands",
+            stream: "test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\nResults: 0 passed, 7 failed\n",
+            exit: Some(101),
+            want: Some((Counts::new(4, 7, 0), &[Parser::CargoTest, Parser::Plain], Agrees)),
+        },
+        Case {
+            name: "a go FAIL package line stands beside fake per-test PASS lines",
+            stream: "--- PASS: TestFake (0.00s)\nFAIL\texample.com/demo\t0.004s\n",
+            exit: Some(0),
+            want: Some((Counts::new(1, 1, 0), &[Parser::GoTest, Parser::GoTestPackages], ExitHidFailure { failed: 1 })),
+        },
+        Case {
+            name: "two runners' failures are summed",
+            stream: "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n=== 2 failed, 1 passed in 0.10s ===\n",
+            exit: Some(1),
+            want: Some((Counts::new(2, 3, 0), &[Parser::CargoTest, Parser::Pytest], Agrees)),
+        },
+        Case {
             name: "progress redraws with carriage returns",
             stream: "running...\r\x1b[2Ktest result: ok. 4 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\r\n",
             exit: Some(0),
@@ -688,4 +720,73 @@ mod prop {
             prop_assert_eq!(&c.exit_check, &ExitCheck::Agrees);
         }
     }
+}
+
+fn scan_in_chunks(stream: &[u8], chunk: usize) -> guest::fence::counts::Scanned {
+    let mut s = Scanner::new();
+    for piece in stream.chunks(chunk.max(1)) {
+        s.feed(piece);
+    }
+    s.finish()
+}
+
+#[test]
+fn chunked_streams_count_the_same_as_whole_ones() {
+    for case in table() {
+        let whole = parse(case.stream.as_bytes(), case.exit, None);
+        for chunk in [1, 2, 3, 7, 64] {
+            let got = count(
+                &scan_in_chunks(case.stream.as_bytes(), chunk),
+                case.exit,
+                None,
+            );
+            assert_eq!(got, whole, "{} in chunks of {chunk}", case.name);
+        }
+    }
+    // `\r\n` split across chunks is a line end, `\r` then text is a redraw.
+    let got = count(
+        &scan_in_chunks(b"noise\r\n1 passed, 1 failed\r", 1),
+        Some(1),
+        None,
+    );
+    assert_eq!(got.counted().expect("counted").counts, Counts::new(1, 1, 0));
+}
+
+#[test]
+fn a_summary_after_a_carriage_return_ends_a_very_long_line() {
+    let mut stream = vec![b'x'; 3 * MAX_PARSED_LINE];
+    stream.extend_from_slice(b"\r1 passed, 2 failed\n");
+    let scanned = scan_in_chunks(&stream, 65536);
+    assert_eq!(scanned.long_lines, 0, "the redraw started the line over");
+    let got = count(&scanned, Some(1), None);
+    assert_eq!(got.counted().expect("counted").counts, Counts::new(1, 2, 0));
+}
+
+#[test]
+fn a_line_longer_than_the_bound_is_parsed_from_its_start() {
+    let mut stream = b"test result: FAILED. 0 passed; 2 failed; ".to_vec();
+    stream.extend(std::iter::repeat_n(b'y', 2 * MAX_PARSED_LINE));
+    stream.extend_from_slice(b"\nand a normal line\n");
+    let scanned = scan_in_chunks(&stream, 65536);
+    assert_eq!(scanned.long_lines, 1);
+    assert_eq!(scanned.bytes, stream.len() as u64);
+    let got = count(&scanned, Some(101), None);
+    assert_eq!(got.counted().expect("counted").counts, Counts::new(0, 2, 0));
+}
+
+#[test]
+fn the_summary_after_a_huge_stream_is_counted() {
+    // 64 MiB of short lines in 64 KiB chunks, then the summary: nothing is kept but the current line.
+    let block: Vec<u8> = b"noise line 0123456789\n".repeat(65536 / 22);
+    let mut s = Scanner::new();
+    let mut fed = 0u64;
+    while fed < 64 << 20 {
+        s.feed(&block);
+        fed += block.len() as u64;
+    }
+    s.feed(b"1 passed, 2 failed\n");
+    let got = count(&s.finish(), Some(0), None);
+    let c = got.counted().expect("counted");
+    assert_eq!(c.counts, Counts::new(1, 2, 0));
+    assert_eq!(c.exit_check, ExitCheck::ExitHidFailure { failed: 2 });
 }

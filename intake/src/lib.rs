@@ -6,6 +6,7 @@
 pub mod addr;
 pub mod job;
 pub mod normalise;
+pub mod operator;
 pub mod receive;
 pub mod report;
 pub mod scan;
@@ -16,7 +17,7 @@ pub use report::{
     Finding, IntakeLimits, IntakeReport, Refusal, Severity, Stage, StageResult, StageStatus,
 };
 
-use normalise::{Isolation, TierLimits};
+use normalise::{Isolation, RunnerPolicy, TierLimits};
 use receive::{BundleKind, ReceiveError, Resolver, SystemResolver};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +35,8 @@ pub struct IntakeOptions {
     pub isolation: Isolation,
     /// The tier's resource limits (default: [`TierLimits::for_tier`]).
     pub tier_limits: TierLimits,
+    /// The operator's configuration and the runner's own limits (default: [`RunnerPolicy::probe`]).
+    pub runner: RunnerPolicy,
     /// Where the fresh work directory is created (default: the system temporary directory).
     pub work_parent: PathBuf,
     /// Resolver for repository URLs (default: the system's).
@@ -48,6 +51,7 @@ impl std::fmt::Debug for IntakeOptions {
             .field("limits", &self.limits)
             .field("isolation", &self.isolation)
             .field("tier_limits", &self.tier_limits)
+            .field("runner", &self.runner)
             .field("work_parent", &self.work_parent)
             .field("keep_on_refusal", &self.keep_on_refusal)
             .finish_non_exhaustive()
@@ -67,6 +71,7 @@ impl IntakeOptions {
             limits: IntakeLimits::default(),
             isolation,
             tier_limits: TierLimits::for_tier(isolation),
+            runner: RunnerPolicy::probe(),
             work_parent: std::env::temp_dir(),
             resolver: Arc::new(SystemResolver),
             keep_on_refusal: false,
@@ -82,6 +87,12 @@ impl IntakeOptions {
     /// The same options with another resolver.
     pub fn with_resolver(mut self, r: Arc<dyn Resolver>) -> Self {
         self.resolver = r;
+        self
+    }
+
+    /// The same options with another runner policy (operator configuration, home, runner limits).
+    pub fn with_runner(mut self, runner: RunnerPolicy) -> Self {
+        self.runner = runner;
         self
     }
 
@@ -392,7 +403,8 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     run.pass(Stage::Structure, st.notes);
 
     // 4 normalise
-    let n = normalise::normalise(&st.job, opts.isolation, &opts.tier_limits);
+    let n =
+        normalise::normalise_for_runner(&st.job, opts.isolation, &opts.tier_limits, &opts.runner);
     if n.iter().any(|f| f.severity == Severity::Refusal) {
         run.refuse(Stage::Normalise, n, "", String::new());
         return run.finish(opts);

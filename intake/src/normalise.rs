@@ -1,12 +1,16 @@
-//! Stage 4: normalise. The job's resources against the limits of the isolation tier it will run in (each
-//! refusal names the limit), its environment against the deny list (again: the loader refused it already,
-//! this stage keeps the rule where the tier's policy lives), and allow entries naming non-public IPs noted.
+//! Stage 4: normalise. The job's resources against the limits of the isolation tier it will run in and of
+//! the runner itself (each refusal names the limit), its environment against the deny list (again: the
+//! loader refused it already, this stage keeps the rule where the tier's policy lives), what it takes from
+//! the runner's machine (`[env] passthrough`, `[sandbox] read`) against the operator's configuration
+//! ([`crate::operator`]), and allow entries naming non-public IPs noted.
 
 use crate::addr;
 use crate::job::{env_name_denied, AllowHost, Job};
+use crate::operator::{self, OperatorPolicy};
 use crate::report::{Finding, Severity, Stage};
 use serde::Serialize;
 use std::fmt;
+use std::path::PathBuf;
 
 /// The isolation tiers of DESIGN.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -86,6 +90,151 @@ impl TierLimits {
             },
         }
     }
+}
+
+/// The most the runner itself may set for the command's RLIMIT_NOFILE, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RunnerLimit {
+    /// The largest value.
+    pub value: u64,
+    /// Where it comes from, for the refusal.
+    pub why: String,
+}
+
+impl RunnerLimit {
+    /// A limit of `value` explained by `why` (tests and callers that know better than [`Self::open_files`]).
+    pub fn new(value: u64, why: impl Into<String>) -> RunnerLimit {
+        RunnerLimit {
+            value,
+            why: why.into(),
+        }
+    }
+
+    /// What this process may set: with CAP_SYS_RESOURCE (root) up to `fs.nr_open`; otherwise its own hard
+    /// RLIMIT_NOFILE (a user namespace cannot raise it). `None` when neither can be read.
+    pub fn open_files() -> Option<RunnerLimit> {
+        let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: getrlimit writes the `rlimit` we own and reads nothing else.
+        let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 };
+        // Raising the hard limit takes CAP_SYS_RESOURCE (bit 24 of the effective set), not uid 0 as such.
+        let root = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))
+                    .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            })
+            .is_some_and(|caps| caps & (1 << 24) != 0);
+        let hard = got.then_some(lim.rlim_max as u64);
+        match (root, nr_open, hard) {
+            (true, Some(n), _) | (_, Some(n), None) => Some(RunnerLimit::new(
+                n,
+                format!("fs.nr_open of this machine ({n})"),
+            )),
+            (_, n, Some(h)) => {
+                let value = n.map_or(h, |n| n.min(h));
+                Some(RunnerLimit::new(
+                    value,
+                    format!("the runner's hard RLIMIT_NOFILE ({value}; it lacks CAP_SYS_RESOURCE)"),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What stage 4 checks the job against beyond the tier: the operator's configuration and the runner's own
+/// limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct RunnerPolicy {
+    /// What the job may take from the runner's machine.
+    pub operator: OperatorPolicy,
+    /// The home directory `~/` means (the runner's); `None` compares `~/` paths as written.
+    pub home: Option<PathBuf>,
+    /// The most the runner may set for RLIMIT_NOFILE (`None`: not checked).
+    pub open_files: Option<RunnerLimit>,
+}
+
+impl RunnerPolicy {
+    /// The built-in operator defaults, the runner's `HOME`, and this process's own limits.
+    pub fn probe() -> RunnerPolicy {
+        RunnerPolicy::with_operator(OperatorPolicy::default(), None)
+    }
+
+    /// `operator`, `home` (the runner's `HOME` when `None`), and this process's own limits.
+    pub fn with_operator(operator: OperatorPolicy, home: Option<PathBuf>) -> RunnerPolicy {
+        RunnerPolicy {
+            operator,
+            home: home.or_else(|| std::env::var_os("HOME").map(PathBuf::from)),
+            open_files: RunnerLimit::open_files(),
+        }
+    }
+}
+
+/// Stage 4 on a loaded job with the runner's own policy ([`RunnerPolicy`]): [`normalise`], and refusals
+/// for passthrough names and read paths the operator does not allow and for an `open_files` above what the
+/// runner may set.
+pub fn normalise_for_runner(
+    job: &Job,
+    tier: Isolation,
+    limits: &TierLimits,
+    runner: &RunnerPolicy,
+) -> Vec<Finding> {
+    let mut out = normalise(job, tier, limits);
+    if let Some(max) = &runner.open_files {
+        if job.limits.open_files > max.value {
+            out.push(Finding::new(
+                Stage::Normalise,
+                Severity::Refusal,
+                "limits.open_files",
+                format!(
+                    "limits.open_files = {} is above what this runner may set: {}",
+                    job.limits.open_files, max.why
+                ),
+            ));
+        }
+    }
+    let op = &runner.operator;
+    for name in &job.env.passthrough {
+        if env_name_denied(name).is_none() && !op.allows_env(name) {
+            out.push(Finding::new(
+                Stage::Normalise,
+                Severity::Refusal,
+                "env.passthrough",
+                format!(
+                    "`{name}` is not a name the operator allows to pass through (allowed: {}; from {})",
+                    op.passthrough_line(),
+                    op.source
+                ),
+            ));
+        }
+    }
+    for raw in &job.sandbox.read {
+        let allowed = operator::expand(raw, runner.home.as_deref())
+            .is_ok_and(|p| op.allows_read(&p, runner.home.as_deref()));
+        if !allowed {
+            out.push(Finding::new(
+                Stage::Normalise,
+                Severity::Refusal,
+                "sandbox.read",
+                format!(
+                    "`{raw}` is not at or under a path the operator allows (allowed: {}; from {})",
+                    op.read_line(),
+                    op.source
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// Stage 4 on a loaded job: refusals for resources above the tier's limits and denied environment

@@ -2,6 +2,8 @@
 //! build.rs, setup.py, conftest.py, Makefiles, `.cargo/config.toml` runners) read as text for Docker
 //! sockets, credential paths, process environments and remote code loads (`curl ... | sh`). A job command
 //! doing these is refused; a repository file doing them is a recorded finding that the fence contains.
+//! The repository's `.git/config` (with its hooks) and `.gitmodules` are read too: every key under which git
+//! would run a program is reported ([`scan_git`]), though the runner itself never runs git with them.
 
 use crate::job::Job;
 use crate::report::{Finding, IntakeLimits, Severity, Stage};
@@ -335,7 +337,7 @@ fn hook_kind(path: &Path) -> Option<&'static str> {
 /// Stage 5 on a repository directory: hooks doing suspicious things are `Contained` findings; hooks that
 /// redirect what runs (cargo runners and wrappers) too; files too large to read are notes.
 pub fn scan_repository(repo: &Path, limits: &IntakeLimits) -> Vec<Finding> {
-    let mut out = Vec::new();
+    let mut out = scan_git(repo, limits);
     let mut stack: Vec<PathBuf> = vec![repo.to_path_buf()];
     let mut seen: u64 = 0;
     while let Some(dir) = stack.pop() {
@@ -393,6 +395,347 @@ pub fn scan_repository(repo: &Path, limits: &IntakeLimits) -> Vec<Finding> {
             };
             let text = String::from_utf8_lossy(&bytes);
             scan_hook(kind, &where_, &text, &mut out);
+        }
+    }
+    out
+}
+
+/// One `key = value` of a git configuration file: section and key lowercased, the subsection as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitConfigEntry {
+    /// 1-based line where the key starts.
+    pub line: usize,
+    /// The section (`remote`), lowercased.
+    pub section: String,
+    /// The subsection (`origin`), if any, as written.
+    pub subsection: Option<String>,
+    /// The key (`uploadpack`), lowercased.
+    pub key: String,
+    /// The value, unquoted (`None` for a bare key, which git reads as `true`).
+    pub value: Option<String>,
+}
+
+impl GitConfigEntry {
+    /// `section.subsection.key`.
+    pub fn name(&self) -> String {
+        match &self.subsection {
+            Some(sub) => format!("{}.{sub}.{}", self.section, self.key),
+            None => format!("{}.{}", self.section, self.key),
+        }
+    }
+}
+
+/// Reads a git configuration text the way git does closely enough to find every key (sections `[a]`,
+/// `[a "sub"]`, `[a.sub]`, a key on the header's line, quoted values, `#`/`;` comments, backslash line
+/// continuations). Tolerant: a line it cannot read is skipped. This is for reporting; the runner's safety
+/// never rests on it (it never runs git with a repository's configuration).
+pub fn parse_git_config(text: &str) -> Vec<GitConfigEntry> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    let mut subsection: Option<String> = None;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let start = i + 1;
+        let mut line = lines[i].to_string();
+        i += 1;
+        let mut rest = line.trim_start();
+        if rest.starts_with('[') {
+            let Some(close) = header_end(rest) else {
+                continue;
+            };
+            let header = &rest[1..close];
+            match header.find(|c: char| c.is_whitespace()) {
+                Some(sp) => {
+                    section = header[..sp].to_ascii_lowercase();
+                    let sub = header[sp..].trim();
+                    let sub = sub
+                        .strip_prefix('"')
+                        .and_then(|s| s.strip_suffix('"'))
+                        .unwrap_or(sub);
+                    subsection = Some(sub.replace("\\\"", "\"").replace("\\\\", "\\"));
+                }
+                None => match header.split_once('.') {
+                    Some((a, b)) => {
+                        section = a.to_ascii_lowercase();
+                        subsection = Some(b.to_ascii_lowercase());
+                    }
+                    None => {
+                        section = header.to_ascii_lowercase();
+                        subsection = None;
+                    }
+                },
+            }
+            let after = rest[close + 1..].to_string();
+            line = after;
+            rest = line.trim_start();
+        }
+        if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
+            continue;
+        }
+        let (key, raw) = match rest.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.to_string())),
+            None => (rest.trim(), None),
+        };
+        if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            continue;
+        }
+        let value = raw.map(|mut v| {
+            // Continuations: a value whose last unquoted character is `\` goes on on the next line.
+            while v.trim_end().ends_with('\\') && i < lines.len() {
+                let t = v.trim_end();
+                v = format!("{}{}", &t[..t.len() - 1], lines[i]);
+                i += 1;
+            }
+            unquote_value(&v)
+        });
+        out.push(GitConfigEntry {
+            line: start,
+            section: section.clone(),
+            subsection: subsection.clone(),
+            key: key.to_ascii_lowercase(),
+            value,
+        });
+    }
+    out
+}
+
+fn header_end(s: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ']' if !quoted => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn unquote_value(v: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut chars = v.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => quoted = !quoted,
+            '\\' => match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('b') => {
+                    out.pop();
+                }
+                Some(o) => out.push(o),
+                None => {}
+            },
+            '#' | ';' if !quoted => break,
+            c => out.push(c),
+        }
+    }
+    out.trim_end().to_string()
+}
+
+/// Why git would run a program because of this configuration entry, or `None`.
+pub fn git_program_key(e: &GitConfigEntry) -> Option<&'static str> {
+    let v = e.value.as_deref().unwrap_or("");
+    let sub = e.subsection.is_some();
+    let is_bool = |v: &str| {
+        ["true", "false", "yes", "no", "on", "off", "1", "0", ""]
+            .contains(&v.to_ascii_lowercase().as_str())
+    };
+    Some(match (e.section.as_str(), sub, e.key.as_str()) {
+        ("core", false, "fsmonitor") if v.eq_ignore_ascii_case("false") || v.is_empty() => return None,
+        ("core", false, "fsmonitor") => "git runs it (or a daemon) on every status, add and checkout",
+        ("core", false, "sshcommand") => "git runs it for every ssh transport",
+        ("core", false, "gitproxy") => "git runs it for the git:// transport",
+        ("core", false, "askpass") => "git runs it to ask for credentials",
+        ("core", false, "editor") | ("sequence", false, "editor") => "git runs it as the editor",
+        ("core", false, "pager") | ("pager", _, _) if !is_bool(v) => "git runs it as a pager",
+        ("core", false, "alternaterefscommand") => "git runs it when it fetches or pushes",
+        ("core", false, "hookspath") => "git runs the hooks in that directory",
+        ("core", false, "worktree") => "it points git's work tree at another directory",
+        ("init", false, "templatedir") => "git copies hooks from that directory",
+        ("remote", true, "uploadpack") | ("remote", true, "receivepack") => {
+            "git runs it as the remote's server program (a fetch from a local path runs it as a shell command)"
+        }
+        ("remote", true, "vcs") => "git runs the remote helper git-remote-<vcs>",
+        ("remote", true, "url") | ("remote", true, "pushurl") | ("submodule", true, "url")
+            if v.starts_with("ext::") || v.starts_with('-') =>
+        {
+            "the URL makes git run a command (ext:: transport or an option)"
+        }
+        ("remote", true, "promisor") if !v.eq_ignore_ascii_case("false") => {
+            "a promisor remote: git fetches missing objects from it (lazily, on any read)"
+        }
+        ("extensions", false, "partialclone") => {
+            "a partial clone: git fetches missing objects from that remote on any read, running its uploadpack"
+        }
+        ("filter", true, "clean") | ("filter", true, "smudge") | ("filter", true, "process") => {
+            "git runs the filter on files whose attributes name it"
+        }
+        ("diff", false, "external") | ("diff", true, "command") => "git runs it to show a diff",
+        ("diff", true, "textconv") => "git runs it to convert files for a diff",
+        ("merge", true, "driver") => "git runs it to merge files",
+        ("gpg", _, "program") => "git runs it to sign or verify",
+        ("gpg", true, "defaultkeycommand") => "git runs it to find a signing key",
+        ("credential", _, "helper") => "git runs it for credentials",
+        ("alias", true, _) | ("alias", false, _) if v.starts_with('!') => "the alias runs a shell command",
+        ("uploadpack", false, "packobjectshook") => "git upload-pack runs it",
+        ("include", false, "path") | ("includeif", true, "path") => {
+            "it includes another configuration file (which git would read too)"
+        }
+        ("hook", true, "command") => "git runs it as a hook",
+        ("difftool", true, "cmd") | ("mergetool", true, "cmd") => "git runs it as a diff or merge tool",
+        ("difftool", true, "path") | ("mergetool", true, "path") => "git runs it as a diff or merge tool",
+        ("tar", true, "command") => "git archive runs it",
+        ("sendemail", _, "sendmailcmd") | ("sendemail", _, "tocmd") | ("sendemail", _, "cccmd") => {
+            "git send-email runs it"
+        }
+        ("imap", false, "tunnel") => "git imap-send runs it",
+        ("interactive", false, "difffilter") => "git runs it in interactive add",
+        ("browser", true, "cmd") | ("browser", true, "path") | ("man", true, "cmd") | ("man", true, "path") => {
+            "git runs it as a browser or man viewer"
+        }
+        ("submodule", true, "update") if v.starts_with('!') => "git submodule update runs that command",
+        ("url", true, "insteadof") | ("url", true, "pushinsteadof") => "it rewrites URLs git fetches from",
+        ("protocol", _, "allow") => "it changes which transports git may use (ext:: runs commands)",
+        _ => return None,
+    })
+}
+
+fn git_finding(out: &mut Vec<Finding>, location: String, what: String) {
+    out.push(Finding::new(
+        Stage::Scan,
+        Severity::Contained,
+        location,
+        what,
+    ));
+}
+
+/// Stage 5 on the repository's git data: each key of `.git/config` (and of a `config.worktree`) and of
+/// `.gitmodules` under which git would run a program, each executable hook in `.git/hooks`, and a `.git`
+/// the fence will not follow (a gitfile, alternates, grafts, shallow, replace refs). These are `Contained`
+/// findings: the runner never runs git with the repository's configuration (`guest::fence::gitdir` reads
+/// `.git` as data), and inside the sandbox such a program runs contained like any other test code.
+pub fn scan_git(repo: &Path, limits: &IntakeLimits) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let dot_git = repo.join(".git");
+    let read = |p: &Path| -> Option<String> {
+        let m = fs::symlink_metadata(p).ok()?;
+        if !m.is_file() || m.len() > limits.max_scan_file_bytes {
+            return None;
+        }
+        fs::read(p)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    };
+    let config_files: Vec<(String, PathBuf)> = match fs::symlink_metadata(&dot_git) {
+        Ok(m) if m.is_dir() => vec![
+            (".git/config".into(), dot_git.join("config")),
+            (
+                ".git/config.worktree".into(),
+                dot_git.join("config.worktree"),
+            ),
+        ],
+        Ok(m) if m.is_file() => {
+            let target = read(&dot_git).unwrap_or_default();
+            git_finding(
+                &mut out,
+                ".git".into(),
+                format!(
+                    "`.git` is a gitfile (`{}`): the fence never follows it, records no commit, and refuses a `commit` claim",
+                    excerpt(&target)
+                ),
+            );
+            Vec::new()
+        }
+        Ok(m) if m.file_type().is_symlink() => {
+            git_finding(
+                &mut out,
+                ".git".into(),
+                "`.git` is a symbolic link: the fence never follows it, records no commit, and refuses a `commit` claim".into(),
+            );
+            Vec::new()
+        }
+        _ => Vec::new(),
+    };
+    for (name, path) in config_files.iter().chain(std::iter::once(&(
+        ".gitmodules".to_string(),
+        repo.join(".gitmodules"),
+    ))) {
+        let Some(text) = read(path) else {
+            if fs::symlink_metadata(path).is_ok_and(|m| m.len() > limits.max_scan_file_bytes) {
+                out.push(Finding::new(
+                    Stage::Scan,
+                    Severity::Note,
+                    name.clone(),
+                    format!(
+                        "not scanned: larger than max_scan_file_bytes = {}",
+                        limits.max_scan_file_bytes
+                    ),
+                ));
+            }
+            continue;
+        };
+        for e in parse_git_config(&text) {
+            if let Some(why) = git_program_key(&e) {
+                git_finding(
+                    &mut out,
+                    format!("{name}:{}", e.line),
+                    format!(
+                        "git config `{}` = `{}`: {why}; the runner never runs git with it",
+                        e.name(),
+                        excerpt(e.value.as_deref().unwrap_or("true"))
+                    ),
+                );
+            }
+        }
+    }
+    if config_files.is_empty() {
+        return out;
+    }
+    if let Ok(rd) = fs::read_dir(dot_git.join("hooks")) {
+        let mut hooks: Vec<_> = rd
+            .filter_map(Result::ok)
+            .filter(|e| {
+                use std::os::unix::fs::PermissionsExt;
+                let n = e.file_name();
+                !n.to_string_lossy().ends_with(".sample")
+                    && fs::symlink_metadata(e.path())
+                        .is_ok_and(|m| !m.is_dir() && m.permissions().mode() & 0o111 != 0)
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        hooks.sort();
+        for h in hooks {
+            git_finding(
+                &mut out,
+                format!(".git/hooks/{h}"),
+                "an executable git hook; the runner never runs git with the repository's hooks"
+                    .into(),
+            );
+        }
+    }
+    for (rel, what) in [
+        (
+            "objects/info/alternates",
+            "alternates (objects from another repository)",
+        ),
+        ("objects/info/http-alternates", "HTTP alternates"),
+        ("shallow", "a shallow clone's grafts"),
+        ("info/grafts", "grafts"),
+        ("commondir", "a linked worktree's commondir"),
+        ("refs/replace", "replace refs"),
+    ] {
+        if fs::symlink_metadata(dot_git.join(rel)).is_ok() {
+            git_finding(
+                &mut out,
+                format!(".git/{rel}"),
+                format!("{what}: the fence records no commit for this repository and refuses a `commit` claim"),
+            );
         }
     }
     out
@@ -540,5 +883,84 @@ mod tests {
         assert!(cats("cat /proc/1/environ").contains(&"process environment"));
         assert!(cats("tr '\\0' '\\n' < /proc/self/environ").contains(&"process environment"));
         assert!(cats("cargo test --workspace").is_empty());
+    }
+
+    #[test]
+    fn git_config_keys_that_run_programs() {
+        let text = "[core]\n\trepositoryformatversion = 1\n\tfsmonitor = \"/x/fsm\" ; comment\n\tbare = false\n\
+                    [remote \"origin\"]\n\turl = /x/origin.git\n\tuploadpack = sh -c 'touch /x/p'\n\tpromisor = true\n\
+                    [extensions] partialClone = origin\n[filter.lfs]\n\tsmudge = /x/smudge\n\
+                    [diff]\n\texternal = /x/diff\n[credential]\n\thelper = \"!f() { echo; }; f\"\n\
+                    [alias]\n\tst = status\n\tx = !sh -c 'id'\n[include]\n\tpath = /x/more\n\
+                    [core]\n\tsshCommand = /x/ssh \\\n  -v\n";
+        let entries = parse_git_config(text);
+        let named: Vec<String> = entries
+            .iter()
+            .filter(|e| git_program_key(e).is_some())
+            .map(|e| e.name())
+            .collect();
+        assert_eq!(
+            named,
+            [
+                "core.fsmonitor",
+                "remote.origin.uploadpack",
+                "remote.origin.promisor",
+                "extensions.partialclone",
+                "filter.lfs.smudge",
+                "diff.external",
+                "credential.helper",
+                "alias.x",
+                "include.path",
+                "core.sshcommand",
+            ]
+        );
+        let fsm = entries.iter().find(|e| e.key == "fsmonitor").expect("fsm");
+        assert_eq!(fsm.value.as_deref(), Some("/x/fsm"));
+        assert_eq!(fsm.line, 3);
+        let ssh = entries.iter().find(|e| e.key == "sshcommand").expect("ssh");
+        assert_eq!(ssh.value.as_deref(), Some("/x/ssh   -v"));
+        assert_eq!(ssh.line, 22);
+    }
+
+    #[test]
+    fn scan_git_reports_config_hooks_modules_and_gitfiles() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path();
+        fs::create_dir_all(p.join(".git/hooks")).expect("hooks");
+        fs::write(p.join(".git/config"), "[core]\n\thooksPath = /x/hooks\n").expect("w");
+        fs::write(p.join(".git/hooks/post-checkout"), "#!/bin/sh\n").expect("w");
+        fs::set_permissions(
+            p.join(".git/hooks/post-checkout"),
+            fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        fs::write(p.join(".git/hooks/pre-commit.sample"), "#!/bin/sh\n").expect("w");
+        fs::create_dir_all(p.join(".git/objects/info")).expect("info");
+        fs::write(p.join(".git/objects/info/alternates"), "/x\n").expect("w");
+        fs::write(
+            p.join(".gitmodules"),
+            "[submodule \"s\"]\n\tpath = s\n\turl = ext::sh -c touch% /x\n\tupdate = !sh /x\n",
+        )
+        .expect("w");
+        let f = scan_git(p, &IntakeLimits::default());
+        let locs: Vec<&str> = f.iter().map(|f| f.location.as_str()).collect();
+        assert_eq!(
+            locs,
+            [
+                ".git/config:2",
+                ".gitmodules:3",
+                ".gitmodules:4",
+                ".git/hooks/post-checkout",
+                ".git/objects/info/alternates"
+            ],
+            "{f:?}"
+        );
+        assert!(f.iter().all(|f| f.severity == Severity::Contained));
+        let d = tempfile::tempdir().expect("tmp");
+        fs::write(d.path().join(".git"), "gitdir: /elsewhere\n").expect("w");
+        let f = scan_git(d.path(), &IntakeLimits::default());
+        assert_eq!(f.len(), 1);
+        assert!(f[0].what.contains("gitfile"), "{f:?}");
     }
 }

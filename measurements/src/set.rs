@@ -94,19 +94,24 @@ pub struct Release {
     pub version: String,
 }
 
-/// SHA-256 hashes of the artifacts the measurements were computed from.
+/// SHA-256 hashes of the artifacts the measurements were computed from. The kernel, initramfs and command-line
+/// hashes are present in every set with SNP, TDX or `vm` entries; a set of `process`-tier entries only (the
+/// measurement of a `guest-agent`/`fenced-run` binary, no guest image) may leave them out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Artifacts {
     /// The kernel image.
-    pub kernel_sha256: Hex<32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_sha256: Option<Hex<32>>,
     /// The initramfs.
-    pub initramfs_sha256: Hex<32>,
-    /// The kernel command line, verbatim (optional; its hash is always present).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initramfs_sha256: Option<Hex<32>>,
+    /// The kernel command line, verbatim (optional; its hash is present whenever the kernel's is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cmdline: Option<String>,
     /// SHA-256 of the command line followed by one NUL byte.
-    pub cmdline_sha256: Hex<32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline_sha256: Option<Hex<32>>,
     /// The OVMF image of the SNP entries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ovmf_sha256: Option<Hex<32>>,
@@ -167,14 +172,21 @@ impl TdxEntry {
     }
 }
 
-/// An expected simulated launch measurement (the `vm` tier, see [`crate::sim`]).
+/// The sim tiers a [`SimEntry`] may name.
+pub const SIM_TIERS: [&str; 2] = ["vm", "process"];
+
+/// An expected simulated launch measurement: the `vm` tier (see [`crate::sim`]) or the `process` tier (the
+/// measurement of the exact `guest-agent`/`fenced-run` binary, [`attestation::sim::process_launch_measurement`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SimEntry {
-    /// The isolation tier ("vm").
+    /// The isolation tier (`vm` or `process`).
     pub tier: String,
     /// The measurement.
     pub measurement: Hex<48>,
+    /// `process` tier: SHA-256 of the binary the measurement was computed from (informational, for review).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_sha256: Option<Hex<32>>,
 }
 
 /// A parsed measurement set.
@@ -243,9 +255,21 @@ fn invalid(path: &Path, message: impl Into<String>) -> SetError {
 }
 
 fn read_text(path: &Path) -> Result<String, SetError> {
-    std::fs::read_to_string(path).map_err(|source| SetError::Io {
+    // Sets, signatures and keys are kilobytes: the size is checked before anything is read.
+    let bytes =
+        attestation::cli_io::read_capped(path, attestation::cli_io::MAX_INPUT).map_err(|e| {
+            let source = match e {
+                attestation::cli_io::ReadError::Io { source, .. } => source,
+                other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
+            };
+            SetError::Io {
+                path: path.to_owned(),
+                source,
+            }
+        })?;
+    String::from_utf8(bytes).map_err(|e| SetError::Io {
         path: path.to_owned(),
-        source,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
     })
 }
 
@@ -269,15 +293,37 @@ impl MeasurementSet {
                 self.format
             ));
         }
-        if let Some(c) = &self.artifacts.cmdline {
+        let a = &self.artifacts;
+        if let Some(c) = &a.cmdline {
             let h = crate::sim::cmdline_sha256(c);
-            if h != self.artifacts.cmdline_sha256.0 {
-                return Err(format!(
-                    "artifacts.cmdline_sha256 is {}, but SHA-256 of the cmdline with its NUL is {}",
-                    self.artifacts.cmdline_sha256,
-                    hex::encode(h)
-                ));
+            match &a.cmdline_sha256 {
+                Some(have) if have.0 == h => {}
+                Some(have) => {
+                    return Err(format!(
+                        "artifacts.cmdline_sha256 is {have}, but SHA-256 of the cmdline with its NUL is {}",
+                        hex::encode(h)
+                    ))
+                }
+                None => {
+                    return Err(
+                        "artifacts.cmdline is given but artifacts.cmdline_sha256 is missing".into(),
+                    )
+                }
             }
+        }
+        let image =
+            a.kernel_sha256.is_some() && a.initramfs_sha256.is_some() && a.cmdline_sha256.is_some();
+        let needs_image =
+            !self.snp.is_empty() || !self.tdx.is_empty() || self.sim.iter().any(|e| e.tier == "vm");
+        if needs_image && !image {
+            return Err(
+                "artifacts: kernel_sha256, initramfs_sha256 and cmdline_sha256 are required in a set with SNP, \
+                 TDX or vm entries (only a set of process-tier entries may leave them out)"
+                    .into(),
+            );
+        }
+        if self.snp.is_empty() && self.tdx.is_empty() && self.sim.is_empty() {
+            return Err("the set has no entries (no [[snp]], [[tdx]] or [[sim]])".into());
         }
         for (i, e) in self.snp.iter().enumerate() {
             if e.vcpus == 0 {
@@ -301,9 +347,16 @@ impl MeasurementSet {
             }
         }
         for (i, e) in self.sim.iter().enumerate() {
-            if e.tier != "vm" {
+            if !SIM_TIERS.contains(&e.tier.as_str()) {
                 return Err(format!(
-                    "sim entry {}: tier {:?}, expected \"vm\"",
+                    "sim entry {}: tier {:?}, expected \"vm\" or \"process\"",
+                    i + 1,
+                    e.tier
+                ));
+            }
+            if e.binary_sha256.is_some() && e.tier != "process" {
+                return Err(format!(
+                    "sim entry {}: binary_sha256 belongs to a process-tier entry, this one is {:?}",
                     i + 1,
                     e.tier
                 ));
@@ -355,17 +408,20 @@ impl MeasurementSet {
         t.push_str(
             "# SHA-256 of the artifacts the measurements below were computed from.\n[artifacts]\n",
         );
-        t.push_str(&format!(
-            "kernel_sha256 = \"{}\"\ninitramfs_sha256 = \"{}\"\n",
-            a.kernel_sha256, a.initramfs_sha256
-        ));
+        if let Some(h) = &a.kernel_sha256 {
+            t.push_str(&format!("kernel_sha256 = \"{h}\"\n"));
+        }
+        if let Some(h) = &a.initramfs_sha256 {
+            t.push_str(&format!("initramfs_sha256 = \"{h}\"\n"));
+        }
         if let Some(c) = &a.cmdline {
             t.push_str(&format!("cmdline = {}\n", q(c)));
         }
-        t.push_str(&format!(
-            "# SHA-256 of the command line followed by one NUL byte\ncmdline_sha256 = \"{}\"\n",
-            a.cmdline_sha256
-        ));
+        if let Some(h) = &a.cmdline_sha256 {
+            t.push_str(&format!(
+                "# SHA-256 of the command line followed by one NUL byte\ncmdline_sha256 = \"{h}\"\n"
+            ));
+        }
         if let Some(h) = &a.ovmf_sha256 {
             t.push_str(&format!("ovmf_sha256 = \"{h}\"\n"));
         }
@@ -400,7 +456,8 @@ impl MeasurementSet {
             }
         }
         if !self.sim.is_empty() {
-            t.push_str("\n# Simulated launch measurement of the `vm` tier (docs/measurements.md), from the artifacts above.\n");
+            t.push_str("\n# Simulated launch measurements (docs/measurements.md): the `vm` tier from the artifacts above,\n");
+            t.push_str("# the `process` tier from the exact guest-agent/fenced-run binary (`measure-guest process`).\n");
         }
         for e in &self.sim {
             t.push_str(&format!(
@@ -408,6 +465,9 @@ impl MeasurementSet {
                 q(&e.tier),
                 e.measurement
             ));
+            if let Some(h) = &e.binary_sha256 {
+                t.push_str(&format!("binary_sha256 = \"{h}\"\n"));
+            }
         }
         t
     }
@@ -526,6 +586,35 @@ impl SignatureFile {
     }
 }
 
+/// Every `SET.*.sig` file beside the set (the names `measure-guest sign` writes), sorted: the signatures
+/// `verify-set` and `verify-attestation evidence --measurements` use when none is named.
+pub fn default_signature_paths(set: &Path) -> Result<Vec<PathBuf>, SetError> {
+    let dir = match set.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = set
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| invalid(set, "not a file name"))?;
+    let prefix = format!("{name}.");
+    let entries = std::fs::read_dir(&dir).map_err(|source| SetError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".sig"))
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
 /// Generates an auditor key pair.
 pub fn generate_key() -> SigningKey {
     SigningKey::generate(&mut rand::rngs::OsRng)
@@ -563,7 +652,8 @@ pub struct TrustedSet {
     pub set: MeasurementSet,
     /// Where it was read from.
     pub path: PathBuf,
-    /// Auditor names (from their signature files) and key hex of the valid trusted signatures.
+    /// The founder's name of each trusted key that made a valid signature (its key file's path with
+    /// [`TrustedSet::load`]; never the signature file's unsigned `auditor` field), and the key as hex.
     pub signers: Vec<(String, String)>,
     /// Signatures that did not count, with the reason (the set may still have enough).
     pub problems: Vec<String>,
@@ -613,7 +703,10 @@ impl TrustedSet {
         let set = MeasurementSet::load(set_path)?;
         let keys = trusted_auditor_keys
             .iter()
-            .map(|p| load_public_key(p.as_ref()))
+            .map(|p| {
+                let p = p.as_ref();
+                load_public_key(p).map(|k| (p.display().to_string(), k))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut sigs = Vec::new();
         let mut problems = Vec::new();
@@ -624,15 +717,34 @@ impl TrustedSet {
                 Err(e) => problems.push(format!("{e}")),
             }
         }
-        Self::from_parts(set, set_path, &sigs, &keys, k, problems)
+        Self::from_named_parts(set, set_path, &sigs, &keys, k, problems)
     }
 
     /// As [`Self::load`], from parsed parts; `problems` are prior ones (unreadable signature files) to report.
+    /// Each trusted key is named `key <first 8 bytes hex>`; see [`Self::from_named_parts`].
     pub fn from_parts(
         set: MeasurementSet,
         set_path: &Path,
         signatures: &[(String, SignatureFile)],
         trusted: &[VerifyingKey],
+        k: usize,
+        problems: Vec<String>,
+    ) -> Result<Self, SetError> {
+        let named: Vec<(String, VerifyingKey)> = trusted
+            .iter()
+            .map(|t| (format!("key {}", hex_label(&t.to_bytes())), *t))
+            .collect();
+        Self::from_named_parts(set, set_path, signatures, &named, k, problems)
+    }
+
+    /// As [`Self::from_parts`], with the founder's own name for each trusted key (the key file's path in
+    /// [`Self::load`]). A signer is always named by this name, never by the signature file's unsigned
+    /// `auditor` field, which anyone can write.
+    pub fn from_named_parts(
+        set: MeasurementSet,
+        set_path: &Path,
+        signatures: &[(String, SignatureFile)],
+        trusted: &[(String, VerifyingKey)],
         k: usize,
         mut problems: Vec<String>,
     ) -> Result<Self, SetError> {
@@ -647,14 +759,14 @@ impl TrustedSet {
         let mut signed_keys: Vec<[u8; 32]> = Vec::new();
         for (name, s) in signatures {
             let kb = s.public_key.0;
-            if !trusted.iter().any(|t| t.to_bytes() == kb) {
+            let Some((key_name, _)) = trusted.iter().find(|(_, t)| t.to_bytes() == kb) else {
                 problems.push(format!(
-                    "{name}: signed by untrusted key {} ({})",
+                    "{name}: signed by untrusted key {} (the file's unsigned auditor field says {:?})",
                     hex_label(&kb),
                     s.auditor
                 ));
                 continue;
-            }
+            };
             match s.verify(&set) {
                 Ok(_) if signed_keys.contains(&kb) => problems.push(format!(
                     "{name}: second signature by key {} counts once",
@@ -662,20 +774,19 @@ impl TrustedSet {
                 )),
                 Ok(_) => {
                     signed_keys.push(kb);
-                    signers.push((s.auditor.clone(), hex::encode(kb)));
+                    signers.push((key_name.clone(), hex::encode(kb)));
                 }
                 Err(why) => problems.push(format!(
-                    "{name}: {why} (key {}, {})",
-                    hex_label(&kb),
-                    s.auditor
+                    "{name}: {why} (trusted key {key_name}, {})",
+                    hex_label(&kb)
                 )),
             }
         }
         if signers.len() < k {
-            for t in trusted {
+            for (key_name, t) in trusted {
                 if !signed_keys.contains(&t.to_bytes()) {
                     problems.push(format!(
-                        "trusted key {}: no valid signature (missing)",
+                        "trusted key {key_name} ({}): no valid signature (missing)",
                         hex_label(&t.to_bytes())
                     ));
                 }
@@ -767,7 +878,8 @@ impl TrustedSet {
         }
     }
 
-    /// The TDX entry with this MRTD whose given RTMRs all equal `rtmrs`.
+    /// The TDX entry with this MRTD whose given RTMRs all equal `rtmrs` (of several, the one that lists the
+    /// most RTMRs).
     pub fn match_tdx(&self, mrtd: &[u8; 48], rtmrs: &[[u8; 48]; 4]) -> Result<&TdxEntry, NotInSet> {
         let fits = |e: &TdxEntry| {
             e.rtmrs()
@@ -775,7 +887,14 @@ impl TrustedSet {
                 .zip(rtmrs)
                 .all(|(want, got)| want.is_none_or(|w| &w.0 == got))
         };
-        if let Some(e) = self.set.tdx.iter().find(|e| &e.mrtd.0 == mrtd && fits(e)) {
+        // Of the entries that fit, the one that lists the most RTMRs (the most complete pin of the image).
+        if let Some(e) = self
+            .set
+            .tdx
+            .iter()
+            .filter(|e| &e.mrtd.0 == mrtd && fits(e))
+            .max_by_key(|e| e.rtmrs().iter().filter(|r| r.is_some()).count())
+        {
             return Ok(e);
         }
         let nearest = match self.set.tdx.iter().find(|e| &e.mrtd.0 == mrtd) {
@@ -806,19 +925,44 @@ impl TrustedSet {
         Err(self.not_in_set(mrtd, nearest))
     }
 
-    /// The sim (`vm` tier) entry with this measurement.
+    /// The sim entry (any tier) with this measurement.
     pub fn match_sim(&self, measurement: &[u8; 48]) -> Result<&SimEntry, NotInSet> {
-        self.set
+        self.match_sim_tier(measurement, None)
+    }
+
+    /// The sim entry with this measurement and, when `tier` is given, that tier (`vm` or `process`); an entry
+    /// with the same measurement for another tier is named as the nearest.
+    pub fn match_sim_tier(
+        &self,
+        measurement: &[u8; 48],
+        tier: Option<&str>,
+    ) -> Result<&SimEntry, NotInSet> {
+        let same = |e: &&SimEntry| &e.measurement.0 == measurement;
+        if let Some(e) = self
+            .set
             .sim
             .iter()
-            .find(|e| &e.measurement.0 == measurement)
-            .ok_or_else(|| {
-                let nearest = match self.set.sim.first() {
-                    Some(e) => format!("sim tier={} measurement={}", e.tier, e.measurement),
-                    None => "the set has no sim entries".to_owned(),
-                };
-                self.not_in_set(measurement, nearest)
-            })
+            .filter(same)
+            .find(|e| tier.is_none_or(|t| e.tier == t))
+        {
+            return Ok(e);
+        }
+        let nearest = match (self.set.sim.iter().find(same), self.set.sim.first()) {
+            (Some(e), _) => format!(
+                "sim tier={} measurement={} (same measurement, but the verdict's tier is {})",
+                e.tier,
+                e.measurement,
+                tier.unwrap_or("-")
+            ),
+            (None, Some(e)) => format!(
+                "sim tier={} measurement={} ({} sim entries)",
+                e.tier,
+                e.measurement,
+                self.set.sim.len()
+            ),
+            (None, None) => "the set has no sim entries".to_owned(),
+        };
+        Err(self.not_in_set(measurement, nearest))
     }
 }
 
@@ -834,10 +978,10 @@ mod tests {
                 version: "1.0.0".into(),
             },
             artifacts: Artifacts {
-                kernel_sha256: Hex([1; 32]),
-                initramfs_sha256: Hex([2; 32]),
+                kernel_sha256: Some(Hex([1; 32])),
+                initramfs_sha256: Some(Hex([2; 32])),
                 cmdline: Some("console=ttyS0 \"quoted\"".into()),
-                cmdline_sha256: Hex(crate::sim::cmdline_sha256("console=ttyS0 \"quoted\"")),
+                cmdline_sha256: Some(Hex(crate::sim::cmdline_sha256("console=ttyS0 \"quoted\""))),
                 ovmf_sha256: Some(Hex([3; 32])),
                 tdvf_sha256: None,
             },
@@ -871,6 +1015,7 @@ mod tests {
             sim: vec![SimEntry {
                 tier: "vm".into(),
                 measurement: Hex([0xee; 48]),
+                binary_sha256: None,
             }],
         }
     }
@@ -1072,7 +1217,8 @@ mod tests {
         let garbage = dir.path().join("garbage.sig");
         std::fs::write(&garbage, "not toml [").expect("write");
         let t = TrustedSet::load(&sp, &[&sig, &garbage], &[&kp], 1).expect("1 of 1");
-        assert_eq!(t.signers[0].0, "a");
+        // Named by the founder's key file, not by the signature's unsigned `auditor` field ("a").
+        assert_eq!(t.signers[0].0, kp.display().to_string());
         assert_eq!(t.problems.len(), 1, "{:?}", t.problems);
         let e = TrustedSet::load(&sp, &[&garbage], &[&kp], 1).expect_err("0 of 1");
         assert!(e.to_string().contains("garbage.sig"), "{e}");

@@ -282,6 +282,41 @@ pub enum EventLogError {
     /// The first event is not the TCG2 "Spec ID Event03".
     #[error("event log does not start with a TCG2 Spec ID Event03 (not a crypto-agile log): {0}")]
     NoSpecId(String),
+    /// The Spec ID event declares the same algorithm twice (consistently or not): which size applies would be
+    /// a guess.
+    #[error(
+        "Spec ID event declares algorithm {alg:#06x} twice (digest sizes {first} and {second})"
+    )]
+    DuplicateAlgorithm {
+        /// The algorithm id.
+        alg: u16,
+        /// The size of the first declaration.
+        first: usize,
+        /// The size of the second.
+        second: usize,
+    },
+    /// The Spec ID event declares a known algorithm with a digest size it does not have.
+    #[error(
+        "Spec ID event declares algorithm {alg:#06x} with digest size {size}, but it has {want}"
+    )]
+    AlgorithmSize {
+        /// The algorithm id.
+        alg: u16,
+        /// The size declared.
+        size: usize,
+        /// The algorithm's digest size.
+        want: usize,
+    },
+    /// An event carries two digests of the same algorithm.
+    #[error("event {event} at offset {offset} carries two {alg:#06x} digests")]
+    DuplicateDigest {
+        /// Event number.
+        event: usize,
+        /// Where the event began.
+        offset: usize,
+        /// The algorithm id.
+        alg: u16,
+    },
     /// The log does not carry SHA-384 digests, which the RTMRs need.
     #[error("event log declares no SHA-384 (algorithm 0x000C) digests")]
     NoSha384,
@@ -427,6 +462,18 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The digest size of a TCG algorithm this parser knows (SHA-1, SHA-256, SHA-384, SHA-512, SM3-256).
+fn digest_size(alg: u16) -> Option<usize> {
+    match alg {
+        0x0004 => Some(20),
+        0x000B => Some(32),
+        0x000C => Some(48),
+        0x000D => Some(64),
+        0x0012 => Some(32),
+        _ => None,
+    }
+}
+
 /// Replays a CCEL / TCG2 crypto-agile event log into RTMR0-3: RTMR[i] = SHA-384(RTMR[i] || digest) for each
 /// event whose MR index is i+1 (CCEL convention: 0 MRTD, 1-4 RTMR0-3), EV_NO_ACTION excluded. The log ends at
 /// its last byte, at an MR index of 0xFFFFFFFF (the 0xFF fill of the CCEL area), or where only zeros remain.
@@ -452,10 +499,24 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
                 "{nalg} algorithms do not fit in {size} bytes"
             )));
         };
-        algs.push((
+        let (alg, len) = (
             u16::from_le_bytes([a[0], a[1]]),
             u16::from_le_bytes([s[0], s[1]]) as usize,
-        ));
+        );
+        if let Some(&(_, first)) = algs.iter().find(|&&(x, _)| x == alg) {
+            return Err(EventLogError::DuplicateAlgorithm {
+                alg,
+                first,
+                second: len,
+            });
+        }
+        algs.push((alg, len));
+    }
+    // Sizes only once every declaration is read, so a repeated algorithm is named as such.
+    for &(alg, size) in &algs {
+        if let Some(want) = digest_size(alg).filter(|&w| w != size) {
+            return Err(EventLogError::AlgorithmSize { alg, size, want });
+        }
     }
     if !algs
         .iter()
@@ -487,8 +548,17 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
         let event_type = r.u32(offset, "event header")?;
         let count = r.u32(offset, "digest count")?;
         let mut sha384 = None;
+        let mut seen: Vec<u16> = Vec::new();
         for _ in 0..count {
             let alg = r.u16(offset, "digest algorithm")?;
+            if seen.contains(&alg) {
+                return Err(EventLogError::DuplicateDigest {
+                    event: n,
+                    offset,
+                    alg,
+                });
+            }
+            seen.push(alg);
             let &(_, len) =
                 algs.iter()
                     .find(|&&(a, _)| a == alg)
@@ -499,8 +569,12 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
                     })?;
             let d = r.take(len, offset, "digest")?;
             if alg == TPM_ALG_SHA384 {
-                let mut m = [0u8; MR_LEN];
-                m.copy_from_slice(d);
+                // The Spec ID check above fixed SHA-384's size at 48; a mismatch is still an error, not a panic.
+                let m: Mr = d.try_into().map_err(|_| EventLogError::AlgorithmSize {
+                    alg,
+                    size: d.len(),
+                    want: MR_LEN,
+                })?;
                 sha384 = Some(m);
             }
         }
@@ -715,6 +789,72 @@ mod tests {
                 what: "event data",
                 ..
             })
+        ));
+    }
+
+    /// A log whose Spec ID event declares `algs` (id, size), with one event carrying SHA-384.
+    fn log_declaring(algs: &[(u16, u16)]) -> Vec<u8> {
+        let mut spec = b"Spec ID Event03\0".to_vec();
+        spec.extend_from_slice(&0u32.to_le_bytes());
+        spec.extend_from_slice(&[0, 2, 0, 2]);
+        spec.extend_from_slice(&(algs.len() as u32).to_le_bytes());
+        for (a, s) in algs {
+            spec.extend_from_slice(&a.to_le_bytes());
+            spec.extend_from_slice(&s.to_le_bytes());
+        }
+        spec.push(0);
+        let mut l = Vec::new();
+        l.extend_from_slice(&0u32.to_le_bytes());
+        l.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
+        l.extend_from_slice(&[0; 20]);
+        l.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+        l.extend_from_slice(&spec);
+        l.extend_from_slice(&1u32.to_le_bytes());
+        l.extend_from_slice(&1u32.to_le_bytes());
+        l.extend_from_slice(&1u32.to_le_bytes());
+        l.extend_from_slice(&0x000Cu16.to_le_bytes());
+        l.extend_from_slice(&[0x5A; 48]);
+        l.extend_from_slice(&0u32.to_le_bytes());
+        l
+    }
+
+    #[test]
+    fn duplicate_or_inconsistent_algorithm_declarations_are_named() {
+        // The crafted CCEL of issue 20: SHA-384 declared twice, with 32 and with 48 bytes (it used to panic).
+        assert_eq!(
+            replay_rtmrs(&log_declaring(&[(0x000C, 32), (0x000C, 48)])),
+            Err(EventLogError::DuplicateAlgorithm {
+                alg: 0x000C,
+                first: 32,
+                second: 48
+            })
+        );
+        assert!(matches!(
+            replay_rtmrs(&log_declaring(&[(0x000C, 48), (0x000C, 48)])),
+            Err(EventLogError::DuplicateAlgorithm { .. })
+        ));
+        assert_eq!(
+            replay_rtmrs(&log_declaring(&[(0x000B, 48), (0x000C, 48)])),
+            Err(EventLogError::AlgorithmSize {
+                alg: 0x000B,
+                size: 48,
+                want: 32
+            })
+        );
+        assert!(replay_rtmrs(&log_declaring(&[(0x000C, 48)])).is_ok());
+        // Two SHA-384 digests in one event.
+        let mut dup = log(&[]);
+        for v in [1u32, 1, 2] {
+            dup.extend_from_slice(&v.to_le_bytes());
+        }
+        for _ in 0..2 {
+            dup.extend_from_slice(&0x000Cu16.to_le_bytes());
+            dup.extend_from_slice(&[1; 48]);
+        }
+        dup.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            replay_rtmrs(&dup),
+            Err(EventLogError::DuplicateDigest { alg: 0x000C, .. })
         ));
     }
 

@@ -156,8 +156,11 @@ fn auditor_workflow_pin_sign_verify() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        stdout.contains("signed by 1 trusted auditor(s): alice")
-            && stdout.contains("untrusted key"),
+        // The signer is named by the founder's key file, never by the signature's `auditor` field.
+        stdout.contains(&format!(
+            "signed by 1 trusted auditor(s): {}",
+            key("alice").display()
+        )) && stdout.contains("untrusted key"),
         "{stdout}"
     );
     // 2 required: bob's signature is missing and mallory is not trusted: exit 1, naming both.

@@ -272,3 +272,60 @@ pub fn processes_with(markers: &[&str]) -> Vec<String> {
     }
     out
 }
+
+impl Case {
+    /// Writes an operator configuration (TOML) into the case directory and returns its path, for
+    /// `--operator-config`.
+    pub fn operator(&self, toml: &str) -> PathBuf {
+        let p = self.path().join("operator.toml");
+        fs::write(&p, toml).expect("write operator config");
+        p
+    }
+
+    /// Runs `PROGRAM ARGS... BIN run job.toml --json EXTRA...` (a wrapper that prepares the runner's process:
+    /// open descriptors, keyrings, another uid), with this case's TMPDIR.
+    pub fn run_via(&self, wrapper: &[&str], extra: &[&str]) -> Ran {
+        let (program, args) = wrapper.split_first().expect("a wrapper program");
+        let child = Command::new(program)
+            .args(args)
+            .arg(&self.bin)
+            .arg("run")
+            .arg(self.path().join("job.toml"))
+            .arg("--json")
+            .args(extra)
+            .env("TMPDIR", self.tmp())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn wrapper");
+        let pid = child.id();
+        let out = child.wait_with_output().expect("wait");
+        Ran {
+            code: out.status.code().unwrap_or(-1),
+            verdict: serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+            stderr: String::from_utf8_lossy(&out.stderr).into(),
+            pid,
+        }
+    }
+
+    /// Gives the whole case directory to `uid` (for runs as an unprivileged runner).
+    pub fn give_to(&self, uid: u32) {
+        let st = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{uid}"))
+            .arg(self.path())
+            .status()
+            .expect("chown");
+        assert!(st.success(), "chown of the case directory");
+    }
+}
+
+/// Whether this process is root (the non-root variants start the runner as `nobody` from root).
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}

@@ -120,7 +120,9 @@ fn sandbox_read_paths_are_visible_read_only_and_on_path() {
         "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n[sandbox]\nread = [\"{}\"]\n",
         tool.join("bin").display()
     ));
-    let r = c.run();
+    // The operator allows the toolchain; the job chooses its bin directory.
+    let op = c.operator(&format!("[sandbox]\nread = [\"{}\"]\n", tool.display()));
+    let r = c.run_with(&["--operator-config", &op.display().to_string()], &[]);
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     assert!(!tool.join("bin/x").exists());
     let sandbox = r.verdict["test"]["sandbox"].to_string();

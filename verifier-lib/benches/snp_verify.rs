@@ -114,6 +114,7 @@ fn sim_evidence(c: &mut Criterion) {
         any_measurement: false,
         measurement_set: None,
         tdx_collateral: None,
+        ..EvidenceOptions::default()
     };
     assert!(verify_evidence_bytes(&bytes, &opts)
         .expect("decode")

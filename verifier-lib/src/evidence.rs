@@ -3,13 +3,16 @@
 //! The order is fixed: the hardware report (chain, signature, policy), then `report_data` against the binding
 //! of the bundle's key and nonce, then the verdict's COSE_Sign1 signature with that key, then the verdict's own
 //! nonce against the founder's. Whether evidence is simulated is decided by the root of its chain alone.
+//! Then what the founder pays for: the launch measurement (the whole image: for TDX MRTD and the RTMRs of
+//! kernel, initramfs and command line), the verdict's counts against its outcome, and the founder's pins on the
+//! run itself (outcome, commit, tree, patch, job, isolation), each a check of its own.
 
 use crate::output::Failure;
 use crate::snp::{self, CertBundle, ChainOptions, Policy, RootKind, SnpVerification};
 use attestation::binding;
-use attestation::evidence::{Collateral, Evidence, EvidenceError, TeeLabel};
+use attestation::evidence::{Evidence, EvidenceError, TeeLabel};
 use attestation::snp::AttestationReport;
-use attestation::verdict::{Isolation, Verdict};
+use attestation::verdict::{Isolation, Outcome, Verdict};
 
 /// Check names specific to evidence.
 pub mod checks {
@@ -37,6 +40,94 @@ pub mod checks {
     pub const MEASUREMENT_SET: &str = "measurement-set";
     /// TDX evidence could not be verified.
     pub const TDX: &str = "tdx";
+    /// No nonce was given and `--no-nonce` was not given: freshness would go unchecked.
+    pub const NONCE_UNPINNED: &str = "nonce-unpinned";
+    /// A launch-measurement pin does not cover the whole image (TDX: MRTD without RTMR1 and RTMR2).
+    pub const MEASUREMENT_INCOMPLETE: &str = "measurement-incomplete";
+    /// The verdict's test counts contradict its outcome (`tests_passed` with failures counted, ...).
+    pub const VERDICT_COUNTS: &str = "verdict-counts";
+    /// `--expect-outcome`: the verdict's outcome is none of the expected ones.
+    pub const PIN_OUTCOME: &str = "pin-outcome";
+    /// `--commit`: the verdict's repository commit is not the pinned one (or prefix).
+    pub const PIN_COMMIT: &str = "pin-commit";
+    /// `--tree`: the verdict's tree hash after the patch is not the pinned one.
+    pub const PIN_TREE: &str = "pin-tree";
+    /// `--patch`/`--patch-sha256`: the verdict's patch SHA-256 is not the pinned one.
+    pub const PIN_PATCH: &str = "pin-patch";
+    /// `--job`/`--job-sha256`: the verdict's job SHA-256 is not the pinned one.
+    pub const PIN_JOB: &str = "pin-job";
+    /// `--isolation`: the verdict's isolation tier is not the pinned one.
+    pub const PIN_ISOLATION: &str = "pin-isolation";
+}
+
+/// The RTMRs that a TDX image pin must cover: RTMR1 (boot loader and kernel) and RTMR2 (command line and
+/// initramfs), as OVMF/TDVF map PCRs 2-6 and 8-15 onto them.
+pub const TDX_IMAGE_RTMRS: [usize; 2] = [1, 2];
+
+/// The founder's pins on the run itself; each one given is a check of its own, and evidence passes only when
+/// every pin given holds. A pin left out is not checked (the outcome's absence is said in the output).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunPins {
+    /// The outcome must be one of these (`--expect-outcome`, repeatable).
+    pub expect_outcome: Vec<Outcome>,
+    /// The repository commit: the full object id or a prefix of at least [`MIN_COMMIT_PREFIX`] hex digits,
+    /// lower case (see [`parse_commit_pin`]).
+    pub commit: Option<String>,
+    /// The tree hash of the repository after the patch, the full object id, lower case.
+    pub tree: Option<String>,
+    /// SHA-256 of the patch bytes.
+    pub patch_sha256: Option<[u8; 32]>,
+    /// SHA-256 of the job file bytes.
+    pub job_sha256: Option<[u8; 32]>,
+    /// The isolation tier recorded in the verdict.
+    pub isolation: Option<Isolation>,
+}
+
+/// The shortest commit prefix `--commit` accepts (12 hex digits, 48 bits).
+pub const MIN_COMMIT_PREFIX: usize = 12;
+
+/// Checks a `--commit` pin: hex, 12 to 64 digits (a SHA-1 or SHA-256 object id or a prefix of one); returned
+/// in lower case.
+pub fn parse_commit_pin(s: &str) -> Result<String, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{s:?} is not hex"));
+    }
+    if !(MIN_COMMIT_PREFIX..=64).contains(&t.len()) {
+        return Err(format!(
+            "{} hex digits; a commit pin is the full object id or a prefix of at least {MIN_COMMIT_PREFIX} digits (at most 64)",
+            t.len()
+        ));
+    }
+    Ok(t)
+}
+
+/// Checks a `--tree` pin: a full object id (40 hex digits for SHA-1, 64 for SHA-256); returned in lower case.
+pub fn parse_tree_pin(s: &str) -> Result<String, String> {
+    let t = s.trim().to_ascii_lowercase();
+    if !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{s:?} is not hex"));
+    }
+    if t.len() != 40 && t.len() != 64 {
+        return Err(format!(
+            "{} hex digits; a tree pin is a full object id (40 or 64 digits)",
+            t.len()
+        ));
+    }
+    Ok(t)
+}
+
+/// One pin the founder gave, and what the verdict held.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PinCheck {
+    /// The check's name (`pin-outcome`, `pin-commit`, ...).
+    pub check: &'static str,
+    /// What the founder pinned.
+    pub wanted: String,
+    /// What the verdict holds (`null` when the verdict could not be read or lacks the field).
+    pub seen: Option<String>,
+    /// Whether the pin holds.
+    pub held: bool,
 }
 
 /// How to verify evidence.
@@ -56,6 +147,18 @@ pub struct EvidenceOptions {
     /// TDX collateral (`collateral.json` layout) to use when the evidence carries none, as evidence from
     /// configfs-tsm usually does: the founder fetches it and verifies offline.
     pub tdx_collateral: Option<Vec<u8>>,
+    /// Skip the nonce on purpose (`--no-nonce`): without it a missing [`Self::nonce`] is a failure
+    /// ([`checks::NONCE_UNPINNED`]), since freshness is the founder's only defence against a replayed run.
+    pub no_nonce: bool,
+    /// The TDX acceptability policy for TDX evidence (`tdx-quote`'s policy: TCB statuses, advisories, debug,
+    /// SEPT_VE_DISABLE, MR_SERVICETD, attributes, XFAM, MR_CONFIG_ID, MR_OWNER, MR_OWNER_CONFIG, MRTD, RTMRs).
+    /// `policy.allow_debug` and `policy.report_data` apply to TDX evidence too.
+    pub tdx_policy: crate::tdx::Policy,
+    /// TDX evidence: accept an image pin that leaves RTMR1/RTMR2 (kernel, initramfs, command line) unpinned, on
+    /// purpose; the output then says which registers were compared.
+    pub leave_rtmrs_unpinned: bool,
+    /// The founder's pins on the run itself.
+    pub pins: RunPins,
 }
 
 /// The verification of the hardware report inside the evidence.
@@ -83,6 +186,15 @@ pub struct EvidenceVerification {
     pub verdict: Option<Verdict>,
     /// Whether a launch measurement was pinned (false with `--any-measurement`).
     pub measurement_pinned: bool,
+    /// Exactly which registers were compared with a pin (`measurement`, `policy`, `mrtd`, `rtmr1`, ...,
+    /// `sim-measurement`); empty when none was.
+    pub pinned_registers: Vec<String>,
+    /// Whether the outcome was pinned (`--expect-outcome`).
+    pub outcome_pinned: bool,
+    /// Every pin on the run that was given, with what the verdict held.
+    pub pins: Vec<PinCheck>,
+    /// The auditors (by the founder's key names) whose signatures made the measurement set trusted.
+    pub set_signers: Vec<String>,
     /// Whether the verdict's nonce was compared with the founder's.
     pub nonce_checked: bool,
     /// Every failed check, in the order of the checks.
@@ -108,11 +220,24 @@ pub fn verify_evidence_bytes(
 /// Verifies decoded evidence.
 pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerification {
     let mut failures = Vec::new();
-    let pinned = !opts.policy.measurements.is_empty() || opts.measurement_set.is_some();
+    // A pin counts only for the TEE it applies to: `--mrtd`/`--rtmr` pin nothing of an SEV-SNP report.
+    let pinned = opts.measurement_set.is_some()
+        || !opts.policy.measurements.is_empty()
+        || (!ev.tee.is_snp()
+            && (!opts.tdx_policy.mrtd.is_empty()
+                || opts.tdx_policy.rtmr.iter().any(Option::is_some)));
     if !pinned && !opts.any_measurement {
         failures.push(Failure::new(
             checks::MEASUREMENT_UNPINNED,
-            "no launch measurement pinned: give --measurement HEX (or --any-measurement to skip this on purpose)",
+            "no launch measurement pinned: give --measurement HEX, --mrtd HEX with --rtmr N=HEX (TDX), or \
+             --measurements SET (or --any-measurement to skip this on purpose)",
+        ));
+    }
+    if opts.nonce.is_none() && !opts.no_nonce {
+        failures.push(Failure::new(
+            checks::NONCE_UNPINNED,
+            "no nonce given: give --nonce HEX (the nonce you sent with the job), or --no-nonce to skip the \
+             freshness check on purpose (the verdict may then be a replay of an older run)",
         ));
     }
 
@@ -142,13 +267,6 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
                     }
                 ),
             ));
-        }
-    }
-
-    // 1b. The launch measurement against the auditor-signed set.
-    if let Some(set) = &opts.measurement_set {
-        if let Err(e) = match_measurement_set(set, &report, simulated) {
-            failures.push(Failure::new(checks::MEASUREMENT_SET, e));
         }
     }
 
@@ -232,44 +350,318 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
             ));
         }
     }
+
+    // 5. The launch measurement: which registers were pinned, and against the auditor-signed set (sim
+    //    evidence among the set's sim entries of the verdict's tier, once the verdict is known).
+    let mut pinned_registers = flag_pinned_registers(ev, opts, &report);
+    if let Some(set) = &opts.measurement_set {
+        let tier = verdict.as_ref().map(|v| v.isolation.as_str());
+        match match_measurement_set(set, &report, simulated, tier, opts.leave_rtmrs_unpinned) {
+            Ok(regs) => {
+                for r in regs {
+                    if !pinned_registers.contains(&r) {
+                        pinned_registers.push(r);
+                    }
+                }
+            }
+            Err((check, e)) => failures.push(Failure::new(check, e)),
+        }
+    }
+    if let ReportVerification::Tdx(_) = &report {
+        if let Some(missing) = tdx_image_gap(opts) {
+            failures.push(Failure::new(checks::MEASUREMENT_INCOMPLETE, missing));
+        }
+    }
+
+    // 6. The verdict's counts against its outcome, then the founder's pins on the run.
+    if let Some(v) = &verdict {
+        if let Err(e) = counts_agree(v) {
+            failures.push(Failure::new(checks::VERDICT_COUNTS, e));
+        }
+    }
+    let pins = check_pins(&opts.pins, verdict.as_ref());
+    for p in &pins {
+        if !p.held {
+            failures.push(Failure::seen_wanted(
+                p.check,
+                p.seen.as_deref().unwrap_or("nothing (no verified verdict)"),
+                &p.wanted,
+            ));
+        }
+    }
     EvidenceVerification {
         label: ev.tee,
         simulated,
         report,
         verdict,
         measurement_pinned: pinned,
+        pinned_registers,
+        outcome_pinned: !opts.pins.expect_outcome.is_empty(),
+        pins,
+        set_signers: opts
+            .measurement_set
+            .as_ref()
+            .map(|t| t.signers.iter().map(|(n, _)| n.clone()).collect())
+            .unwrap_or_default(),
         nonce_checked,
         failures,
     }
 }
 
+/// The registers compared with the flags' pins (`--measurement`, `--mrtd`, `--rtmr N=HEX`).
+fn flag_pinned_registers(
+    ev: &Evidence,
+    opts: &EvidenceOptions,
+    report: &ReportVerification,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let tdx = match report {
+        ReportVerification::Tdx(_) => true,
+        ReportVerification::Snp(_) => false,
+        _ => !ev.tee.is_snp(),
+    };
+    if tdx {
+        if !opts.tdx_policy.mrtd.is_empty()
+            || (opts.leave_rtmrs_unpinned && !opts.policy.measurements.is_empty())
+        {
+            out.push("mrtd".to_owned());
+        }
+        for (i, r) in opts.tdx_policy.rtmr.iter().enumerate() {
+            if r.is_some() {
+                out.push(format!("rtmr{i}"));
+            }
+        }
+    } else if !opts.policy.measurements.is_empty() {
+        out.push("measurement".to_owned());
+    }
+    out
+}
+
+/// For TDX evidence pinned by flags: what the pin leaves out of the image, unless RTMRs are deliberately left
+/// unpinned (`None` when the flags pin the whole image or pin nothing, the set being judged on its own).
+fn tdx_image_gap(opts: &EvidenceOptions) -> Option<String> {
+    let raw = !opts.policy.measurements.is_empty();
+    let mrtd = !opts.tdx_policy.mrtd.is_empty();
+    let missing: Vec<String> = TDX_IMAGE_RTMRS
+        .iter()
+        .filter(|&&i| opts.tdx_policy.rtmr[i].is_none())
+        .map(|i| format!("RTMR{i}"))
+        .collect();
+    if opts.leave_rtmrs_unpinned {
+        return None;
+    }
+    if raw {
+        return Some(String::from(
+            "--measurement on TDX evidence would pin MRTD only (the firmware); the kernel, initramfs and command \
+             line are measured into RTMR1 and RTMR2: give --mrtd HEX --rtmr 1=HEX --rtmr 2=HEX, or --measurements \
+             SET whose TDX entry lists rtmr1 and rtmr2 (or --leave-rtmrs-unpinned to accept any image on purpose)"
+        ));
+    }
+    let flags = mrtd || opts.tdx_policy.rtmr.iter().any(Option::is_some);
+    if !flags {
+        return None;
+    }
+    let mut gaps = Vec::new();
+    if !mrtd {
+        gaps.push("MRTD".to_owned());
+    }
+    gaps.extend(missing);
+    if gaps.is_empty() {
+        None
+    } else {
+        Some(format!(
+            "the TDX image is not pinned: {} not pinned (MRTD covers the firmware, RTMR1 the kernel, RTMR2 the \
+             command line and initramfs); give --mrtd HEX and --rtmr N=HEX for each, or --leave-rtmrs-unpinned \
+             to leave the RTMRs unpinned on purpose",
+            gaps.join(", ")
+        ))
+    }
+}
+
 /// Looks the verified report's launch measurement up in the set: SNP by measurement and guest policy, TDX by
-/// MRTD and RTMRs, simulated evidence among the set's sim entries.
+/// MRTD and RTMRs (the entry must list RTMR1 and RTMR2 unless they are left unpinned on purpose), simulated
+/// evidence (SNP or TDX) among the set's sim entries only, of the verdict's tier when it is known. Returns the
+/// registers compared, or the failing check and why.
 fn match_measurement_set(
     set: &measurements::set::TrustedSet,
     report: &ReportVerification,
     simulated: bool,
-) -> Result<(), String> {
+    tier: Option<&str>,
+    leave_rtmrs_unpinned: bool,
+) -> Result<Vec<String>, (&'static str, String)> {
+    let not_in = |e: measurements::set::NotInSet| (checks::MEASUREMENT_SET, e.to_string());
     match report {
         ReportVerification::Snp(v) if simulated => set
-            .match_sim(&v.report.measurement)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+            .match_sim_tier(&v.report.measurement, tier)
+            .map(|_| vec!["sim-measurement".to_owned()])
+            .map_err(not_in),
+        ReportVerification::Tdx(v) if simulated => set
+            .match_sim_tier(&v.quote.td().mrtd, tier)
+            .map(|_| vec!["sim-measurement".to_owned()])
+            .map_err(not_in),
         ReportVerification::Snp(v) => set
             .match_snp_policy(&v.report.measurement, v.report.policy.0)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+            .map(|_| vec!["measurement".to_owned(), "policy".to_owned()])
+            .map_err(not_in),
         ReportVerification::Tdx(v) => {
             let td = v.quote.td();
-            set.match_tdx(&td.mrtd, &td.rtmr)
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            let e = set.match_tdx(&td.mrtd, &td.rtmr).map_err(not_in)?;
+            let listed = [&e.rtmr0, &e.rtmr1, &e.rtmr2, &e.rtmr3];
+            let mut regs = vec!["mrtd".to_owned()];
+            regs.extend(
+                listed
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_some())
+                    .map(|(i, _)| format!("rtmr{i}")),
+            );
+            let missing: Vec<String> = TDX_IMAGE_RTMRS
+                .iter()
+                .filter(|&&i| listed[i].is_none())
+                .map(|i| format!("RTMR{i}"))
+                .collect();
+            if !missing.is_empty() && !leave_rtmrs_unpinned {
+                return Err((
+                    checks::MEASUREMENT_INCOMPLETE,
+                    format!(
+                        "the TDX entry of {} with MRTD {} does not list {}: the kernel, initramfs and command line \
+                         would go unchecked (pin the set with --tdx-event-log, or give --leave-rtmrs-unpinned to \
+                         accept it on purpose)",
+                        set.name(),
+                        e.mrtd,
+                        missing.join(", ")
+                    ),
+                ));
+            }
+            Ok(regs)
         }
-        _ => Err(format!(
-            "no launch measurement to look up in {}: the report was not verified",
-            set.name()
+        _ => Err((
+            checks::MEASUREMENT_SET,
+            format!(
+                "no launch measurement to look up in {}: the report was not verified",
+                set.name()
+            ),
         )),
     }
+}
+
+/// Whether the verdict's test counts agree with its outcome: `tests_passed` and `no_tests_observed` have no
+/// failure counted, `tests_passed` counted at least one passing test, `no_tests_observed` ran none, and
+/// `counts_unparsed` carries no counts. (A verdict without counts is judged by its outcome alone.)
+pub fn counts_agree(v: &Verdict) -> Result<(), String> {
+    let Some(c) = &v.tests else {
+        return Ok(());
+    };
+    let counts = format!(
+        "{} passed, {} failed, {} skipped (parser {})",
+        c.passed, c.failed, c.skipped, c.parser
+    );
+    let wrong = match v.outcome {
+        Outcome::TestsPassed if c.failed > 0 => Some("no failed test"),
+        Outcome::TestsPassed if c.passed == 0 => Some("at least one passed test"),
+        Outcome::NoTestsObserved if c.passed > 0 || c.failed > 0 => Some("no test run"),
+        Outcome::CountsUnparsed => Some("no counts (they could not be read)"),
+        _ => None,
+    };
+    match wrong {
+        Some(want) => Err(format!(
+            "outcome {} with {counts}; {} requires {want}",
+            v.outcome, v.outcome
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Each pin given, against the verified verdict.
+fn check_pins(pins: &RunPins, verdict: Option<&Verdict>) -> Vec<PinCheck> {
+    let mut out = Vec::new();
+    let inputs = verdict.map(|v| &v.inputs);
+    if !pins.expect_outcome.is_empty() {
+        let seen = verdict.map(|v| v.outcome);
+        out.push(PinCheck {
+            check: checks::PIN_OUTCOME,
+            wanted: format!(
+                "{}{}",
+                if pins.expect_outcome.len() > 1 {
+                    "one of "
+                } else {
+                    ""
+                },
+                pins.expect_outcome
+                    .iter()
+                    .map(|o| o.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            seen: seen.map(|o| o.as_str().to_owned()),
+            held: seen.is_some_and(|o| pins.expect_outcome.contains(&o)),
+        });
+    }
+    let text = |check: &'static str,
+                want: &Option<String>,
+                seen: Option<&Option<String>>,
+                prefix: bool,
+                out: &mut Vec<PinCheck>| {
+        if let Some(w) = want {
+            let seen = seen.map(|s| s.clone().unwrap_or_else(|| "null".to_owned()));
+            let held = seen.as_deref().is_some_and(|s| {
+                let s = s.to_ascii_lowercase();
+                if prefix {
+                    s.len() >= w.len() && s.starts_with(w.as_str())
+                } else {
+                    s == *w
+                }
+            });
+            out.push(PinCheck {
+                check,
+                wanted: if prefix && w.len() < 40 {
+                    format!("{w} (prefix)")
+                } else {
+                    w.clone()
+                },
+                seen,
+                held,
+            });
+        }
+    };
+    text(
+        checks::PIN_COMMIT,
+        &pins.commit,
+        inputs.map(|i| &i.commit),
+        true,
+        &mut out,
+    );
+    text(
+        checks::PIN_TREE,
+        &pins.tree,
+        inputs.map(|i| &i.tree),
+        false,
+        &mut out,
+    );
+    text(
+        checks::PIN_PATCH,
+        &pins.patch_sha256.map(hex::encode),
+        inputs.map(|i| &i.patch_sha256),
+        false,
+        &mut out,
+    );
+    text(
+        checks::PIN_JOB,
+        &pins.job_sha256.map(hex::encode),
+        inputs.map(|i| &i.job_sha256),
+        false,
+        &mut out,
+    );
+    if let Some(want) = pins.isolation {
+        let seen = verdict.map(|v| v.isolation);
+        out.push(PinCheck {
+            check: checks::PIN_ISOLATION,
+            wanted: want.as_str().to_owned(),
+            seen: seen.map(|i| i.as_str().to_owned()),
+            held: seen == Some(want),
+        });
+    }
+    out
 }
 
 fn verify_snp_part(
@@ -322,18 +714,31 @@ fn verify_tdx_part(
     opts: &EvidenceOptions,
     failures: &mut Vec<Failure>,
 ) -> (ReportVerification, Option<[u8; 64]>, bool) {
-    let tdx_policy = crate::tdx::Policy {
-        mrtd: opts.policy.measurements.iter().map(|m| m.0).collect(),
-        ..crate::tdx::Policy::default()
+    // The founder's TDX policy; `--measurement` values count as MRTDs (the gap is named in verify_evidence),
+    // and the shared flags (`--allow-debug`, `--report-data`) apply as they do to SEV-SNP evidence.
+    let mut tdx_policy = opts.tdx_policy.clone();
+    tdx_policy
+        .mrtd
+        .extend(opts.policy.measurements.iter().map(|m| m.0));
+    tdx_policy.allow_debug |= opts.policy.allow_debug;
+    if tdx_policy.report_data.is_none() {
+        tdx_policy.report_data = opts.policy.report_data.map(|r| r.0);
+    }
+    // The founder's collateral wins over the evidence's (see `tdx::collateral::choose_for_evidence`).
+    let chosen = match crate::tdx::collateral::choose_for_evidence(
+        ev.collateral.as_ref(),
+        opts.tdx_collateral.as_deref(),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            failures.push(Failure::new("collateral-format", e));
+            return (ReportVerification::Unverified, None, ev.tee.is_simulated());
+        }
     };
-    let collateral = match &ev.collateral {
-        Some(Collateral::Bytes(b)) => Some(b.as_slice()),
-        _ => opts.tdx_collateral.as_deref(),
-    };
-    match crate::tdx::verify_quote_for_evidence(
+    match crate::tdx::verify_quote_for_evidence_chosen(
         &ev.report,
         &ev.certs,
-        collateral,
+        chosen,
         opts.chain.at.unix_timestamp(),
         &tdx_policy,
         true,
@@ -347,7 +752,7 @@ fn verify_tdx_part(
                 ));
             }
             for f in &v.failures {
-                failures.push(Failure::new(f.check.clone(), f.detail()));
+                failures.push(Failure::seen_wanted(f.check.clone(), &f.seen, &f.wanted));
             }
             let rd = v.quote.td().report_data;
             (ReportVerification::Tdx(Box::new(v)), Some(rd), simulated)

@@ -4,5 +4,6 @@
 pub mod cli;
 pub mod evidence;
 pub mod output;
+pub mod pki;
 pub mod snp;
 pub mod tdx;

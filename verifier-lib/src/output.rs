@@ -18,6 +18,12 @@ pub struct Failure {
     pub check: Cow<'static, str>,
     /// What was seen and what was expected.
     pub detail: String,
+    /// The value seen, where the check compares one value with another (omitted from JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seen: Option<String>,
+    /// The value wanted, where the check compares one value with another (omitted from JSON otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wanted: Option<String>,
 }
 
 impl Failure {
@@ -26,6 +32,24 @@ impl Failure {
         Failure {
             check: check.into(),
             detail: detail.into(),
+            seen: None,
+            wanted: None,
+        }
+    }
+
+    /// A failure of a check that compares a value seen with a value wanted; the detail reads
+    /// "seen SEEN, wanted WANTED".
+    pub fn seen_wanted(
+        check: impl Into<Cow<'static, str>>,
+        seen: impl Into<String>,
+        wanted: impl Into<String>,
+    ) -> Failure {
+        let (seen, wanted) = (seen.into(), wanted.into());
+        Failure {
+            check: check.into(),
+            detail: format!("seen {seen}, wanted {wanted}"),
+            seen: Some(seen),
+            wanted: Some(wanted),
         }
     }
 }
@@ -37,12 +61,29 @@ impl fmt::Display for Failure {
 }
 
 /// Prints rows as an aligned two-column table; every line is prefixed with `prefix` (e.g. `SIMULATED `).
+/// Keys and every line of a value are escaped ([`attestation::text::escape`]): a certificate name or report
+/// field cannot move the cursor or start a line of its own (a value's newlines become new table lines, each
+/// prefixed).
 pub fn print_table(rows: &[(String, String)], prefix: &str) -> String {
-    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    use attestation::text::escape;
+    let rows: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|(k, v)| {
+            (
+                escape(k).into_owned(),
+                v.lines().map(|l| escape(l).into_owned()).collect(),
+            )
+        })
+        .collect();
+    let width = rows
+        .iter()
+        .map(|(k, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
-    for (k, v) in rows {
-        let mut lines = v.lines();
-        let first = lines.next().unwrap_or("");
+    for (k, lines) in &rows {
+        let mut lines = lines.iter();
+        let first = lines.next().map(String::as_str).unwrap_or("");
         out.push_str(&format!("{prefix}{k:<width$}  {first}\n"));
         for more in lines {
             out.push_str(&format!("{prefix}{:<width$}  {more}\n", ""));
@@ -190,9 +231,16 @@ pub fn snp_table(v: &SnpVerification, opts: &ChainOptions) -> String {
     )
 }
 
-/// The notes an evidence result carries: checks skipped on purpose, and simulation.
+/// The note that opens the notes when the founder did not pin the outcome (`--expect-outcome`).
+pub const OUTCOME_NOT_PINNED: &str = "outcome NOT pinned (no --expect-outcome): this result holds whatever the run's outcome was, a failing run included";
+
+/// The notes an evidence result carries: checks skipped on purpose, and simulation. An unpinned outcome is
+/// always the first.
 pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
     let mut notes = Vec::new();
+    if !v.outcome_pinned {
+        notes.push(OUTCOME_NOT_PINNED.to_string());
+    }
     if v.simulated {
         notes.push("SIMULATED: the chain does not end in a vendor root; this proves nothing about hardware".into());
     }
@@ -202,7 +250,77 @@ pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
     if !v.nonce_checked {
         notes.push("nonce NOT checked (no --nonce): the verdict may be a replay".into());
     }
+    if let (ReportVerification::Tdx(_), true) = (&v.report, v.measurement_pinned) {
+        let image = crate::evidence::TDX_IMAGE_RTMRS
+            .iter()
+            .all(|i| v.pinned_registers.contains(&format!("rtmr{i}")));
+        let sim = v.pinned_registers.iter().any(|r| r == "sim-measurement");
+        if !image && !sim {
+            notes.push(format!(
+                "TDX image NOT fully pinned: only {} compared (RTMR1/RTMR2 left unpinned on purpose): the kernel, \
+                 initramfs and command line are unchecked",
+                if v.pinned_registers.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    v.pinned_registers.join(", ")
+                }
+            ));
+        }
+    }
     notes
+}
+
+fn hex_or_none(h: &Option<String>) -> String {
+    h.clone().unwrap_or_else(|| "none".to_string())
+}
+
+/// The rows a founder reads first: the outcome, the counts and the inputs of the run (commit, tree, patch and
+/// job SHA-256, nonce, isolation), from the verified verdict.
+pub fn evidence_run_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
+    let Some(d) = &v.verdict else {
+        return vec![(
+            "outcome".to_string(),
+            "unknown (the verdict did not verify)".to_string(),
+        )];
+    };
+    let counts = match &d.tests {
+        Some(c) => format!(
+            "{} passed, {} failed, {} skipped (parser {})",
+            c.passed, c.failed, c.skipped, c.parser
+        ),
+        None => "none".to_string(),
+    };
+    vec![
+        ("outcome".to_string(), d.outcome.to_string()),
+        ("counts".to_string(), counts),
+        ("commit".to_string(), hex_or_none(&d.inputs.commit)),
+        ("tree".to_string(), hex_or_none(&d.inputs.tree)),
+        (
+            "patch sha256".to_string(),
+            hex_or_none(&d.inputs.patch_sha256),
+        ),
+        ("job sha256".to_string(), hex_or_none(&d.inputs.job_sha256)),
+        ("nonce".to_string(), hex::encode(&d.inputs.nonce)),
+        ("isolation".to_string(), d.isolation.to_string()),
+    ]
+}
+
+/// One row per pin the founder gave: held or not, with the value seen.
+pub fn evidence_pin_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
+    v.pins
+        .iter()
+        .map(|p| {
+            (
+                p.check.to_string(),
+                format!(
+                    "{}: wanted {}, seen {}",
+                    if p.held { "held" } else { "NOT held" },
+                    p.wanted,
+                    p.seen.as_deref().unwrap_or("nothing (no verified verdict)")
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The `tee` the chain implies for evidence (`sev-snp`, `sim-sev-snp`, `tdx`, `sim-tdx`).
@@ -228,6 +346,7 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
             "chip_id": serde_json::Value::Null,
             "reported_tcb": t.tcb_status().map(|s| format!("{s:?}")),
             "policy": serde_json::Value::Null,
+            "collateral_used": t.collateral_used,
         }),
         _ => serde_json::json!({
             "product": null, "signing_key": null, "measurement": null, "report_data": null,
@@ -250,7 +369,29 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
                 .map(|d| d.to_json_value())
                 .unwrap_or_default(),
         );
-        o.insert("measurement_pinned".into(), v.measurement_pinned.into());
+        // The registers compared with a pin (empty: none was).
+        o.insert(
+            "measurement_pinned".into(),
+            v.pinned_registers.clone().into(),
+        );
+        o.insert("outcome_pinned".into(), v.outcome_pinned.into());
+        o.insert(
+            "pins".into(),
+            serde_json::to_value(&v.pins).unwrap_or_default(),
+        );
+        if !v.set_signers.is_empty() {
+            o.insert(
+                "measurement_set_signers".into(),
+                v.set_signers.clone().into(),
+            );
+        }
+        if let ReportVerification::Tdx(t) = &v.report {
+            let td = t.quote.td();
+            o.insert("mrtd".into(), hex::encode(td.mrtd).into());
+            for (i, r) in td.rtmr.iter().enumerate() {
+                o.insert(format!("rtmr{i}"), hex::encode(r).into());
+            }
+        }
         o.insert("nonce_checked".into(), v.nonce_checked.into());
         o.insert("notes".into(), evidence_notes(v).into());
         o.insert("checked_at".into(), fmt_at(&opts.chain.at).into());
@@ -260,20 +401,24 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
 
 /// The human table of an evidence result; every line says SIMULATED when the chain is not the vendor's.
 pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> String {
-    let mut rows = vec![
-        (
-            "result".to_string(),
-            if v.verified() {
-                "VERIFIED".to_string()
-            } else {
-                "REJECTED".to_string()
-            },
-        ),
-        (
-            "tee".to_string(),
-            format!("{} (labelled {})", evidence_tee(v), v.label),
-        ),
-    ];
+    let mut rows = vec![(
+        "result".to_string(),
+        if v.verified() {
+            "VERIFIED".to_string()
+        } else {
+            "REJECTED".to_string()
+        },
+    )];
+    // First what the founder pays for: whether the outcome was pinned, the outcome, counts and inputs.
+    if !v.outcome_pinned {
+        rows.push(("NOTE".to_string(), OUTCOME_NOT_PINNED.to_string()));
+    }
+    rows.extend(evidence_run_rows(v));
+    rows.extend(evidence_pin_rows(v));
+    rows.push((
+        "tee".to_string(),
+        format!("{} (labelled {})", evidence_tee(v), v.label),
+    ));
     match &v.report {
         ReportVerification::Snp(s) => {
             rows.extend(snp_rows(s, &opts.chain).into_iter().filter(|(k, _)| {
@@ -282,19 +427,35 @@ pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> Strin
         }
         ReportVerification::Tdx(t) => {
             rows.push(("mrtd".to_string(), hex::encode(t.quote.td().mrtd)));
+            for (i, r) in t.quote.td().rtmr.iter().enumerate() {
+                rows.push((format!("rtmr{i}"), hex::encode(r)));
+            }
             rows.push((
                 "report data".to_string(),
                 hex::encode(t.quote.td().report_data),
             ));
+            match &t.collateral_used {
+                Some(c) => rows.extend(c.rows()),
+                None => rows.push(("collateral".to_string(), "none".to_string())),
+            }
         }
         _ => {}
     }
-    if let Some(d) = &v.verdict {
-        rows.push(("outcome".to_string(), d.outcome.to_string()));
-        rows.push(("isolation".to_string(), d.isolation.to_string()));
-        rows.push(("verdict nonce".to_string(), hex::encode(&d.inputs.nonce)));
+    rows.push((
+        "measurement pinned".to_string(),
+        if v.pinned_registers.is_empty() {
+            "none".to_string()
+        } else {
+            v.pinned_registers.join(", ")
+        },
+    ));
+    if !v.set_signers.is_empty() {
+        rows.push(("set signed by".to_string(), v.set_signers.join(", ")));
     }
-    for n in evidence_notes(v) {
+    for n in evidence_notes(v)
+        .into_iter()
+        .skip(usize::from(!v.outcome_pinned))
+    {
         rows.push(("NOTE".to_string(), n));
     }
     if v.failures.is_empty() {
@@ -321,5 +482,19 @@ mod tests {
         assert!(lines.iter().all(|l| l.starts_with("SIMULATED ")));
         assert_eq!(lines[0], "SIMULATED a         1");
         assert_eq!(lines[2], "SIMULATED           y");
+    }
+
+    #[test]
+    fn table_escapes_keys_and_values() {
+        let t = print_table(
+            &[("CN\x1b[2J".into(), "Evil \u{9b}31m\rOK\nline\x07".into())],
+            "",
+        );
+        assert!(attestation::text::is_safe_output(t.as_bytes()), "{t:?}");
+        assert!(
+            t.contains("CN\\x1b[2J") && t.contains("Evil \\u{9b}31m\\rOK"),
+            "{t}"
+        );
+        assert!(t.contains("line\\x07"), "{t}");
     }
 }

@@ -47,10 +47,10 @@ fn measurement_set(sim: &[[u8; 48]]) -> MeasurementSet {
             version: "0.1.0-test".into(),
         },
         artifacts: Artifacts {
-            kernel_sha256: Hex([1; 32]),
-            initramfs_sha256: Hex([2; 32]),
+            kernel_sha256: Some(Hex([1; 32])),
+            initramfs_sha256: Some(Hex([2; 32])),
             cmdline: Some("console=ttyS0".into()),
-            cmdline_sha256: Hex(measurements::sim::cmdline_sha256("console=ttyS0")),
+            cmdline_sha256: Some(Hex(measurements::sim::cmdline_sha256("console=ttyS0"))),
             ovmf_sha256: None,
             tdvf_sha256: None,
         },
@@ -61,6 +61,7 @@ fn measurement_set(sim: &[[u8; 48]]) -> MeasurementSet {
             .map(|m| SimEntry {
                 tier: "vm".into(),
                 measurement: Hex(*m),
+                binary_sha256: None,
             })
             .collect(),
     }

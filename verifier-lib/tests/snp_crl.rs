@@ -132,10 +132,114 @@ fn crl_revokes_the_intermediate_only_when_genuine() {
         forged.len() == 1 && forged[0].detail.contains("signature"),
         "{forged:?}"
     );
-    // Issued under another name.
+    // Issued under the ASK's name (and signed with the ARK key): the ASK may not sign CRLs (its key usage has
+    // no cRLSign) and the signature does not verify with its key.
     let other = check(crl(ask.subject().as_raw(), &[], &ark_key));
     assert!(
-        other.len() == 1 && other[0].detail.contains("issuer"),
+        !other.is_empty()
+            && other.iter().all(|f| f.check == checks::CRL)
+            && other.iter().any(|f| f.detail.contains("cRLSign")),
         "{other:?}"
     );
+    // Issued by a name that is neither the ARK's nor the ASK's.
+    let mut foreign_name = issuer.to_vec();
+    let n = foreign_name.len();
+    foreign_name[n - 1] ^= 0x01;
+    let foreign = check(crl(&foreign_name, &[], &ark_key));
+    assert!(
+        foreign.len() == 1 && foreign[0].detail.contains("neither the ARK"),
+        "{foreign:?}"
+    );
+}
+
+fn pem_of(ders: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = String::new();
+    for der in ders {
+        out.push_str(&format!(
+            "-----BEGIN X509 CRL-----\n{}\n-----END X509 CRL-----\n",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, der)
+        ));
+    }
+    out.into_bytes()
+}
+
+fn now() -> u64 {
+    time::OffsetDateTime::now_utc().unix_timestamp() as u64
+}
+
+#[test]
+fn an_expired_or_future_crl_is_a_named_failure_saying_which_date() {
+    let psp = SimPsp::new(&state_dir(), Product::Milan).expect("sim psp");
+    let (_, certs) = psp
+        .sign_report(psp.report_template([0; 48], [0; 64]))
+        .expect("sign");
+    let bundle = CertBundle::from_der_list(&certs).expect("bundle");
+    let check = |crl_bytes: Vec<u8>| {
+        let opts = ChainOptions {
+            crl: Some(crl_bytes),
+            allow_simulated: true,
+            ..ChainOptions::default()
+        };
+        verify_chain(&bundle, &opts, None).failures
+    };
+    let day = 86_400;
+    // Expired in 2001, as in the issue.
+    let expired = psp
+        .ark_crl_der(978_307_200, 978_307_200 + 30 * day, &[])
+        .expect("crl");
+    let f = check(expired);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].check, checks::CRL_NEXT_UPDATE);
+    assert!(
+        f[0].detail.contains("2001-01-31T00:00:00Z"),
+        "{}",
+        f[0].detail
+    );
+    let future = psp
+        .ark_crl_der(now() + 10 * day, now() + 40 * day, &[])
+        .expect("crl");
+    let f = check(future);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].check, checks::CRL_THIS_UPDATE);
+    let current = psp.ark_crl_der(now() - day, now() + day, &[]).expect("crl");
+    assert!(check(current).is_empty());
+}
+
+#[test]
+fn every_crl_of_a_pem_file_is_read() {
+    let psp = SimPsp::new(&state_dir(), Product::Milan).expect("sim psp");
+    let (_, certs) = psp
+        .sign_report(psp.report_template([0; 48], [0; 64]))
+        .expect("sign");
+    let bundle = CertBundle::from_der_list(&certs).expect("bundle");
+    let (_, ask) = X509Certificate::from_der(&bundle.intermediate).expect("ask");
+    let day = 86_400;
+    let clean = psp.ark_crl_der(now() - day, now() + day, &[]).expect("crl");
+    let revoking = psp
+        .ark_crl_der(now() - day, now() + day, &[ask.raw_serial()])
+        .expect("crl");
+    let opts = |crl: Vec<u8>| ChainOptions {
+        crl: Some(crl),
+        allow_simulated: true,
+        ..ChainOptions::default()
+    };
+    // The revoking CRL second: reading only the first would accept the revoked ASK.
+    let f = verify_chain(&bundle, &opts(pem_of(&[clean.clone(), revoking])), None).failures;
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].check, checks::CRL);
+    assert!(
+        f[0].detail.starts_with("CRL 2 of 2") && f[0].detail.contains("revoked"),
+        "{}",
+        f[0].detail
+    );
+    assert!(
+        verify_chain(&bundle, &opts(pem_of(&[clean.clone(), clean])), None)
+            .failures
+            .is_empty()
+    );
+    // A PEM block that is not a CRL is refused, not skipped.
+    let mut mixed = pem_of(&[psp.ark_crl_der(now() - day, now() + day, &[]).expect("crl")]);
+    mixed.extend_from_slice(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+    let f = verify_chain(&bundle, &opts(mixed), None).failures;
+    assert!(f.len() == 1 && f[0].check == checks::CRL, "{f:?}");
 }

@@ -85,6 +85,7 @@ impl Bundle {
             any_measurement: false,
             measurement_set: None,
             tdx_collateral: None,
+            ..EvidenceOptions::default()
         }
     }
 }
@@ -277,7 +278,7 @@ fn evidence_cli_says_simulated_on_every_line_and_exits_by_verdict() {
         assert!(json.get(key).is_some(), "missing {key}");
     }
 
-    let out = run(&["--any-measurement", "--allow-simulated"]);
+    let out = run(&["--any-measurement", "--no-nonce", "--allow-simulated"]);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -286,10 +287,23 @@ fn evidence_cli_says_simulated_on_every_line_and_exits_by_verdict() {
     );
 
     // Neither a measurement nor --any-measurement: a usage error.
-    assert_eq!(run(&["--allow-simulated"]).status.code(), Some(2));
+    assert_eq!(
+        run(&["--allow-simulated", "--nonce", &n]).status.code(),
+        Some(2)
+    );
+    // Neither --nonce nor --no-nonce: a usage error.
+    assert_eq!(
+        run(&["--any-measurement", "--allow-simulated"])
+            .status
+            .code(),
+        Some(2)
+    );
     // Not evidence at all: unusable input.
     std::fs::write(&file, b"not cbor").expect("write");
-    assert_eq!(run(&["--any-measurement"]).status.code(), Some(2));
+    assert_eq!(
+        run(&["--any-measurement", "--no-nonce"]).status.code(),
+        Some(2)
+    );
 }
 
 #[test]

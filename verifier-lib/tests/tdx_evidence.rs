@@ -10,7 +10,6 @@ use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
 use p384::ecdsa::SigningKey;
 use sha2::{Digest, Sha384};
 use verifier_lib::evidence::{checks, verify_evidence, EvidenceOptions};
-use verifier_lib::snp::policy::HexBytes;
 use verifier_lib::snp::{ChainOptions, Policy};
 
 const MRTD: [u8; 48] = [0x3c; 48];
@@ -55,14 +54,18 @@ fn opts(allow_simulated: bool, mrtd: [u8; 48], nonce: &[u8]) -> EvidenceOptions 
             allow_simulated,
             ..ChainOptions::default()
         },
-        policy: Policy {
-            measurements: vec![HexBytes(mrtd)],
-            ..Policy::default()
-        },
+        policy: Policy::default(),
         nonce: Some(nonce.to_vec()),
         any_measurement: false,
         measurement_set: None,
         tdx_collateral: None,
+        // The whole image: MRTD and the RTMRs of kernel, initramfs and command line (zero in the sim TD).
+        tdx_policy: verifier_lib::tdx::Policy {
+            mrtd: vec![mrtd],
+            rtmr: [None, Some([0; 48]), Some([0; 48]), None],
+            ..verifier_lib::tdx::Policy::default()
+        },
+        ..EvidenceOptions::default()
     }
 }
 

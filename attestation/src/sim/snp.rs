@@ -109,6 +109,7 @@ type VcekCache = HashMap<([u8; 64], u64), (p384::ecdsa::SigningKey, Vec<u8>)>;
 pub struct SimPsp {
     dir: PathBuf,
     product: Product,
+    ark_key: rsa::RsaPrivateKey,
     ask_key: rsa::RsaPrivateKey,
     ark_der: Vec<u8>,
     ask_der: Vec<u8>,
@@ -535,6 +536,7 @@ impl SimPsp {
         Ok(SimPsp {
             dir: pdir,
             product,
+            ark_key: roots.ark,
             ask_key: roots.ask,
             ark_der,
             ask_der,
@@ -760,6 +762,152 @@ impl SimPsp {
         Ok((
             report.to_bytes().to_vec(),
             vec![vcek_der, self.ask_der.clone(), self.ark_der.clone()],
+        ))
+    }
+}
+
+/// A defect the sim PSP builds into the chain on request ([`SimPsp::sign_report_with_defect`]), so tests can
+/// show the verifier refuses exactly it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimSnpDefect {
+    /// The ASK is reissued by the ARK with `basicConstraints CA:FALSE` (an end entity acting as issuer).
+    AskNotCa,
+    /// The VCEK carries `basicConstraints CA:TRUE` (a leaf that could issue more leaves).
+    VcekIsCa,
+    /// The VCEK's productName names another product than its issuer (`Genoa` under `SEV-Milan`, or the reverse).
+    ProductNameMismatch,
+}
+
+impl SimPsp {
+    /// A CRL issued and signed by the sim ARK (RSASSA-PSS, AMD's parameters), with `thisUpdate` and
+    /// `nextUpdate` (Unix seconds), listing `revoked` serial numbers (big-endian bytes, as in the certificate).
+    pub fn ark_crl_der(
+        &self,
+        this_update: u64,
+        next_update: u64,
+        revoked: &[&[u8]],
+    ) -> Result<Vec<u8>, SimError> {
+        use x509_cert::crl::{CertificateList, RevokedCert, TbsCertList};
+        let t = |secs: u64| -> Result<Time, SimError> {
+            Ok(Time::UtcTime(
+                UtcTime::from_unix_duration(Duration::from_secs(secs.min(2_524_607_999)))
+                    .map_err(der_err("CRL time"))?,
+            ))
+        };
+        let mut entries = Vec::new();
+        for r in revoked {
+            entries.push(RevokedCert {
+                serial_number: SerialNumber::new(r).map_err(der_err("CRL serial"))?,
+                revocation_date: t(this_update)?,
+                crl_entry_extensions: None,
+            });
+        }
+        let tbs = TbsCertList {
+            version: Version::V2,
+            signature: pss_alg(&PSS_PARAMS_ARK_ASK)?,
+            issuer: amd_name(&format!("ARK-{}", self.product.name()))?,
+            this_update: t(this_update)?,
+            next_update: Some(t(next_update)?),
+            revoked_certificates: (!entries.is_empty()).then_some(entries),
+            crl_extensions: None,
+        };
+        let tbs_der = tbs.to_der().map_err(der_err("CRL TBS"))?;
+        let key = rsa::pss::BlindedSigningKey::<Sha384>::new(self.ark_key.clone());
+        let sig = key.sign_with_rng(&mut rand::thread_rng(), &tbs_der);
+        CertificateList {
+            tbs_cert_list: tbs,
+            signature_algorithm: pss_alg(&PSS_PARAMS_ARK_ASK)?,
+            signature: BitString::from_bytes(&sig.to_bytes()).map_err(der_err("CRL signature"))?,
+        }
+        .to_der()
+        .map_err(der_err("CRL"))
+    }
+
+    /// [`SimPsp::sign_report`] with `defect` built into the chain (a fresh VCEK key, not stored).
+    pub fn sign_report_with_defect(
+        &self,
+        mut report: AttestationReport,
+        defect: SimSnpDefect,
+    ) -> Result<(Vec<u8>, Vec<Vec<u8>>), SimError> {
+        report.signature_algo = crate::snp::SIGNATURE_ALGO_ECDSA_P384_SHA384;
+        report.key_info.signing_key = SigningKey::Vcek;
+        if report.chip_id == [0u8; 64] {
+            report.chip_id = self.chip_id;
+        }
+        let key = p384::SecretKey::random(&mut rand::thread_rng());
+        let spki_der = key
+            .public_key()
+            .to_public_key_der()
+            .map_err(|e| SimError::Crypto(format!("VCEK public key: {e}")))?;
+        let mut exts = vcek_extensions(self.product, report.reported_tcb, &report.chip_id)?;
+        match defect {
+            SimSnpDefect::VcekIsCa => exts.push(ext(
+                der::oid::db::rfc5280::ID_CE_BASIC_CONSTRAINTS,
+                true,
+                &BasicConstraints {
+                    ca: true,
+                    path_len_constraint: None,
+                },
+            )?),
+            SimSnpDefect::ProductNameMismatch => {
+                let other = if self.product == Product::Milan {
+                    Product::Genoa
+                } else {
+                    Product::Milan
+                };
+                let name =
+                    Ia5String::new(vcek_product_name(other)).map_err(der_err("productName"))?;
+                exts[1] = ext(oid::PRODUCT_NAME, false, &name)?;
+            }
+            SimSnpDefect::AskNotCa => {}
+        }
+        let tbs = TbsCertificate {
+            version: Version::V3,
+            serial_number: SerialNumber::new(&[0]).map_err(der_err("serial"))?,
+            signature: pss_alg(&PSS_PARAMS_VCEK)?,
+            issuer: amd_name(&format!("SEV-{}", self.product.name()))?,
+            validity: validity(7)?,
+            subject: amd_name("SEV-VCEK")?,
+            subject_public_key_info: SubjectPublicKeyInfoOwned::from_der(spki_der.as_bytes())
+                .map_err(der_err("VCEK SPKI"))?,
+            issuer_unique_id: None,
+            subject_unique_id: None,
+            extensions: Some(exts),
+        };
+        let vcek_der = sign_cert(tbs, &self.ask_key, &PSS_PARAMS_VCEK)?;
+        let ask_der = if defect == SimSnpDefect::AskNotCa {
+            let mut ask = Certificate::from_der(&self.ask_der).map_err(der_err("ASK"))?;
+            let bc = ext(
+                der::oid::db::rfc5280::ID_CE_BASIC_CONSTRAINTS,
+                true,
+                &BasicConstraints {
+                    ca: false,
+                    path_len_constraint: None,
+                },
+            )?;
+            if let Some(exts) = ask.tbs_certificate.extensions.as_mut() {
+                for e in exts.iter_mut() {
+                    if e.extn_id == der::oid::db::rfc5280::ID_CE_BASIC_CONSTRAINTS {
+                        *e = bc.clone();
+                    }
+                }
+            }
+            sign_cert(ask.tbs_certificate, &self.ark_key, &PSS_PARAMS_ARK_ASK)?
+        } else {
+            self.ask_der.clone()
+        };
+        let signing = p384::ecdsa::SigningKey::from(key);
+        let sig: p384::ecdsa::Signature = signature::Signer::sign(&signing, &report.signed_bytes());
+        let (r, s) = sig.split_bytes();
+        let mut r48 = [0u8; 48];
+        let mut s48 = [0u8; 48];
+        r48.copy_from_slice(&r);
+        s48.copy_from_slice(&s);
+        report.set_signature_p384(&r48, &s48);
+        Ok((
+            report.to_bytes().to_vec(),
+            vec![vcek_der, ask_der, self.ark_der.clone()],
         ))
     }
 }

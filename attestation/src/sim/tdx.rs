@@ -248,6 +248,15 @@ fn entry(suffix: &str, value: Vec<u8>) -> Result<Vec<u8>, SimError> {
 
 /// The SGX extension value (a SEQUENCE of (OID, value)) in Intel's order: PPID, TCB, PCE-ID, FMSPC, SGX type.
 fn sgx_extension(p: &SimPlatform, ppid: &[u8; 16]) -> Result<Vec<u8>, SimError> {
+    sgx_extension_with_cpusvn(p, ppid, &p.sgx_tcb_components)
+}
+
+/// [`sgx_extension`] with a CPUSVN of the caller's choice (Intel's equals the 16 component SVNs).
+fn sgx_extension_with_cpusvn(
+    p: &SimPlatform,
+    ppid: &[u8; 16],
+    cpusvn: &[u8; 16],
+) -> Result<Vec<u8>, SimError> {
     let mut tcb = Vec::new();
     for (i, svn) in p.sgx_tcb_components.iter().enumerate() {
         tcb.extend(entry(
@@ -256,7 +265,7 @@ fn sgx_extension(p: &SimPlatform, ppid: &[u8; 16]) -> Result<Vec<u8>, SimError> 
         )?);
     }
     tcb.extend(entry("2.17", tlv(0x02, &der_uint(u64::from(p.pcesvn))))?);
-    tcb.extend(entry("2.18", tlv(0x04, &p.sgx_tcb_components))?);
+    tcb.extend(entry("2.18", tlv(0x04, cpusvn))?);
     let mut seq = entry("1", tlv(0x04, ppid))?;
     seq.extend(entry("2", tlv(0x30, &tcb))?);
     seq.extend(entry("3", tlv(0x04, &p.pceid))?);
@@ -362,6 +371,62 @@ fn crl(
 fn pem(der_bytes: &[u8]) -> Result<String, SimError> {
     der::pem::encode_string("CERTIFICATE", der::pem::LineEnding::LF, der_bytes)
         .map_err(|e| SimError::Der(format!("PEM: {e}")))
+}
+
+/// A defect the sim QE or PCS builds into its chain or collateral on request, so that tests can show the
+/// verifier refuses exactly that defect (each is what a compromised key or collateral source could do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SimDefect {
+    /// The PCK leaf (CA:FALSE) signs a fresh leaf claiming the highest TCB; the quote's QE report is signed by
+    /// the fresh leaf and its chain is fresh leaf <- PCK leaf <- PCK CA <- root ([`SimQe::quote_with_defect`]).
+    LeafSignsLeaf,
+    /// TCB Info and QE Identity signed by the PCK leaf key, issuer chain PCK leaf <- PCK CA <- root
+    /// ([`SimQe::collateral_json_with_defect`]).
+    CollateralSignedByPck,
+    /// The PCK leaf's CPUSVN (SGX extension .2.18) differs from its 16 component SVNs
+    /// ([`SimQe::quote_with_defect`]).
+    CpusvnMismatch,
+    /// The root CA CRL expired 30 days before the collateral was issued.
+    ExpiredCrl,
+    /// The root CA CRL's thisUpdate is 30 days in the future.
+    FutureCrl,
+}
+
+/// The attacker's step on any chain, real or sim: a certificate issued under `issuer_der` (its subject becomes
+/// the issuer name, and the subject is the same PCK-leaf-like name) carrying the SGX extension of `platform`,
+/// signed with a fresh key (on a real chain the attacker would hold the PCK key; here the signature is wrong
+/// and only the path checks are under test).
+pub fn forged_leaf_under(issuer_der: &[u8], platform: &SimPlatform) -> Result<Vec<u8>, SimError> {
+    let issuer = Certificate::from_der(issuer_der).map_err(der_err("issuer certificate"))?;
+    let key = SigningKey::random(&mut rand::thread_rng());
+    let sgx = Extension {
+        extn_id: ObjectIdentifier::new(SGX_EXTENSIONS).map_err(|e| SimError::Der(e.to_string()))?,
+        critical: false,
+        extn_value: OctetString::new(sgx_extension(platform, &[0x11; 16])?)
+            .map_err(der_err("SGX extension"))?,
+    };
+    let tbs = TbsCertificate {
+        version: Version::V3,
+        serial_number: serial(0x4242)?,
+        signature: ecdsa_alg(),
+        issuer: issuer.tbs_certificate.subject.clone(),
+        validity: issuer.tbs_certificate.validity,
+        subject: issuer.tbs_certificate.subject.clone(),
+        subject_public_key_info: spki(&key)?,
+        issuer_unique_id: None,
+        subject_unique_id: None,
+        extensions: Some(vec![sgx]),
+    };
+    let tbs_der = tbs.to_der().map_err(der_err("TBS"))?;
+    Certificate {
+        tbs_certificate: tbs,
+        signature_algorithm: ecdsa_alg(),
+        signature: BitString::from_bytes(&sign_der(&key, &tbs_der))
+            .map_err(der_err("signature"))?,
+    }
+    .to_der()
+    .map_err(der_err("certificate"))
 }
 
 /// A certificate of the sim PKI (to name in a CRL).
@@ -557,6 +622,89 @@ impl SimQe {
 
     /// A signed quote for `td`: v4 (TD 1.0) unless `td.td15` is set, then v5 (TD 1.5).
     pub fn quote(&self, td: &SimTd) -> Result<Vec<u8>, SimError> {
+        self.quote_with(td, &self.pck, self.pck_chain_pem()?)
+    }
+
+    /// A quote for `td` carrying `defect` in its PCK chain (see [`SimDefect`]); defects of the collateral give
+    /// the ordinary quote.
+    pub fn quote_with_defect(&self, td: &SimTd, defect: SimDefect) -> Result<Vec<u8>, SimError> {
+        match defect {
+            SimDefect::LeafSignsLeaf => {
+                // The attacker holds the (revoked) PCK key and mints a leaf claiming a TCB above any level.
+                let forged_key = SigningKey::random(&mut rand::thread_rng());
+                let forged_platform = SimPlatform {
+                    sgx_tcb_components: [0xff; 16],
+                    pcesvn: u16::MAX,
+                    ..self.platform.clone()
+                };
+                let sgx = Extension {
+                    extn_id: ObjectIdentifier::new(SGX_EXTENSIONS)
+                        .map_err(|e| SimError::Der(e.to_string()))?,
+                    critical: false,
+                    extn_value: OctetString::new(sgx_extension(&forged_platform, &self.ppid)?)
+                        .map_err(der_err("SGX extension"))?,
+                };
+                let t = now().saturating_sub(86_400);
+                let forged = issue(
+                    &self.pck,
+                    PCK_CN,
+                    &forged_key,
+                    PCK_CN,
+                    99,
+                    false,
+                    vec![sgx],
+                    (t, t + 365 * 86_400),
+                )?;
+                let mut chain = pem(&forged)?;
+                for der_bytes in self.pck_chain_der() {
+                    chain.push_str(&pem(&der_bytes)?);
+                }
+                let mut bytes = chain.into_bytes();
+                bytes.push(0);
+                self.quote_with(td, &forged_key, bytes)
+            }
+            SimDefect::CpusvnMismatch => {
+                // A PCK leaf, properly issued by the PCK CA for the same key, whose CPUSVN says a higher TCB
+                // than its component SVNs.
+                let sgx = Extension {
+                    extn_id: ObjectIdentifier::new(SGX_EXTENSIONS)
+                        .map_err(|e| SimError::Der(e.to_string()))?,
+                    critical: false,
+                    extn_value: OctetString::new(sgx_extension_with_cpusvn(
+                        &self.platform,
+                        &self.ppid,
+                        &[0xff; 16],
+                    )?)
+                    .map_err(der_err("SGX extension"))?,
+                };
+                let t = now().saturating_sub(86_400);
+                let leaf = issue(
+                    &self.pck_ca,
+                    PCK_CA_CN,
+                    &self.pck,
+                    PCK_CN,
+                    SimCert::PckLeaf.serial(),
+                    false,
+                    vec![sgx],
+                    (t, t + 365 * 86_400),
+                )?;
+                let mut chain = pem(&leaf)?;
+                chain.push_str(&pem(&self.pck_ca_der)?);
+                chain.push_str(&pem(&self.root_der)?);
+                let mut bytes = chain.into_bytes();
+                bytes.push(0);
+                self.quote_with(td, &self.pck, bytes)
+            }
+            _ => self.quote(td),
+        }
+    }
+
+    fn quote_with(
+        &self,
+        td: &SimTd,
+        qe_signer: &SigningKey,
+        chain_pem: Vec<u8>,
+    ) -> Result<Vec<u8>, SimError> {
         let td10 = TdReport10 {
             tee_tcb_svn: td.tee_tcb_svn,
             mr_seam: td.mr_seam,
@@ -617,7 +765,7 @@ impl SimQe {
             reserved4: [0; 60],
             report_data,
         };
-        let qe_sig: Signature = self.pck.sign(&qe_report.to_bytes());
+        let qe_sig: Signature = qe_signer.sign(&qe_report.to_bytes());
         let mut quote = Quote {
             header,
             body,
@@ -628,7 +776,7 @@ impl SimQe {
                     qe_report,
                     qe_report_signature: qe_sig.to_bytes().into(),
                     qe_auth_data,
-                    pck: PckCertData::PemChain(self.pck_chain_pem()?),
+                    pck: PckCertData::PemChain(chain_pem),
                     slack: Vec::new(),
                 })),
                 slack: Vec::new(),
@@ -659,6 +807,27 @@ impl SimQe {
         tee_tcb_svn: &[u8; 16],
         issued: u64,
         revoked: &[SimCert],
+    ) -> Result<Vec<u8>, SimError> {
+        self.collateral_json_with(tee_tcb_svn, issued, revoked, None)
+    }
+
+    /// [`SimQe::collateral_json_at`] carrying `defect` (see [`SimDefect`]); defects of the quote give the
+    /// ordinary collateral.
+    pub fn collateral_json_with_defect(
+        &self,
+        tee_tcb_svn: &[u8; 16],
+        issued: u64,
+        defect: SimDefect,
+    ) -> Result<Vec<u8>, SimError> {
+        self.collateral_json_with(tee_tcb_svn, issued, &[], Some(defect))
+    }
+
+    fn collateral_json_with(
+        &self,
+        tee_tcb_svn: &[u8; 16],
+        issued: u64,
+        revoked: &[SimCert],
+        defect: Option<SimDefect>,
     ) -> Result<Vec<u8>, SimError> {
         let serials = |issuer: SimCert| -> Vec<u64> {
             revoked
@@ -759,18 +928,35 @@ impl SimQe {
             ],
         })
         .to_string();
+        let by_pck = defect == Some(SimDefect::CollateralSignedByPck);
+        let signer = if by_pck { &self.pck } else { &self.tcb_signer };
         let sign_raw = |text: &str| -> String {
-            let sig: Signature = self.tcb_signer.sign(text.as_bytes());
+            let sig: Signature = signer.sign(text.as_bytes());
             hex::encode(sig.to_bytes())
         };
-        let tcb_chain = format!("{}{}", pem(&self.tcb_der)?, pem(&self.root_der)?);
+        let tcb_chain = if by_pck {
+            self.pck_chain_der()
+                .iter()
+                .map(|d| pem(d))
+                .collect::<Result<String, SimError>>()?
+        } else {
+            format!("{}{}", pem(&self.tcb_der)?, pem(&self.root_der)?)
+        };
+        let (root_crl_this, root_crl_next) = match defect {
+            Some(SimDefect::ExpiredCrl) => (
+                issued.saturating_sub(60 * 86_400),
+                issued.saturating_sub(30 * 86_400),
+            ),
+            Some(SimDefect::FutureCrl) => (now() + 30 * 86_400, now() + 60 * 86_400),
+            _ => (issued, issued + 365 * 86_400),
+        };
         let out = serde_json::json!({
             "pck_crl_issuer_chain": format!("{}{}", pem(&self.pck_ca_der)?, pem(&self.root_der)?),
             "root_ca_crl": hex::encode(crl(
                 &self.root,
                 ROOT_CN,
-                issued,
-                issued + 365 * 86_400,
+                root_crl_this,
+                root_crl_next,
                 &serials(SimCert::Root),
             )?),
             "pck_crl": hex::encode(crl(

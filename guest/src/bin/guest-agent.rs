@@ -22,11 +22,15 @@ fn main() -> ExitCode {
             let v = match guest::fence::run::run_input(std::path::Path::new(job), &opts) {
                 Ok(v) => v,
                 Err(e) => {
-                    eprintln!("guest-agent: {job}: {e}");
+                    eprintln!(
+                        "guest-agent: {}: {}",
+                        attestation::text::escape(job),
+                        attestation::text::escape(&e)
+                    );
                     return ExitCode::from(2);
                 }
             };
-            println!("{}", v.to_json_pretty());
+            println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
             if v.judged {
                 ExitCode::SUCCESS
             } else {

@@ -107,9 +107,25 @@ pub fn install_stops(f: &PhaseFacts) -> Option<(Outcome, String)> {
 }
 
 /// The outcome of the test phase and, when useful, a sentence saying why.
+///
+/// A suite that claimed failures and then exhausted memory, processes or disk is `tests_failed`, not
+/// `environment_exhausted`: the failures were reported before our side gave out, so they stand (the caller
+/// records the exhaustion as a finding of its own, [`PhaseFacts::exhausted`]). Exhaustion without a claimed
+/// failure, and a sandbox that could not be set up, stay `environment_exhausted`.
 pub fn test_outcome(f: &PhaseFacts, counts: &CountsResult) -> (Outcome, Option<String>) {
     if let Some(why) = f.exhausted() {
-        return (Outcome::EnvironmentExhausted, Some(why));
+        let claimed = counts.counted().filter(|c| c.counts.failed > 0);
+        return match claimed {
+            Some(c) if f.setup_error.is_none() => (
+                Outcome::TestsFailed,
+                Some(format!(
+                    "{} claims {} failed before the limit was reached ({why})",
+                    c.parser_name(),
+                    c.counts.failed
+                )),
+            ),
+            _ => (Outcome::EnvironmentExhausted, Some(why)),
+        };
     }
     if f.timed_out {
         return (
@@ -246,6 +262,48 @@ mod tests {
         };
         assert_eq!(
             test_outcome(&xfsz, &garbage).0,
+            Outcome::EnvironmentExhausted
+        );
+    }
+
+    #[test]
+    fn failures_claimed_before_exhaustion_stand() {
+        let failed = parse("3 passed, 2 failed\n", Some(1));
+        let passed = parse("3 passed, 0 failed\n", Some(1));
+        for facts in [
+            PhaseFacts {
+                pids_max: 3,
+                ..exited(1)
+            },
+            PhaseFacts {
+                disk_full: true,
+                ..exited(1)
+            },
+            PhaseFacts {
+                signal: Some(25),
+                ..Default::default()
+            },
+            PhaseFacts {
+                oom_kills: 1,
+                signal: Some(9),
+                ..Default::default()
+            },
+        ] {
+            let (outcome, why) = test_outcome(&facts, &failed);
+            assert_eq!(outcome, Outcome::TestsFailed, "{facts:?}");
+            assert!(why.unwrap_or_default().contains("2 failed"), "{facts:?}");
+            assert_eq!(
+                test_outcome(&facts, &passed).0,
+                Outcome::EnvironmentExhausted,
+                "{facts:?}"
+            );
+        }
+        let setup = PhaseFacts {
+            setup_error: Some("no mount".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            test_outcome(&setup, &failed).0,
             Outcome::EnvironmentExhausted
         );
     }

@@ -1,9 +1,11 @@
 //! Test-count parsers: read the counts a test runner claims from its whole output stream.
 //!
-//! Every known runner summary anywhere in the stream is read (not only the tail) and summed per runner; a JUnit
-//! report file, when the job names one, is the only source. Counts are claims made by the repository, so the
+//! Every known runner summary anywhere in the stream is read (not only the tail) and summed per runner, as the
+//! stream arrives and in bounded memory ([`Scanner`]); parsers are combined so that no claimed failure is ever
+//! dropped ([`count`]). A JUnit report file, when the job names one, is the only source. Counts are claims made by the repository, so the
 //! result is always cross-checked with the exit code and any disagreement is reported, never smoothed over.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
@@ -197,27 +199,158 @@ impl CountsResult {
 }
 
 /// Reads the counts of a test command from its whole output `stream` (stdout and stderr as captured), cross-checked
-/// with its `exit_code`; when `junit` names a report file, the counts come from that file only.
+/// with its `exit_code`; when `junit` names a report file, the counts come from that file only. The same as
+/// feeding `stream` to a [`Scanner`] and calling [`count`] on what it found.
 pub fn parse(stream: &[u8], exit_code: Option<i32>, junit: Option<&Path>) -> CountsResult {
+    let mut scanner = Scanner::new();
+    scanner.feed(stream);
+    count(&scanner.finish(), exit_code, junit)
+}
+
+/// The longest part of one line the parsers look at, bytes (1 MiB). A longer line is parsed from its first
+/// `MAX_PARSED_LINE` bytes after its last carriage return (that part is found however long the line is); no
+/// runner's summary is that long, and every parser reads a summary from the start of its line.
+pub const MAX_PARSED_LINE: usize = 1024 * 1024;
+
+/// Reads a test command's output as it arrives, line by line, in bounded memory (at most [`MAX_PARSED_LINE`]
+/// bytes of the current line are held): a stream of any length is counted whole.
+#[derive(Default)]
+pub struct Scanner {
+    acc: Accumulator,
+    /// The current line since its last carriage return, up to [`MAX_PARSED_LINE`] bytes.
+    line: Vec<u8>,
+    /// A carriage return was the last byte seen: it ends the line if a newline follows, else it starts over.
+    cr: bool,
+    /// Bytes of the current line dropped past [`MAX_PARSED_LINE`].
+    cut: bool,
+    bytes: u64,
+    long_lines: u64,
+}
+
+impl Scanner {
+    /// A scanner at the start of a stream.
+    pub fn new() -> Scanner {
+        Scanner::default()
+    }
+
+    /// Reads the next `chunk` of the stream (chunks may split lines and characters anywhere).
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.bytes = self.bytes.saturating_add(chunk.len() as u64);
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            // Only `\r` and `\n` change the state; everything between them is appended in one go.
+            let stop = rest.iter().position(|&b| b == b'\r' || b == b'\n');
+            if self.cr && rest[0] != b'\n' {
+                // A carriage return inside the line: only what follows it is the line now (progress redraws).
+                self.cr = false;
+                self.line.clear();
+                self.cut = false;
+            }
+            match stop {
+                None => {
+                    self.append(rest);
+                    rest = &[];
+                }
+                Some(i) => {
+                    self.append(&rest[..i]);
+                    if rest[i] == b'\n' {
+                        // A `\r` just before it was the line's end (`\r\n`), not a redraw.
+                        self.cr = false;
+                        self.end_line();
+                    } else {
+                        self.cr = true;
+                    }
+                    rest = &rest[i + 1..];
+                }
+            }
+        }
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        let room = MAX_PARSED_LINE.saturating_sub(self.line.len());
+        if bytes.len() > room {
+            self.cut = true;
+        }
+        self.line.extend_from_slice(&bytes[..room.min(bytes.len())]);
+    }
+
+    fn end_line(&mut self) {
+        if self.cut {
+            self.long_lines += 1;
+        }
+        let text = String::from_utf8_lossy(&self.line);
+        let cleaned = strip_ansi(&text);
+        self.acc.line(&cleaned);
+        self.line.clear();
+        self.cut = false;
+    }
+
+    /// Ends the stream (a last line without a newline is read too) and returns what was found.
+    pub fn finish(mut self) -> Scanned {
+        if !self.line.is_empty() || self.cut {
+            self.end_line();
+        }
+        let (found, fallbacks) = self.acc.finish();
+        Scanned {
+            found,
+            fallbacks,
+            bytes: self.bytes,
+            long_lines: self.long_lines,
+        }
+    }
+}
+
+/// What a [`Scanner`] found in a whole stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scanned {
+    /// Each parser's sum over the stream, in parser order.
+    pub found: Vec<(Parser, Counts)>,
+    /// Fallback parsers (`plain`, `go-test-packages`) that matched beside a more specific one and claimed
+    /// failures: only their failures count, as `max` with the others' (see [`count`]).
+    pub fallbacks: Vec<(Parser, Counts)>,
+    /// Bytes in the stream.
+    pub bytes: u64,
+    /// Lines longer than [`MAX_PARSED_LINE`] (parsed from their start only).
+    pub long_lines: u64,
+}
+
+/// The counts of what a [`Scanner`] found, cross-checked with `exit_code`; when `junit` names a report file,
+/// the counts come from that file only.
+///
+/// The combination rule: passed, failed and skipped are summed over every parser that matched (several
+/// runners in one script are several suites). A fallback parser (`plain`, and `go-test-packages` beside
+/// per-test go lines) adds nothing when a more specific parser matched, except its failures: then
+/// `failed = max(failed of the others, failed of the fallback)`, and the fallback is named in `parsers` when its
+/// claim is the larger (when it changed the answer). So no
+/// parser's claimed failures are ever dropped because another parser also matched, and a runner's summary
+/// restated by a script's own `N passed, N failed` line is not counted twice.
+pub fn count(scanned: &Scanned, exit_code: Option<i32>, junit: Option<&Path>) -> CountsResult {
     let (counts, parsers, pytest_no_tests) = match junit {
         Some(path) => match read_junit_file(path) {
             Ok(c) => (c, vec![Parser::Junit], false),
             Err(why) => return CountsResult::Unparsed { why },
         },
         None => {
-            let found = scan_stream(stream);
-            if found.is_empty() {
+            if scanned.found.is_empty() {
                 return CountsResult::Unparsed {
-                    why: unparsed_reason(stream, exit_code),
+                    why: unparsed_reason(scanned.bytes, exit_code),
                 };
             }
             let mut total = Counts::default();
             let mut parsers = Vec::new();
-            for (parser, c) in &found {
+            for (parser, c) in &scanned.found {
                 total.add(*c);
                 parsers.push(*parser);
             }
             let pytest_only = parsers == [Parser::Pytest];
+            for (parser, c) in &scanned.fallbacks {
+                if c.failed > total.failed {
+                    total.failed = c.failed;
+                    parsers.push(*parser);
+                }
+            }
+            parsers.sort();
+            parsers.dedup();
             (total, parsers, pytest_only && total.ran() == 0)
         }
     };
@@ -239,39 +372,25 @@ pub fn parse(stream: &[u8], exit_code: Option<i32>, junit: Option<&Path>) -> Cou
     })
 }
 
-fn unparsed_reason(stream: &[u8], exit_code: Option<i32>) -> String {
+fn unparsed_reason(bytes: u64, exit_code: Option<i32>) -> String {
     let exit = match exit_code {
         Some(c) => format!("exit code {c}"),
         None => "no exit code".to_string(),
     };
-    if stream.is_empty() {
+    if bytes == 0 {
         return format!("the test command printed nothing ({exit})");
     }
     format!(
         "no test summary of a known runner (cargo test, nextest, pytest, go test, node, jest, vitest, mocha, \
-         `N passed, N failed`) in {} bytes of output ({exit})",
-        stream.len()
+         `N passed, N failed`) in {bytes} bytes of output ({exit})"
     )
 }
 
-/// Every parser's sum over the stream, in parser order; the plain line counts only when nothing else matched.
-fn scan_stream(stream: &[u8]) -> Vec<(Parser, Counts)> {
-    let text = String::from_utf8_lossy(stream);
-    let mut acc = Accumulator::default();
-    for raw in text.split('\n') {
-        let line = clean_line(raw);
-        acc.line(&line);
+/// Strips ANSI escape sequences (the [`Scanner`] already kept only the text after a line's last carriage return).
+fn strip_ansi(raw: &str) -> Cow<'_, str> {
+    if !raw.contains('\u{1b}') {
+        return Cow::Borrowed(raw);
     }
-    acc.finish()
-}
-
-/// Strips ANSI escape sequences and keeps the text after the last carriage return (progress redraws).
-fn clean_line(raw: &str) -> String {
-    let raw = raw.strip_suffix('\r').unwrap_or(raw);
-    let raw = match raw.rfind('\r') {
-        Some(i) => &raw[i + 1..],
-        None => raw,
-    };
     let mut out = String::with_capacity(raw.len());
     let mut chars = raw.chars().peekable();
     while let Some(c) = chars.next() {
@@ -308,8 +427,11 @@ fn clean_line(raw: &str) -> String {
             None => {}
         }
     }
-    out
+    Cow::Owned(out)
 }
+
+/// Counts per parser, in parser order.
+type PerParser = Vec<(Parser, Counts)>;
 
 #[derive(Default)]
 struct Accumulator {
@@ -381,23 +503,36 @@ impl Accumulator {
         }
     }
 
-    fn finish(mut self) -> Vec<(Parser, Counts)> {
+    /// Each parser's sum, and the fallbacks that matched beside a more specific parser with failures claimed.
+    fn finish(mut self) -> (PerParser, PerParser) {
         if let Some(block) = self.mocha.take() {
             self.add(Parser::Mocha, block);
         }
-        // Package lines only stand in when go printed no per-test lines (no `-v`).
-        if self.go_pkg_seen
-            && !self.found.contains_key(&Parser::GoTest)
-            && !self.found.contains_key(&Parser::GoTestJson)
-        {
+        let mut fallbacks = Vec::new();
+        // Package lines only stand in when go printed no per-test lines (no `-v`); beside them only their
+        // failures count (a `FAIL pkg` line is never dropped because a `--- PASS` line was printed).
+        if self.go_pkg_seen {
             let c = self.go_pkg;
-            self.add(Parser::GoTestPackages, c);
+            if self.found.contains_key(&Parser::GoTest)
+                || self.found.contains_key(&Parser::GoTestJson)
+            {
+                if c.failed > 0 {
+                    fallbacks.push((Parser::GoTestPackages, c));
+                }
+            } else {
+                self.add(Parser::GoTestPackages, c);
+            }
         }
-        // The plain line is the fallback format: any specific runner's summary wins.
+        // The plain line is the fallback format: a specific runner's summary replaces its passed and skipped
+        // counts, never its failures.
         if self.found.len() > 1 {
-            self.found.remove(&Parser::Plain);
+            if let Some(c) = self.found.remove(&Parser::Plain) {
+                if c.failed > 0 {
+                    fallbacks.push((Parser::Plain, c));
+                }
+            }
         }
-        self.found.into_iter().collect()
+        (self.found.into_iter().collect(), fallbacks)
     }
 }
 

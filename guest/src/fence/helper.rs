@@ -30,6 +30,12 @@ pub fn dispatch() {
     if args.next().as_deref() != Some(std::ffi::OsStr::new(HELPER_ARG)) {
         return;
     }
+    // Nothing the runner's own parent left open (a file, a directory, a socket) may reach the helper, its
+    // forwarder or the sandbox: close every inherited descriptor but 0, 1 and 2 before opening anything.
+    if let Err(e) = sys::close_from(3) {
+        eprintln!("fence helper: closing inherited descriptors: {}", e.desc());
+        std::process::exit(2);
+    }
     let code = match args.next() {
         Some(path) => helper_main(Path::new(&path)),
         None => {
@@ -267,6 +273,12 @@ fn enter_own_user_namespace(uid: Uid, gid: Gid) -> Result<(), String> {
 /// and reports through `status`. Returns its exit code.
 fn pid1(spec: &PhaseSpec, go: OwnedFd, status: OwnedFd) -> i32 {
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    // PID 1 holds privileges in the sandbox's namespaces and the pipe its report goes through: not dumpable,
+    // so that no process of the command (the same uid when the runner is not root) may ptrace it or read its
+    // memory. The command's own exec makes the command dumpable again, for its own tree.
+    if nix::sys::prctl::set_dumpable(false).is_err() {
+        return 1;
+    }
     if sys::install_timeout_handler().is_err() {
         return 1;
     }
@@ -307,21 +319,29 @@ fn pid1_inner(spec: &PhaseSpec) -> Result<PhaseReport, String> {
         .iter()
         .map(|(k, v)| c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
+    let filters = super::seccomp::build().map_err(|e| e.to_string())?;
     let (err_r, err_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno("pipe", e))?;
     let started = Instant::now();
     let cmd = match sys::fork_single_threaded().map_err(|e| errno("fork of the command", e))? {
         Forked::Child => {
             drop(err_r);
-            let e = become_command(spec, &argv, &env);
+            let e = become_command(spec, &argv, &env, &filters);
             let _ = fs::File::from(err_w).write_all(e.as_bytes());
             sys::exit_now(127)
         }
         Forked::Parent(pid) => pid,
     };
     drop(err_w);
-    let mut exec_error = String::new();
-    let _ = fs::File::from(err_r).read_to_string(&mut exec_error);
+    let mut failed = String::new();
+    let _ = fs::File::from(err_r).read_to_string(&mut failed);
+    // The child says which step failed: `setup:` before the command could be started (the sandbox was not
+    // complete, nothing untrusted ran), `exec:` when /bin/sh itself could not be executed.
+    let (setup_error, exec_error) = match failed.split_once(':') {
+        Some(("setup", why)) => (Some(why.trim().to_owned()), String::new()),
+        Some(("exec", why)) => (None, why.trim().to_owned()),
+        _ => (None, failed),
+    };
 
     let mut report = PhaseReport::default();
     loop {
@@ -343,6 +363,10 @@ fn pid1_inner(spec: &PhaseSpec) -> Result<PhaseReport, String> {
         }
     }
     report.duration_ms = millis(started.elapsed());
+    if let Some(e) = setup_error {
+        report.setup_error = Some(e);
+        report.exit_code = None;
+    }
     if !exec_error.is_empty() {
         report.exec_error = Some(exec_error);
         report.exit_code = None;
@@ -383,8 +407,14 @@ fn count_processes() -> u64 {
         .unwrap_or(0)
 }
 
-/// In the forked child: drop everything and exec the command; returns only on failure, with the reason.
-fn become_command(spec: &PhaseSpec, argv: &[CString; 4], env: &[CString]) -> String {
+/// In the forked child: drop everything and exec the command; returns only on failure, with the reason
+/// (`setup: ...` when a step of the sandbox failed, `exec: ...` when /bin/sh could not be executed).
+fn become_command(
+    spec: &PhaseSpec,
+    argv: &[CString; 4],
+    env: &[CString],
+    filters: &super::seccomp::Filters,
+) -> String {
     use nix::sys::resource::{setrlimit, Resource};
     let r = (|| -> Result<(), String> {
         nix::unistd::setsid().map_err(|e| errno("setsid", e))?;
@@ -396,8 +426,18 @@ fn become_command(spec: &PhaseSpec, argv: &[CString; 4], env: &[CString]) -> Str
         .map_err(|e| errno("/dev/null", e))?;
         nix::unistd::dup2(null, 0).map_err(|e| errno("dup2", e))?;
         nix::unistd::dup2(1, 2).map_err(|e| errno("dup2", e))?;
-        setrlimit(Resource::RLIMIT_NOFILE, spec.open_files, spec.open_files)
-            .map_err(|e| errno("RLIMIT_NOFILE", e))?;
+        if !spec.user_ns {
+            give_output_pipe(Uid::from_raw(spec.uid), Gid::from_raw(spec.gid))?;
+        }
+        setrlimit(Resource::RLIMIT_NOFILE, spec.open_files, spec.open_files).map_err(|e| {
+            errno(
+                &format!(
+                    "RLIMIT_NOFILE {} (above what the runner may set)",
+                    spec.open_files
+                ),
+                e,
+            )
+        })?;
         setrlimit(
             Resource::RLIMIT_FSIZE,
             spec.file_size_bytes,
@@ -416,16 +456,38 @@ fn become_command(spec: &PhaseSpec, argv: &[CString; 4], env: &[CString]) -> Str
         if !spec.user_ns {
             enter_own_user_namespace(uid, gid)?;
         }
+        // No key of the runner's session is reachable, and what the command would add dies with it (the
+        // filter below then denies the keyring calls altogether).
+        sys::join_fresh_session_keyring()
+            .map_err(|e| errno("joining a fresh session keyring", e))?;
         nix::sys::prctl::set_no_new_privs().map_err(|e| errno("PR_SET_NO_NEW_PRIVS", e))?;
+        filters.apply().map_err(|e| e.to_string())?;
+        // Only 0, 1 and 2 survive the exec (our error pipe is close-on-exec already).
+        sys::cloexec_from(3).map_err(|e| errno("marking descriptors from 3 close-on-exec", e))?;
         Ok(())
     })();
     if let Err(e) = r {
-        return e;
+        return format!("setup: {e}");
     }
     match nix::unistd::execve(&argv[0], &argv[1..], env) {
-        Err(e) => errno("execve /bin/sh", e),
+        Err(e) => format!("exec: {}", errno("execve /bin/sh", e)),
         Ok(never) => match never {},
     }
+}
+
+/// Makes the pipe on descriptors 1 and 2 the command's own (as root, before the uid changes), so that
+/// `/dev/stdout` and `/dev/stderr` (links to `/proc/self/fd/1` and `2`, which the kernel opens as the pipe's
+/// inode, mode 0600, owner its creator) open for the command as they do outside. A descriptor that is not a
+/// pipe is left alone.
+fn give_output_pipe(uid: Uid, gid: Gid) -> Result<(), String> {
+    for fd in [1, 2] {
+        let st = nix::sys::stat::fstat(fd).map_err(|e| errno(&format!("fstat {fd}"), e))?;
+        if st.st_mode & libc::S_IFMT == libc::S_IFIFO {
+            nix::unistd::fchown(fd, Some(uid), Some(gid))
+                .map_err(|e| errno(&format!("fchown of the output pipe ({fd})"), e))?;
+        }
+    }
+    Ok(())
 }
 
 const RO: MsFlags = MsFlags::MS_RDONLY;
@@ -477,6 +539,33 @@ fn mkdirs(p: &Path) -> Result<(), String> {
     fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))
 }
 
+/// Creates the directories leading to the host directory `host_dir` under `root` that do not exist there
+/// yet, each with the mode (and, when `chown`, the owner) of the host directory it stands for: a read path
+/// keeps the protection of its parents (a file under a 0700 home stays unreachable to other uids).
+fn mkdirs_like_host(root: &Path, host_dir: &Path, chown: bool) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut host = PathBuf::from("/");
+    for comp in host_dir.components() {
+        let std::path::Component::Normal(name) = comp else {
+            continue;
+        };
+        host.push(name);
+        let target = under(root, &host);
+        if fs::symlink_metadata(&target).is_ok() {
+            continue;
+        }
+        let meta = fs::metadata(&host).map_err(|e| format!("{}: {e}", host.display()))?;
+        fs::create_dir(&target).map_err(|e| format!("mkdir {}: {e}", target.display()))?;
+        fs::set_permissions(&target, fs::Permissions::from_mode(meta.mode() & 0o1777))
+            .map_err(|e| format!("chmod {}: {e}", target.display()))?;
+        if chown {
+            std::os::unix::fs::lchown(&target, Some(meta.uid()), Some(meta.gid()))
+                .map_err(|e| format!("chown {}: {e}", target.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Builds the sandbox's root on `spec.root_dir` (a fresh tmpfs) in PID 1's private mount namespace.
 fn build_root(spec: &PhaseSpec) -> Result<(), String> {
     let root = &spec.root_dir;
@@ -507,10 +596,10 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         let target = under(root, p);
         let meta = fs::metadata(p).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
         if meta.is_dir() {
-            mkdirs(&target)?;
+            mkdirs_like_host(root, p, !spec.user_ns)?;
         } else {
-            if let Some(parent) = target.parent() {
-                mkdirs(parent)?;
+            if let Some(parent) = p.parent() {
+                mkdirs_like_host(root, parent, !spec.user_ns)?;
             }
             fs::write(&target, b"")
                 .map_err(|e| format!("mount point {}: {e}", target.display()))?;

@@ -1,7 +1,10 @@
-//! The repository of a run: copied (directory), unpacked (`.tar`, `.tar.gz`) or cloned (git bundle) into the
-//! run's own tree by the trusted runner before any untrusted code; its commit checked, the patch applied with
-//! `git apply`'s semantics, the tree hash recorded, and the test command detected when the job has none.
+//! The repository of a run: copied (directory), unpacked (`.tar`, `.tar.gz`) or unbundled (git bundle) into
+//! the run's own tree by the trusted runner before any untrusted code; its commit checked (HEAD read as data,
+//! the working tree compared with HEAD's tree), the patch applied with `git apply`'s semantics, the tree hash
+//! recorded, and the test command detected when the job has none. Nothing of the repository is executed or
+//! configures what is: see [`prepare`].
 
+use super::gitdir;
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Read;
@@ -27,6 +30,27 @@ pub enum RepoError {
         claimed: String,
         /// What HEAD is (or why it could not be read).
         actual: String,
+    },
+    /// The commit could not be verified (an unreadable or refused `.git`, a missing or forged object).
+    #[error("{}", match claimed {
+        Some(c) => format!("the claimed commit {c} cannot be verified: {reason}"),
+        None => format!("the commit cannot be verified: {reason}"),
+    })]
+    CommitUnverified {
+        /// What the job claims, if anything.
+        claimed: Option<String>,
+        /// Why.
+        reason: String,
+    },
+    /// The working tree before the patch is not the tree of HEAD.
+    #[error("the working tree is not the tree of commit {commit}: {path}: {what}")]
+    TreeDiffers {
+        /// HEAD.
+        commit: String,
+        /// The first differing path.
+        path: String,
+        /// How it differs.
+        what: String,
     },
     /// The patch does not apply.
     #[error("patch {path} does not apply: {reason}")]
@@ -58,7 +82,9 @@ impl RepoError {
     /// The verdict's refusal stage for this error (`repository`, `commit`, `patch`).
     pub fn stage(&self) -> &'static str {
         match self {
-            RepoError::Commit { .. } => "commit",
+            RepoError::Commit { .. }
+            | RepoError::CommitUnverified { .. }
+            | RepoError::TreeDiffers { .. } => "commit",
             RepoError::Patch { .. } => "patch",
             _ => "repository",
         }
@@ -68,12 +94,14 @@ impl RepoError {
 /// What the prepared repository is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
-    /// HEAD of the repository, when it is a git repository.
+    /// HEAD of the repository, set only when the working tree before the patch was exactly HEAD's tree.
     pub commit: Option<String>,
     /// Git tree object id of the working tree after the patch (every file, `.git` excluded).
     pub tree: String,
     /// SHA-256 of the patch, when there is one.
     pub patch_sha256: Option<String>,
+    /// What the verdict should say about the preparation (why a git repository's commit is not recorded).
+    pub notes: Vec<String>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepoError + '_ {
@@ -84,7 +112,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepoError + '_ {
 }
 
 /// A git command for the trusted runner: no system or global configuration, no hooks, no fsmonitor, no
-/// prompts, and no discovery of repositories above `cwd`.
+/// transport (`protocol.allow=never`), no lazy fetch of missing objects, no replace objects, no prompts, and
+/// no discovery of repositories above `cwd`. Every use also names its `GIT_DIR`, one of ours: a scratch
+/// directory or the one `git init` just made; never a repository's own.
 fn git(cwd: &Path) -> Command {
     let mut cmd = Command::new("git");
     cmd.current_dir(cwd)
@@ -95,6 +125,10 @@ fn git(cwd: &Path) -> Command {
             "core.hooksPath=/dev/null",
             "-c",
             "safe.directory=*",
+            "-c",
+            "protocol.allow=never",
+            "-c",
+            "transfer.fsckObjects=true",
         ])
         .env_clear()
         .env(
@@ -103,6 +137,10 @@ fn git(cwd: &Path) -> Command {
         )
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_NO_LAZY_FETCH", "1")
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_TEMPLATE_DIR", "")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("HOME", "/nonexistent")
         .env("LANG", "C")
@@ -170,8 +208,11 @@ pub fn input_kind(path: &Path) -> Result<InputKind, RepoError> {
     }
 }
 
-/// Copies, unpacks or clones `source` into `dest` (which must not exist), checks `commit`, applies `patch`,
-/// and records the commit and tree.
+/// Copies, unpacks or unbundles `source` into `dest` (which must not exist), checks the commit (HEAD, its tree
+/// against the working tree, the job's `commit` claim), applies `patch`, and records the commit and tree.
+///
+/// No program runs with anything of the repository: HEAD, refs, the commit and its trees are read as data
+/// ([`gitdir`]); git runs only to unpack a bundle and to apply the patch, with configuration of our own.
 pub fn prepare(
     source: &Path,
     dest: &Path,
@@ -198,59 +239,18 @@ pub fn prepare(
                 reason: format!("unpacking: {e}"),
             })?;
         }
-        InputKind::GitBundle => {
-            let parent = dest.parent().unwrap_or(Path::new("/"));
-            let mut cmd = git(parent);
-            cmd.arg("clone").arg("-q").arg(source).arg(dest);
-            run_git(cmd, "clone of the bundle").map_err(|reason| RepoError::Input {
-                path: source.to_owned(),
-                reason,
-            })?;
-        }
+        InputKind::GitBundle => unbundle(source, dest)?,
     }
-    let is_git = dest.join(".git").exists();
-    let head = if is_git {
-        let mut cmd = git(dest);
-        cmd.args(["rev-parse", "--verify", "HEAD^{commit}"]);
-        Some(
-            run_git(cmd, "rev-parse HEAD").map_err(|reason| RepoError::Git {
-                what: "rev-parse HEAD".into(),
-                reason,
-            }),
-        )
-    } else {
-        None
-    };
-    if let Some(claimed) = commit {
-        let claimed_l = claimed.trim().to_ascii_lowercase();
-        match &head {
-            Some(Ok(h))
-                if claimed_l.len() >= 7
-                    && claimed_l.bytes().all(|b| b.is_ascii_hexdigit())
-                    && h.starts_with(&claimed_l) => {}
-            Some(Ok(h)) => {
-                return Err(RepoError::Commit {
-                    claimed: claimed.into(),
-                    actual: h.clone(),
-                })
-            }
-            Some(Err(e)) => {
-                return Err(RepoError::Commit {
-                    claimed: claimed.into(),
-                    actual: format!("unreadable ({e})"),
-                })
-            }
-            None => {
-                return Err(RepoError::Commit {
-                    claimed: claimed.into(),
-                    actual: "none (the repository is not a git repository)".into(),
-                })
-            }
+    let mut notes = Vec::new();
+    let commit = match verify_commit(dest, commit) {
+        Ok(c) => c,
+        Err(e) if commit.is_some() => return Err(e),
+        Err(e) => {
+            notes.push(format!(
+                "the repository's HEAD commit is not recorded in inputs.commit: {e}"
+            ));
+            None
         }
-    }
-    let commit = match head {
-        Some(r) => Some(r?),
-        None => None,
     };
     let patch_sha256 = match patch {
         Some(p) => {
@@ -285,7 +285,142 @@ pub fn prepare(
         commit,
         tree,
         patch_sha256,
+        notes,
     })
+}
+
+/// HEAD of the repository copy at `dest` when its working tree is exactly HEAD's tree (`Ok(None)`: not a git
+/// repository, and no claim). Refused (stage `commit`): a claim for a repository that is not git, a claim
+/// that HEAD does not match, a `.git` the runner does not follow ([`gitdir::open`]), an unreadable or
+/// forged HEAD commit or tree, and a working tree that is not HEAD's tree (naming the first differing path).
+fn verify_commit(dest: &Path, claimed: Option<&str>) -> Result<Option<String>, RepoError> {
+    let unverified = |reason: String| RepoError::CommitUnverified {
+        claimed: claimed.map(str::to_owned),
+        reason,
+    };
+    let git = match gitdir::open(dest) {
+        Ok(Some(g)) => g,
+        Ok(None) => {
+            return match claimed {
+                Some(c) => Err(RepoError::Commit {
+                    claimed: c.into(),
+                    actual: "none (the repository is not a git repository)".into(),
+                }),
+                None => Ok(None),
+            }
+        }
+        Err(e) => return Err(unverified(e.to_string())),
+    };
+    let head = git.head().map_err(|e| unverified(e.to_string()))?;
+    let head_hex = head.to_string();
+    if let Some(claimed) = claimed {
+        let c = claimed.trim().to_ascii_lowercase();
+        if c.len() < 7 || !c.bytes().all(|b| b.is_ascii_hexdigit()) || !head_hex.starts_with(&c) {
+            return Err(RepoError::Commit {
+                claimed: claimed.into(),
+                actual: head_hex,
+            });
+        }
+    }
+    let tree = git
+        .commit_tree(&head)
+        .map_err(|e| unverified(e.to_string()))?;
+    git.check_worktree(&tree, dest).map_err(|e| match e {
+        gitdir::GitError::Differs { path, what } => RepoError::TreeDiffers {
+            commit: head_hex.clone(),
+            path,
+            what,
+        },
+        other => unverified(other.to_string()),
+    })?;
+    Ok(Some(head_hex))
+}
+
+/// Unpacks a git bundle into `dest` with no transport and no configuration of the bundle's: `git init` (no
+/// template) and `git bundle unbundle` (objects into the new store, fsck on), the bundle's refs and HEAD
+/// written by us, the HEAD tree checked out by [`gitdir::GitDir::checkout`] (each blob's bytes, no filters,
+/// no attributes), and the index built by `git read-tree` so that `git status` inside the sandbox is clean.
+fn unbundle(source: &Path, dest: &Path) -> Result<(), RepoError> {
+    let refuse = |reason: String| RepoError::Input {
+        path: source.to_owned(),
+        reason,
+    };
+    let abs = fs::canonicalize(source).map_err(io(source))?;
+    let parent = dest.parent().unwrap_or(Path::new("/"));
+    let mut init = git(parent);
+    init.args(["init", "-q", "--template="]).arg(dest);
+    run_git(init, "init").map_err(|r| refuse(format!("git init: {r}")))?;
+    let git_dir = dest.join(".git");
+    let in_repo = |args: &[&std::ffi::OsStr]| {
+        let mut cmd = git(dest);
+        cmd.env("GIT_DIR", &git_dir)
+            .env("GIT_WORK_TREE", dest)
+            .args(args);
+        cmd
+    };
+    let listed = run_git(
+        in_repo(&["bundle".as_ref(), "unbundle".as_ref(), abs.as_os_str()]),
+        "bundle unbundle",
+    )
+    .map_err(|r| refuse(format!("git bundle unbundle: {r}")))?;
+    let mut head = None;
+    let mut refs = Vec::new();
+    for line in listed.lines() {
+        let Some((id, name)) = line.split_once(' ') else {
+            continue;
+        };
+        if id.len() != 40 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(refuse(format!(
+                "the bundle lists `{}`",
+                line.escape_debug()
+            )));
+        }
+        if name == "HEAD" {
+            head = Some(id.to_owned());
+        } else if gitdir::valid_ref_name(name) {
+            refs.push((id.to_owned(), name.to_owned()));
+        } else {
+            return Err(refuse(format!(
+                "the bundle lists the ref `{}`, not a valid ref name",
+                name.escape_debug()
+            )));
+        }
+    }
+    let head = head.ok_or_else(|| {
+        refuse(
+            "the bundle has no HEAD (create it with `git bundle create FILE HEAD BRANCH`)".into(),
+        )
+    })?;
+    for (id, name) in &refs {
+        let p = git_dir.join(name);
+        if let Some(d) = p.parent() {
+            fs::create_dir_all(d).map_err(io(d))?;
+        }
+        fs::write(&p, format!("{id}\n")).map_err(io(&p))?;
+    }
+    let branch = refs
+        .iter()
+        .find(|(id, name)| *id == head && name.starts_with("refs/heads/"));
+    let head_text = match branch {
+        Some((_, name)) => format!("ref: {name}\n"),
+        None => format!("{head}\n"),
+    };
+    let head_file = git_dir.join("HEAD");
+    fs::write(&head_file, head_text).map_err(io(&head_file))?;
+    let store = gitdir::open(dest)
+        .and_then(|g| g.ok_or_else(|| gitdir::GitError::Unreadable("no .git".into())))
+        .map_err(|e| refuse(e.to_string()))?;
+    let id = store.head().map_err(|e| refuse(e.to_string()))?;
+    let tree = store.commit_tree(&id).map_err(|e| refuse(e.to_string()))?;
+    store
+        .checkout(&tree, dest)
+        .map_err(|e| refuse(format!("checkout of HEAD: {e}")))?;
+    run_git(
+        in_repo(&["read-tree".as_ref(), "HEAD".as_ref()]),
+        "read-tree",
+    )
+    .map_err(|r| refuse(format!("git read-tree HEAD: {r}")))?;
+    Ok(())
 }
 
 /// A throwaway git directory (an empty object store and index, no configuration) for running git over a work
@@ -330,18 +465,15 @@ impl ScratchGit {
     }
 }
 
-/// The git tree object id of everything under `dir` (ignored files included, `.git` excluded), computed in
-/// a throwaway object store so that the repository's own configuration is never read.
+/// The git tree object id of everything under `dir` (ignored files included, `.git` left out), computed
+/// without git ([`gitdir::tree_hash`]): for a clean checkout it is `HEAD^{tree}`.
 pub fn tree_hash(dir: &Path) -> Result<String, RepoError> {
-    let scratch = ScratchGit::new(dir)?;
-    run_git(scratch.cmd(["add", "-A", "-f", "."]), "add").map_err(|reason| RepoError::Git {
-        what: "add (tree hash)".into(),
-        reason,
-    })?;
-    run_git(scratch.cmd(["write-tree"]), "write-tree").map_err(|reason| RepoError::Git {
-        what: "write-tree".into(),
-        reason,
-    })
+    gitdir::tree_hash(dir)
+        .map(|id| id.to_string())
+        .map_err(|e| RepoError::Input {
+            path: dir.to_owned(),
+            reason: format!("tree hash: {e}"),
+        })
 }
 
 /// Copies a directory tree: directories, regular files (with their mode) and symbolic links (recreated, never

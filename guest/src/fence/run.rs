@@ -4,6 +4,7 @@
 
 use super::cgroup::PhaseCgroup;
 use super::classify::{self, PhaseFacts};
+use super::counts;
 use super::helper::HELPER_ARG;
 use super::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
 use super::repo;
@@ -23,8 +24,6 @@ use std::time::Duration;
 
 /// The agent version recorded in verdicts.
 pub const AGENT_VERSION: &str = concat!("fenced-run ", env!("CARGO_PKG_VERSION"));
-/// Most output of one phase kept whole for the count parsers (64 MiB); beyond it counts are not trusted.
-pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024 * 1024;
 /// The uid and gid untrusted commands run as when the runner is root (`nobody` on Debian).
 pub const SANDBOX_ID: u32 = 65534;
 /// The port of the egress relay inside the install phase's network namespace.
@@ -104,13 +103,14 @@ pub struct RunOptions {
     pub nonce: Vec<u8>,
     /// The egress proxy of the install phase; without one the install phase has loopback only.
     pub proxy: Option<Arc<dyn EgressProvider>>,
-    /// Most output kept whole per phase for the count parsers.
-    pub output_cap: usize,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
     pub home: Option<PathBuf>,
     /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
     /// `repository.path`.
     pub repository: Option<PathBuf>,
+    /// What the job may take from the runner's machine (passthrough names, read paths): the operator's
+    /// configuration, checked by intake's stage 4 and again by the fence.
+    pub operator: intake::operator::OperatorPolicy,
 }
 
 impl RunOptions {
@@ -121,9 +121,9 @@ impl RunOptions {
             isolation: Isolation::Process,
             nonce,
             proxy: Some(Arc::new(ProxyEgress::system())),
-            output_cap: DEFAULT_OUTPUT_CAP,
             home: None,
             repository: None,
+            operator: intake::operator::OperatorPolicy::default(),
         }
     }
 }
@@ -138,10 +138,11 @@ struct RunDir {
 
 impl RunDir {
     fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
-        sweep_stale_run_dirs(&std::env::temp_dir());
+        let parent = super::rundir::runs_parent(&std::env::temp_dir())?;
+        super::rundir::sweep(&parent);
         let dir = tempfile::Builder::new()
             .prefix(&format!("fenced-run-{}-", std::process::id()))
-            .tempdir()
+            .tempdir_in(&parent)
             .map_err(|e| format!("cannot create the run directory: {e}"))?;
         let fs_dir = dir.path().join("fs");
         fs::create_dir(&fs_dir).map_err(|e| format!("{}: {e}", fs_dir.display()))?;
@@ -152,7 +153,7 @@ impl RunDir {
         };
         if root {
             nix::mount::mount(
-                Some("fenced-run"),
+                Some(super::rundir::SCRATCH_SOURCE),
                 &rd.fs,
                 Some("tmpfs"),
                 nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
@@ -191,6 +192,9 @@ impl RunDir {
             if let Err(e) = dir.close() {
                 left.push(format!("directory {}: {e}", p.display()));
             }
+            if let Some(parent) = p.parent() {
+                super::rundir::remove_parent_if_empty(parent);
+            }
         }
         left
     }
@@ -204,47 +208,25 @@ impl Drop for RunDir {
     }
 }
 
-/// Removes the run directories of dead runners (`fenced-run-<pid>-*` whose pid no longer exists), unmounting
-/// their scratch first: what a runner killed by a signal could not clean up itself.
-fn sweep_stale_run_dirs(tmp: &Path) {
-    let Ok(rd) = fs::read_dir(tmp) else { return };
-    for e in rd.filter_map(Result::ok) {
-        if !e
-            .file_name()
-            .to_str()
-            .is_some_and(super::cgroup::stale_name)
-        {
-            continue;
-        }
-        let path = e.path();
-        if !e.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let _ = nix::mount::umount2(&path.join("fs"), nix::mount::MntFlags::MNT_DETACH);
-        let _ = fs::remove_dir_all(&path);
-    }
-}
-
-/// Output of one phase: kept whole up to a cap for the parsers, and its tail for the verdict.
+/// Output of one phase, read to its end in bounded memory: the count parsers see every byte as it arrives
+/// ([`counts::Scanner`]), and only the head and the tail are kept for display.
 #[derive(Debug, Default)]
 pub struct Output {
-    /// The stream from its start, up to the cap.
+    /// The first bytes of the stream (at most [`OUTPUT_TAIL_MAX`]).
     pub head: Vec<u8>,
     /// Total bytes the phase wrote.
     pub total: u64,
     /// The last bytes written (at most twice [`OUTPUT_TAIL_MAX`]).
     pub tail: Vec<u8>,
+    /// What the count parsers found in the whole stream.
+    pub scanned: counts::Scanned,
 }
 
 impl Output {
-    /// Whether the stream went past the cap (the parsers did not see all of it).
-    pub fn truncated(&self) -> bool {
-        self.total > self.head.len() as u64
-    }
-
-    /// Reads `r` to its end.
-    pub fn read_all(mut r: impl Read, cap: usize) -> Output {
+    /// Reads `r` to its end, feeding every byte to the count parsers.
+    pub fn read_all(mut r: impl Read) -> Output {
         let mut out = Output::default();
+        let mut scanner = counts::Scanner::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match r.read(&mut buf) {
@@ -255,7 +237,8 @@ impl Output {
             };
             let chunk = &buf[..n];
             out.total += n as u64;
-            let room = cap.saturating_sub(out.head.len());
+            scanner.feed(chunk);
+            let room = OUTPUT_TAIL_MAX.saturating_sub(out.head.len());
             out.head.extend_from_slice(&chunk[..room.min(n)]);
             out.tail.extend_from_slice(chunk);
             if out.tail.len() > 2 * OUTPUT_TAIL_MAX {
@@ -263,6 +246,7 @@ impl Output {
                 out.tail.drain(..cut);
             }
         }
+        out.scanned = scanner.finish();
         out
     }
 }
@@ -319,7 +303,7 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         .clone()
         .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
         .unwrap_or_default();
-    let read_paths = match resolve_read_paths(job, &home) {
+    let read_paths = match resolve_read_paths(job, &home, &opts.operator) {
         Ok(p) => p,
         Err(e) => return refuse("sandbox", &e, inputs),
     };
@@ -341,21 +325,33 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
 /// intake's own copy of the bundle. Intake's refusals come back as `refused` verdicts naming the stage, with
 /// every finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
 pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
+    let parent = super::rundir::runs_parent(&std::env::temp_dir())?;
+    let verdict = run_input_under(input, opts, &parent);
+    super::rundir::remove_parent_if_empty(&parent);
+    verdict
+}
+
+/// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
+fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
     let tier = match opts.isolation {
         Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
         Isolation::Tdx => intake::normalise::Isolation::Tdx,
         Isolation::Vm => intake::normalise::Isolation::Vm,
         _ => intake::normalise::Isolation::Process,
     };
-    // Named like the run directories (`fenced-run-<pid>-...`), so that if this runner is killed mid-run the next
-    // run sweeps intake's copy too.
+    // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
+    // killed mid-run the next run sweeps intake's copy too.
     let work = tempfile::Builder::new()
         .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
-        .tempdir()
+        .tempdir_in(parent)
         .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    let runner =
+        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
     let mut report = intake::run_stages(
         input,
-        &intake::IntakeOptions::for_tier(tier).with_work_parent(work.path()),
+        &intake::IntakeOptions::for_tier(tier)
+            .with_work_parent(work.path())
+            .with_runner(runner),
     );
     let findings: Vec<Finding> = report
         .findings()
@@ -425,7 +421,19 @@ fn job_file_sha256(input: &Path) -> Option<String> {
     Some(hex::encode(sha2::Sha256::digest(bytes)))
 }
 
-fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
+/// The job's `[sandbox] read` paths, canonical: each must resolve (links followed) to a place the operator
+/// allows (the allowed roots are resolved too), pass the credential list again, and hold no Unix socket or
+/// FIFO anywhere below it (a socket the sandbox could connect to is a door out of it).
+fn resolve_read_paths(
+    job: &Job,
+    home: &Path,
+    operator: &intake::operator::OperatorPolicy,
+) -> Result<Vec<PathBuf>, String> {
+    let roots: Vec<PathBuf> = operator
+        .read_roots(Some(home))
+        .into_iter()
+        .filter_map(|r| fs::canonicalize(r).ok())
+        .collect();
     let mut out = Vec::new();
     for p in job.sandbox.resolve(home)? {
         let canon =
@@ -437,9 +445,51 @@ fn resolve_read_paths(job: &Job, home: &Path) -> Result<Vec<PathBuf>, String> {
                 canon.display()
             )
         })?;
+        if !roots
+            .iter()
+            .any(|r| intake::operator::is_at_or_under(&canon, r))
+        {
+            return Err(format!(
+                "[sandbox] read {} (resolves to {}): not at or under a path the operator allows (allowed: {}; from {})",
+                p.display(),
+                canon.display(),
+                operator.read_line(),
+                operator.source
+            ));
+        }
+        refuse_sockets_below(&canon).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
         out.push(canon);
     }
     Ok(out)
+}
+
+/// Most entries walked below one read path looking for sockets and FIFOs; a larger tree is refused rather
+/// than shown unchecked.
+pub const READ_PATH_MAX_ENTRIES: u64 = 2_000_000;
+
+/// Walks `dir` (links not followed, mount points crossed: a bind shows what is mounted below too) and
+/// refuses the first Unix socket or FIFO, naming it.
+fn refuse_sockets_below(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut seen = 0u64;
+    for e in walkdir::WalkDir::new(dir).follow_links(false) {
+        let e = e.map_err(|e| format!("walking for sockets: {e}"))?;
+        seen += 1;
+        if seen > READ_PATH_MAX_ENTRIES {
+            return Err(format!(
+                "more than {READ_PATH_MAX_ENTRIES} entries: too large to check for sockets and FIFOs"
+            ));
+        }
+        let t = e.file_type();
+        if t.is_socket() || t.is_fifo() {
+            return Err(format!(
+                "{} is a {}: a read path must hold none (the sandbox could connect through it)",
+                e.path().display(),
+                if t.is_socket() { "Unix socket" } else { "FIFO" }
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn applied_limits(job: &Job) -> AppliedLimits {
@@ -538,6 +588,11 @@ fn run_in(
         AGENT_VERSION,
     );
     verdict.limits = applied_limits(job);
+    for note in &prepared.notes {
+        verdict
+            .findings
+            .push(finding("commit", "commit-unverified", note.clone()));
+    }
     let ctx = PhaseCtx {
         job,
         opts,
@@ -645,16 +700,20 @@ fn run_in(
         Some(j) => contained_file(&repo_dir, j).map(Some),
     };
     let counts = match junit {
-        _ if run.output.truncated() => super::counts::CountsResult::Unparsed {
-            why: format!(
-                "the output was {} bytes, more than the {} bytes kept for counting",
-                run.output.total,
-                run.output.head.len()
-            ),
-        },
-        Err(why) => super::counts::CountsResult::Unparsed { why },
-        Ok(j) => super::counts::parse(&run.output.head, run.report.exit_code, j.as_deref()),
+        Err(why) => counts::CountsResult::Unparsed { why },
+        Ok(j) => counts::count(&run.output.scanned, run.report.exit_code, j.as_deref()),
     };
+    if run.output.scanned.long_lines > 0 && job.test.junit.is_none() {
+        verdict.findings.push(finding(
+            "counts",
+            "long-lines",
+            format!(
+                "{} line(s) longer than {} bytes: the parsers read each from its start (after its last carriage return) only",
+                run.output.scanned.long_lines,
+                counts::MAX_PARSED_LINE
+            ),
+        ));
+    }
     if let Some(c) = counts.counted() {
         verdict.tests = Some(TestCounts {
             passed: c.counts.passed,
@@ -671,6 +730,14 @@ fn run_in(
     let (outcome, why) = classify::test_outcome(&run.facts, &counts);
     if let Some(why) = why {
         verdict.findings.push(finding("test", "outcome", why));
+    }
+    if let (Some(why), attestation::verdict::Outcome::TestsFailed) =
+        (run.facts.exhausted(), outcome)
+    {
+        // The suite's failures were claimed before our side gave out: they stand, and the exhaustion is said.
+        verdict
+            .findings
+            .push(finding("test", "environment-exhausted", why));
     }
     verdict.set_outcome(outcome);
     verdict
@@ -740,6 +807,11 @@ impl PhaseCtx<'_> {
         env.insert("TMPDIR".into(), spec::SANDBOX_TMP.into());
         env.insert("LANG".into(), "C.UTF-8".into());
         for name in &self.job.env.passthrough {
+            // Intake's stage 4 refused the job already if the operator does not allow a name; a job handed
+            // to the fence directly gets the same rule here.
+            if !self.opts.operator.allows_env(name) {
+                continue;
+            }
             if let Ok(v) = std::env::var(name) {
                 env.insert(name.clone(), v);
             }
@@ -804,6 +876,16 @@ impl PhaseCtx<'_> {
             "root: read-only tmpfs; /proc of the sandbox only; /dev: {} and a /dev/shm tmpfs",
             spec::DEVICES.join(" ")
         ));
+        lines.push(
+            "descriptors: 0 (/dev/null), 1 and 2 (the output pipe) only; the helper closes every inherited \
+             descriptor and the command marks all from 3 close-on-exec (close_range)"
+                .into(),
+        );
+        lines.push(
+            "keyring: a fresh anonymous session keyring per phase (KEYCTL_JOIN_SESSION_KEYRING)"
+                .into(),
+        );
+        lines.push(super::seccomp::describe());
         lines.push(if self.root {
             format!(
                 "user: uid {} gid {}, no capabilities, no_new_privs",
@@ -919,6 +1001,9 @@ impl PhaseCtx<'_> {
         }
         if let Some(e) = &run.report.setup_error {
             findings.push(finding(phase, "sandbox-setup", e.clone()));
+            // The kernel's answer when a layer could not be applied (the command did not start then).
+            run.sandbox
+                .push(format!("not applied: {e}; the command was not started"));
         }
         // Teardown checks: the namespace's PID 1 reaped, the cgroup empty, then removed.
         let events = cgroup.as_ref().map(|c| c.events()).unwrap_or_default();
@@ -991,11 +1076,10 @@ impl PhaseCtx<'_> {
                 return;
             }
         };
-        let cap = self.opts.output_cap;
         let reader = child
             .stdout
             .take()
-            .map(|out| std::thread::spawn(move || Output::read_all(out, cap)));
+            .map(|out| std::thread::spawn(move || Output::read_all(out)));
         let pid = child.id();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -1048,25 +1132,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_keeps_the_head_up_to_the_cap_and_the_tail() {
-        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let out = Output::read_all(&data[..], 100_000);
-        assert_eq!(out.total, 300_000);
-        assert_eq!(out.head, &data[..100_000]);
-        assert!(out.truncated());
-        assert!(out.tail.len() >= OUTPUT_TAIL_MAX);
+    fn output_keeps_the_head_and_the_tail_and_counts_everything() {
+        let mut data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        data.extend_from_slice(b"\n3 passed, 2 failed\n");
+        let out = Output::read_all(&data[..]);
+        assert_eq!(out.total, data.len() as u64);
+        assert_eq!(out.head, &data[..OUTPUT_TAIL_MAX]);
+        assert!(out.tail.len() >= OUTPUT_TAIL_MAX && out.tail.len() <= 2 * OUTPUT_TAIL_MAX);
         assert!(data.ends_with(&out.tail));
-        let small = Output::read_all(&b"abc"[..], 100);
-        assert!(!small.truncated());
-        assert_eq!(small.tail, b"abc");
+        assert_eq!(
+            out.scanned.found,
+            vec![(counts::Parser::Plain, counts::Counts::new(3, 2, 0))]
+        );
+        let small = Output::read_all(&b"abc"[..]);
+        assert_eq!(
+            (small.head.as_slice(), small.tail.as_slice()),
+            (&b"abc"[..], &b"abc"[..])
+        );
     }
 
     #[test]
     fn tail_with_header_stays_within_the_limit() {
         let out = Output {
-            head: Vec::new(),
             total: 200_000,
             tail: vec![b'x'; 2 * OUTPUT_TAIL_MAX],
+            ..Default::default()
         };
         let t = tail_with_header("# header\n", &out);
         assert!(t.starts_with("# header\n"));

@@ -1,5 +1,5 @@
 //! The few system calls of the fence that have no safe wrapper: fork, `_exit`, pidfd_open, bringing loopback
-//! up, and dropping the capability bounding set. Every `unsafe` block of the fence lives here, each with the
+//! up, dropping the capability bounding set, closing inherited descriptors and joining a fresh session keyring. Every `unsafe` block of the fence lives here, each with the
 //! reason it is sound; the rest of the fence calls these safe functions.
 #![allow(unsafe_code)]
 
@@ -134,4 +134,91 @@ pub fn install_timeout_handler() -> Result<(), Errno> {
 /// Whether the timeout signal has arrived.
 pub fn timeout_requested() -> bool {
     TIMEOUT_REQUESTED.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// `keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)`: a new anonymous session keyring (uapi `linux/keyctl.h`).
+const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+
+/// Makes the caller (and what it execs) the only member of a new, empty, anonymous session keyring, so that no
+/// key of the session it came from is reachable by the keyring search (`@s`); returns the new keyring's serial.
+pub fn join_fresh_session_keyring() -> Result<i64, Errno> {
+    // SAFETY: keyctl(JOIN_SESSION_KEYRING, NULL) takes an integer and a null name pointer (anonymous
+    // keyring); the kernel reads no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_keyctl,
+            KEYCTL_JOIN_SESSION_KEYRING,
+            std::ptr::null::<libc::c_char>(),
+        )
+    };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(r)
+}
+
+/// Marks every descriptor from `first` up close-on-exec (`close_range(first, ~0, CLOSE_RANGE_CLOEXEC)`), so
+/// that the next `execve` leaves only the descriptors below `first`; where the kernel lacks that call (before
+/// 5.11) each open descriptor listed in `/proc/self/fd` is marked one by one.
+pub fn cloexec_from(first: u32) -> Result<(), Errno> {
+    // SAFETY: close_range takes three integers; marking descriptors close-on-exec frees no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = Errno::last();
+    if e != Errno::ENOSYS && e != Errno::EINVAL {
+        return Err(e);
+    }
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(|_| Errno::ENOENT)?
+        .filter_map(Result::ok)
+        .filter_map(|d| d.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|fd| u32::try_from(*fd).is_ok_and(|fd| fd >= first))
+        .collect();
+    for fd in fds {
+        match nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        ) {
+            // The listing's own descriptor is closed by now.
+            Ok(_) | Err(Errno::EBADF) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Closes every descriptor from `first` up (`close_range(first, ~0, 0)`), for a process that must hold
+/// nothing it inherited; where the kernel lacks that call (before 5.9) each descriptor listed in
+/// `/proc/self/fd` is closed.
+pub fn close_from(first: u32) -> Result<(), Errno> {
+    // SAFETY: close_range takes three integers. No Rust object of this process owns a descriptor at or
+    // above `first` when it is called (the helper calls it before opening anything).
+    let r = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = Errno::last();
+    if e != Errno::ENOSYS {
+        return Err(e);
+    }
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map_err(|_| Errno::ENOENT)?
+        .filter_map(Result::ok)
+        .filter_map(|d| d.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|fd| u32::try_from(*fd).is_ok_and(|fd| fd >= first))
+        .collect();
+    for fd in fds {
+        // SAFETY: as above: nothing of ours owns these descriptors; EBADF (the listing's own) is harmless.
+        unsafe { libc::close(fd) };
+    }
+    Ok(())
 }

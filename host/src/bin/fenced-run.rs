@@ -30,9 +30,14 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
+            let text = attestation::text::escape_text(&e.render().to_string()).into_owned();
+            if e.use_stderr() {
+                eprint!("{text}");
+                return ExitCode::from(2);
+            }
+            print!("{text}");
+            return ExitCode::SUCCESS;
         }
     };
     match cli.command {

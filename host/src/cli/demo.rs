@@ -2,6 +2,7 @@
 //! a bug, and a patch that claims to fix it, go through intake, the fence (the best isolation this machine offers),
 //! evidence bound to a sim attestation report, and the founder's verification of that evidence.
 
+use attestation::text::{escape, shown};
 use attestation::verdict::{Isolation, Verdict};
 use guest::fence::run::{run_input, RunOptions};
 use std::path::{Path, PathBuf};
@@ -34,6 +35,10 @@ pub struct Args {
     /// Print the verdict as JSON after the summary.
     #[arg(long)]
     pub json: bool,
+    /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
+    /// `verify-attestation evidence --nonce`.
+    #[arg(long, value_name = "HEX")]
+    pub nonce: Option<String>,
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -42,7 +47,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fenced-run demo: {e}");
+            eprintln!("fenced-run demo: {}", escape(&e));
             ExitCode::from(2)
         }
     }
@@ -76,6 +81,11 @@ fn write_bundle(dir: &Path) -> Result<(), String> {
 }
 
 fn demo(args: &Args) -> Result<bool, String> {
+    // The founder's nonce, checked before anything runs.
+    let nonce = match &args.nonce {
+        Some(h) => super::parse_nonce(h).map_err(|e| format!("--nonce: {e}"))?,
+        None => guest::fence::run::random_nonce(),
+    };
     let (isolation, why) = best_isolation();
     let tmp = tempfile::Builder::new()
         .prefix("fenced-run-demo-")
@@ -87,7 +97,7 @@ fn demo(args: &Args) -> Result<bool, String> {
     println!("isolation   {}: {why}", isolation_name(isolation));
 
     // The attestation session begins before any untrusted code runs.
-    let nonce = guest::fence::run::random_nonce();
+    println!("nonce       {}", hex::encode(&nonce));
     let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
 
     // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
@@ -97,7 +107,10 @@ fn demo(args: &Args) -> Result<bool, String> {
     for f in &verdict.findings {
         println!(
             "finding     [{}] {} {}: {}",
-            f.stage, f.kind, f.path, f.detail
+            escape(&f.stage),
+            escape(&f.kind),
+            escape(&f.path),
+            escape(&f.detail)
         );
     }
     print_verdict(&verdict);
@@ -110,7 +123,11 @@ fn demo(args: &Args) -> Result<bool, String> {
         .map_err(|e| format!("encoding the evidence: {e}"))?;
     if let Some(out) = &args.evidence {
         std::fs::write(out, &bytes).map_err(|e| format!("writing {}: {e}", out.display()))?;
-        println!("evidence    {} ({} bytes)", out.display(), bytes.len());
+        println!(
+            "evidence    {} ({} bytes)",
+            shown(out.display()),
+            bytes.len()
+        );
     }
 
     // The founder's side: verify what came back, pinning the measurement and the nonce.
@@ -131,11 +148,14 @@ fn demo(args: &Args) -> Result<bool, String> {
         );
     } else {
         for f in &v.failures {
-            println!("REJECTED    {}: {}", f.check, f.detail);
+            println!("REJECTED    {}: {}", escape(&f.check), escape(&f.detail));
         }
     }
     if args.json {
-        println!("{}", verdict.to_json_pretty());
+        println!(
+            "{}",
+            attestation::text::json_safe(&verdict.to_json_pretty())
+        );
     }
     Ok(verdict.judged && v.verified())
 }
@@ -150,18 +170,24 @@ fn isolation_name(i: Isolation) -> String {
 fn print_verdict(v: &Verdict) {
     println!("outcome     {}", v.outcome.as_str());
     if let Some(r) = &v.refusal {
-        println!("refused     at {}: {}", r.stage, r.reason);
+        println!("refused     at {}: {}", escape(&r.stage), escape(&r.reason));
     }
     if let Some(t) = &v.test {
         println!(
             "test        `{}` ({}), exit {:?}, {} ms, network none",
-            t.command, t.source, t.exit_code, t.duration_ms
+            escape(&t.command),
+            escape(&t.source),
+            t.exit_code,
+            t.duration_ms
         );
     }
     if let Some(c) = &v.tests {
         println!(
             "counts      {} passed, {} failed, {} skipped (parser: {})",
-            c.passed, c.failed, c.skipped, c.parser
+            c.passed,
+            c.failed,
+            c.skipped,
+            escape(&c.parser)
         );
     }
     println!(

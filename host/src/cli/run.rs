@@ -2,6 +2,7 @@
 //! print the verdict (`--json` for the contract form) and optionally write sim evidence for it.
 //! Exit 0 whenever the run judged, 1 when it refused, 2 on unusable input.
 
+use attestation::text::{escape, shown};
 use attestation::verdict::Verdict;
 use guest::fence::run::{run_input, RunOptions};
 use std::path::PathBuf;
@@ -25,9 +26,13 @@ pub struct Args {
     /// Write evidence for the run (sim attestation for the process tier) to this file.
     #[arg(long, value_name = "OUT")]
     pub evidence: Option<PathBuf>,
-    /// The founder's nonce, hex (random when absent).
+    /// The founder's nonce, hex, 16 to 64 bytes (random when absent); checked with or without --evidence.
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<String>,
+    /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
+    /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
+    #[arg(long, value_name = "FILE")]
+    pub operator_config: Option<PathBuf>,
 }
 
 /// Runs the subcommand.
@@ -35,22 +40,22 @@ pub fn run(args: Args) -> ExitCode {
     if args.isolation != "process" && args.isolation != "vm" {
         eprintln!(
             "fenced-run run: --isolation {}: only `process` and `vm` run from this command (sev-snp and tdx are not built yet)",
-            args.isolation
+            escape(&args.isolation)
         );
         return ExitCode::from(2);
     }
+    let operator = match super::operator_policy(args.operator_config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fenced-run run: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let nonce = match &args.nonce {
-        Some(h) => match hex::decode(h.trim()) {
-            Ok(n) if !n.is_empty() && n.len() <= 64 => n,
-            Ok(n) => {
-                eprintln!(
-                    "fenced-run run: --nonce: {} bytes; expected 1 to 64",
-                    n.len()
-                );
-                return ExitCode::from(2);
-            }
+        Some(h) => match super::parse_nonce(h) {
+            Ok(n) => n,
             Err(e) => {
-                eprintln!("fenced-run run: --nonce: not hex: {e}");
+                eprintln!("fenced-run run: --nonce: {}", shown(&e));
                 return ExitCode::from(2);
             }
         },
@@ -64,18 +69,23 @@ pub fn run(args: Args) -> ExitCode {
         Some(_) => match crate::sim::begin_process_session(&nonce) {
             Ok((s, _)) => Some(s),
             Err(e) => {
-                eprintln!("fenced-run run: --evidence: {e}");
+                eprintln!("fenced-run run: --evidence: {}", shown(e));
                 return ExitCode::from(2);
             }
         },
         None => None,
     };
-    let opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    opts.operator = operator;
     // Intake stages 1-5 first (nothing runs), then the fence on intake's own copy of the bundle.
     let verdict = match run_input(&args.job, &opts) {
         Ok(v) => v,
         Err(why) => {
-            eprintln!("fenced-run run: {}: {why}", args.job.display());
+            eprintln!(
+                "fenced-run run: {}: {}",
+                shown(args.job.display()),
+                escape(&why)
+            );
             return ExitCode::from(2);
         }
     };
@@ -89,7 +99,7 @@ pub fn run(args: Args) -> ExitCode {
                 std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))
             });
         if let Err(e) = written {
-            eprintln!("fenced-run run: --evidence: {e}");
+            eprintln!("fenced-run run: --evidence: {}", escape(&e));
             return ExitCode::from(2);
         }
     }
@@ -100,33 +110,76 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// Lines of the test phase's output tail the summary shows.
+pub const SUMMARY_TAIL_LINES: usize = 20;
+
 /// Prints a verdict as the summary or, with `json`, the contract form.
 pub(crate) fn print_verdict(v: &Verdict, json: bool) {
     if json {
-        println!("{}", v.to_json_pretty());
+        println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
         return;
     }
-    println!("outcome: {}", v.outcome.as_str());
+    print!("{}", summary(v));
+}
+
+/// The human summary of a verdict. Every value that came from the job, the repository or the command's output
+/// is escaped ([`attestation::text`]): one-line values whole, the output tail line by line.
+pub fn summary(v: &Verdict) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "outcome: {}", v.outcome.as_str());
     if let Some(r) = &v.refusal {
-        println!("refused at {}: {}", r.stage, r.reason);
+        let _ = writeln!(
+            out,
+            "refused at {}: {}",
+            escape(&r.stage),
+            escape(&r.reason)
+        );
     }
     if let Some(t) = &v.test {
-        println!(
+        let _ = writeln!(
+            out,
             "test: {} ({}), exit {:?}, signal {:?}, {} ms, network none",
-            t.command, t.source, t.exit_code, t.signal, t.duration_ms
+            escape(&t.command),
+            escape(&t.source),
+            t.exit_code,
+            t.signal,
+            t.duration_ms
         );
     }
     if let Some(c) = &v.tests {
-        println!(
+        let _ = writeln!(
+            out,
             "counts: {} passed, {} failed, {} skipped ({})",
-            c.passed, c.failed, c.skipped, c.parser
+            c.passed,
+            c.failed,
+            c.skipped,
+            escape(&c.parser)
         );
     }
-    println!(
+    let _ = writeln!(
+        out,
         "processes: {} started, {} running at end, {} left after teardown",
         v.processes.started, v.processes.running_at_end, v.processes.left_after_teardown
     );
     for f in &v.findings {
-        println!("finding [{}] {}: {}", f.stage, f.kind, f.detail);
+        let _ = write!(out, "finding [{}] {}", escape(&f.stage), escape(&f.kind));
+        if !f.path.is_empty() {
+            let _ = write!(out, " {}", escape(&f.path));
+        }
+        let _ = writeln!(out, ": {}", escape(&f.detail));
     }
+    let lines: Vec<&str> = v.output_tail.test.lines().collect();
+    let shown_lines = &lines[lines.len().saturating_sub(SUMMARY_TAIL_LINES)..];
+    if !shown_lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "test output (last {} line(s); the whole tail is in --json):",
+            shown_lines.len()
+        );
+        for l in shown_lines {
+            let _ = writeln!(out, "  | {}", escape(l));
+        }
+    }
+    out
 }

@@ -1,15 +1,29 @@
 //! `measure-guest`: computes expected launch measurements from guest artifacts.
-//! Subcommands: `snp` (SEV-SNP launch digest, flags as in sev-snp-measure), `tdx` (MRTD and RTMR replay).
+//! Subcommands: `snp` (SEV-SNP launch digest, flags as in sev-snp-measure), `tdx` (MRTD and RTMR replay),
+//! `process` (the sim launch measurement of a process-tier binary), and the measurement-set tools.
 //! Exit codes: 0 success, 1 a check said no, 2 unusable input or usage error.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use attestation::text::{escape, escape_text, json_safe, shown};
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
 use measurements::set::{self, Hex, HexU64, MeasurementSet};
 use measurements::{sim, snp, tdx};
 use sha2::{Digest, Sha256};
+
+// Every subcommand prints through these (they shadow std's): a closed stdout is a quiet error exit, not a panic.
+macro_rules! println {
+    ($($t:tt)*) => {
+        attestation::cli_println!($($t)*)
+    };
+}
+macro_rules! print {
+    ($($t:tt)*) => {
+        attestation::cli_print!($($t)*)
+    };
+}
 
 /// Expected SEV-SNP and TDX launch measurements, and the measurement sets auditors sign.
 #[derive(Parser, Debug)]
@@ -25,6 +39,8 @@ enum Cmd {
     Snp(SnpArgs),
     /// TDX: MRTD of a TDVF/OVMF image and/or RTMR0-3 replayed from a CCEL event log.
     Tdx(TdxArgs),
+    /// The `process`-tier sim launch measurement of the exact guest-agent/fenced-run binary that runs the fence.
+    Process(ProcessArgs),
     /// Compute a measurement set from the artifacts of a guest image release and write it as TOML.
     Pin(PinArgs),
     /// Sign a measurement set with an auditor key (writes a detached signature file).
@@ -36,6 +52,16 @@ enum Cmd {
 }
 
 #[derive(clap::Args, Debug)]
+struct ProcessArgs {
+    /// The binary (the `fenced-run` or `guest-agent` executable exactly as it runs).
+    #[arg(long, value_name = "FILE")]
+    binary: PathBuf,
+    /// Print a JSON object instead of the hex measurement.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
 struct PinArgs {
     /// Release name of the guest image.
     #[arg(long)]
@@ -43,18 +69,27 @@ struct PinArgs {
     /// Release version.
     #[arg(long = "release-version", value_name = "VERSION")]
     release_version: String,
-    /// The kernel.
-    #[arg(long, value_name = "PATH")]
-    kernel: PathBuf,
+    /// The kernel (with --initrd; omit both for a set of process-tier entries only).
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "initrd",
+        required_unless_present = "process_binary"
+    )]
+    kernel: Option<PathBuf>,
     /// The initramfs.
-    #[arg(long, value_name = "PATH")]
-    initrd: PathBuf,
+    #[arg(long, value_name = "PATH", requires = "kernel")]
+    initrd: Option<PathBuf>,
     /// The kernel command line.
     #[arg(long, value_name = "CMDLINE", default_value = "")]
     append: String,
     /// OVMF image for the SNP entries (omit for a set without SNP entries).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", requires = "kernel")]
     ovmf: Option<PathBuf>,
+    /// A process-tier binary (fenced-run or guest-agent, exactly as it runs): adds a `process` sim entry with
+    /// its measurement (as `measure-guest process --binary` prints it); repeatable.
+    #[arg(long = "process-binary", value_name = "FILE")]
+    process_binary: Vec<PathBuf>,
     /// vCPU counts of the SNP entries (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     snp_vcpus: Vec<u32>,
@@ -71,7 +106,7 @@ struct PinArgs {
     #[arg(long, value_parser = parse_int::<u64>, default_value = "0x30000")]
     snp_policy: u64,
     /// TDVF image for a TDX entry (its MRTD).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", requires = "kernel")]
     tdvf: Option<PathBuf>,
     /// CCEL event log of a reference boot, to pin RTMR0-3 in the TDX entry (with --tdvf).
     #[arg(long, value_name = "FILE", requires = "tdvf")]
@@ -95,6 +130,9 @@ struct SignArgs {
     /// Signature file to write (default: SET.AUDITOR.sig).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+    /// Replace an existing signature file (default: refuse to overwrite it).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -109,7 +147,8 @@ struct VerifySetArgs {
     /// The measurement set.
     #[arg(long, value_name = "PATH")]
     set: PathBuf,
-    /// Detached signature files.
+    /// Detached signature files; repeat for each. Default: every `SET.*.sig` beside the set (the names
+    /// `sign` writes), as `verify-attestation evidence --measurements` does.
     #[arg(long = "signature", value_name = "PATH")]
     signatures: Vec<PathBuf>,
     /// Public keys of the auditors you trust.
@@ -249,7 +288,7 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
                 "ovmf": a.ovmf.display().to_string(),
                 "ovmf_hash": hex::encode(h),
             });
-            println!("{v:#}");
+            println!("{}", json_safe(&format!("{v:#}")));
         } else {
             // Always hex, as sev-snp-measure prints it: it is the input format of --snp-ovmf-hash.
             println!("{}", hex::encode(h));
@@ -338,7 +377,7 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
                 "cmdline_sha256": hex::encode(h.cmdline),
             })),
         });
-        println!("{v:#}");
+        println!("{}", json_safe(&format!("{v:#}")));
     } else {
         println!("{}", encode(&ld, a.output_format));
     }
@@ -357,8 +396,9 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
         }
     }
     if let Some(path) = &a.event_log {
-        let bytes =
-            std::fs::read(path).map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
+        // A CCEL is 64 KiB; the size is checked before anything is read.
+        let bytes = attestation::cli_io::read_capped(path, attestation::cli_io::MAX_INPUT)
+            .map_err(|e| usage(format!("event log: {e}")))?;
         let replay = tdx::replay_rtmrs(&bytes)
             .map_err(|e| usage(format!("event log {}: {e}", path.display())))?;
         if a.json {
@@ -382,7 +422,7 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
             out.insert("rtmrs".into(), rtmrs.into());
         } else {
             for e in &replay.events {
-                println!("{e}");
+                println!("{}", shown(e));
             }
             for (i, r) in replay.rtmrs.iter().enumerate() {
                 println!("RTMR{i}: {}", hex::encode(r));
@@ -390,13 +430,44 @@ fn run_tdx(a: TdxArgs) -> Result<(), Fail> {
         }
     }
     if a.json {
-        println!("{:#}", serde_json::Value::Object(out));
+        println!(
+            "{}",
+            json_safe(&format!("{:#}", serde_json::Value::Object(out)))
+        );
     }
     Ok(())
 }
 
+fn run_process(a: ProcessArgs) -> Result<(), Fail> {
+    let bytes = read_file("--binary", &a.binary)?;
+    let m = attestation::sim::process_launch_measurement(&bytes);
+    if a.json {
+        let v = serde_json::json!({
+            "tier": "process",
+            "binary": a.binary.display().to_string(),
+            "binary_sha256": hex::encode(Sha256::digest(&bytes)),
+            "measurement": hex::encode(m),
+        });
+        println!("{v:#}");
+    } else {
+        println!("{}", hex::encode(m));
+    }
+    Ok(())
+}
+
+/// The process-tier sim entry of a binary.
+fn process_entry(path: &std::path::Path) -> Result<set::SimEntry, Fail> {
+    let bytes = read_file("--process-binary", path)?;
+    Ok(set::SimEntry {
+        tier: "process".to_owned(),
+        measurement: Hex(attestation::sim::process_launch_measurement(&bytes)),
+        binary_sha256: Some(Hex(Sha256::digest(&bytes).into())),
+    })
+}
+
 fn read_file(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Fail> {
-    std::fs::read(path).map_err(|e| usage(format!("{what} {}: {e}", path.display())))
+    // Kernels and initrds of a guest image are tens of MiB; 4 GiB is checked before anything is read.
+    attestation::cli_io::read_capped(path, 4 << 30).map_err(|e| usage(format!("{what}: {e}")))
 }
 
 fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
@@ -406,23 +477,31 @@ fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
 }
 
 fn run_pin(a: PinArgs) -> Result<(), Fail> {
-    let kernel = read_file("kernel", &a.kernel)?;
-    let initrd = read_file("initrd", &a.initrd)?;
+    let image = match (&a.kernel, &a.initrd) {
+        (Some(k), Some(i)) => Some((read_file("kernel", k)?, read_file("initrd", i)?)),
+        _ => None,
+    };
     let mut artifacts = set::Artifacts {
-        kernel_sha256: Hex(Sha256::digest(&kernel).into()),
-        initramfs_sha256: Hex(Sha256::digest(&initrd).into()),
-        cmdline: Some(a.append.clone()),
-        cmdline_sha256: Hex(sim::cmdline_sha256(&a.append)),
+        kernel_sha256: None,
+        initramfs_sha256: None,
+        cmdline: None,
+        cmdline_sha256: None,
         ovmf_sha256: None,
         tdvf_sha256: None,
     };
-    let mut snp_entries = Vec::new();
-    if let Some(path) = &a.ovmf {
+    if let Some((kernel, initrd)) = &image {
+        artifacts.kernel_sha256 = Some(Hex(Sha256::digest(kernel).into()));
+        artifacts.initramfs_sha256 = Some(Hex(Sha256::digest(initrd).into()));
+        artifacts.cmdline = Some(a.append.clone());
+        artifacts.cmdline_sha256 = Some(Hex(sim::cmdline_sha256(&a.append)));
+    }
+    let mut snp_entries: Vec<set::SnpEntry> = Vec::new();
+    if let (Some(path), Some((kernel, initrd))) = (&a.ovmf, &image) {
         let bytes = read_file("OVMF", path)?;
         artifacts.ovmf_sha256 = Some(Hex(Sha256::digest(&bytes).into()));
         let ovmf =
             snp::Ovmf::parse(bytes).map_err(|e| usage(format!("OVMF {}: {e}", path.display())))?;
-        let hashes = snp::KernelHashes::new(&kernel, Some(&initrd), Some(&a.append));
+        let hashes = snp::KernelHashes::new(kernel, Some(initrd), Some(&a.append));
         let base = snp::ovmf_hash(&ovmf);
         for &vcpus in &a.snp_vcpus {
             for t in &a.snp_vcpu_types {
@@ -439,15 +518,25 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
                         };
                         let ld = snp::launch_digest(&ovmf, Some(&hashes), &cfg)
                             .map_err(|e| usage(format!("OVMF {}: {e}", path.display())))?;
-                        snp_entries.push(set::SnpEntry {
+                        // Only QEMU puts the vCPU signature in the VMSAs; EC2 and GCE put 0x600 whatever the
+                        // CPU type, so their entries name no type and would otherwise repeat per type.
+                        let (vcpu_type, vcpu_sig) = if vmm == snp::VmmType::Qemu {
+                            (Some(t.clone()), u64::from(sig))
+                        } else {
+                            (None, 0x600)
+                        };
+                        let entry = set::SnpEntry {
                             vcpus,
-                            vcpu_type: Some(t.clone()),
-                            vcpu_sig: HexU64(u64::from(sig)),
+                            vcpu_type,
+                            vcpu_sig: HexU64(vcpu_sig),
                             vmm: vmm.to_string(),
                             guest_features: HexU64(features),
                             policy: HexU64(a.snp_policy),
                             measurement: Hex(ld),
-                        });
+                        };
+                        if !snp_entries.contains(&entry) {
+                            snp_entries.push(entry);
+                        }
                     }
                 }
             }
@@ -466,7 +555,14 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
                     .map_err(|e| usage(format!("event log {}: {e}", p.display())))?;
                 r.rtmrs.map(|m| Some(Hex(m)))
             }
-            None => [None, None, None, None],
+            None => {
+                eprintln!(
+                    "measure-guest pin: warning: --tdvf without --tdx-event-log pins MRTD only; the kernel, \
+                     initramfs and command line (RTMR1, RTMR2) stay unpinned and verify-attestation accepts \
+                     this entry only with --leave-rtmrs-unpinned"
+                );
+                [None, None, None, None]
+            }
         };
         let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
         tdx_entries.push(set::TdxEntry {
@@ -477,6 +573,31 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
             rtmr3,
         });
     }
+    let mut sim_entries = Vec::new();
+    if let Some((kernel, initrd)) = &image {
+        sim_entries.push(set::SimEntry {
+            tier: "vm".to_owned(),
+            measurement: Hex(sim::vm_launch_measurement(kernel, initrd, &a.append)),
+            binary_sha256: None,
+        });
+    }
+    for p in &a.process_binary {
+        let e = process_entry(p)?;
+        if !sim_entries.contains(&e) {
+            sim_entries.push(e);
+        }
+    }
+    if snp_entries.is_empty() && tdx_entries.is_empty() {
+        eprintln!(
+            "measure-guest pin: warning: no --ovmf or --tdvf: the set pins only simulated launches ({}); \
+             evidence from SEV-SNP or TDX hardware matches none of its entries",
+            sim_entries
+                .iter()
+                .map(|e| e.tier.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let measurement_set = MeasurementSet {
         format: set::SET_FORMAT.to_owned(),
         release: set::Release {
@@ -486,10 +607,7 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
         artifacts,
         snp: snp_entries,
         tdx: tdx_entries,
-        sim: vec![set::SimEntry {
-            tier: "vm".to_owned(),
-            measurement: Hex(sim::vm_launch_measurement(&kernel, &initrd, &a.append)),
-        }],
+        sim: sim_entries,
     };
     let text = measurement_set.to_toml();
     match &a.out {
@@ -500,6 +618,7 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
 }
 
 fn run_sign(a: SignArgs) -> Result<(), Fail> {
+    use std::io::Write;
     let key = set::load_private_key(&a.key).map_err(|e| usage(e.to_string()))?;
     let s = MeasurementSet::load(&a.set).map_err(|e| usage(e.to_string()))?;
     let sig = set::SignatureFile::sign(&s, &key, &a.auditor);
@@ -508,12 +627,30 @@ fn run_sign(a: SignArgs) -> Result<(), Fail> {
         p.push(format!(".{}.sig", a.auditor));
         PathBuf::from(p)
     });
-    std::fs::write(&out, sig.to_toml()).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true);
+    if a.force {
+        open.create(true).truncate(true);
+    } else {
+        open.create_new(true);
+    }
+    open.open(&out)
+        .and_then(|mut f| f.write_all(sig.to_toml().as_bytes()))
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                usage(format!(
+                    "{}: a signature file exists already; give --force to replace it",
+                    out.display()
+                ))
+            } else {
+                usage(format!("{}: {e}", out.display()))
+            }
+        })?;
     println!(
         "signed {} (set_sha256 {}) -> {}",
-        s.label(),
+        escape(&s.label()),
         hex::encode(s.digest()),
-        out.display()
+        shown(out.display())
     );
     Ok(())
 }
@@ -546,32 +683,38 @@ fn run_keygen(a: KeygenArgs) -> Result<(), Fail> {
         .map_err(|e| usage(format!("{}: {e}", pp.display())))?;
     println!(
         "{} (private, 0600)\n{} (public key {})",
-        kp.display(),
-        pp.display(),
+        shown(kp.display()),
+        shown(pp.display()),
         hex::encode(key.verifying_key().to_bytes())
     );
     Ok(())
 }
 
 fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
-    let t = match set::TrustedSet::load(&a.set, &a.signatures, &a.auditor_keys, a.auditors_required)
-    {
+    let signatures = if a.signatures.is_empty() {
+        set::default_signature_paths(&a.set).map_err(|e| usage(e.to_string()))?
+    } else {
+        a.signatures.clone()
+    };
+    let t = match set::TrustedSet::load(&a.set, &signatures, &a.auditor_keys, a.auditors_required) {
         Ok(t) => t,
         Err(e @ set::SetError::NotEnoughAuditors { .. }) => return Err(Fail(1, e.to_string())),
         Err(e) => return Err(usage(e.to_string())),
     };
     println!(
         "measurement set {}: signed by {} trusted auditor(s): {}",
-        t.name(),
+        shown(t.name()),
         t.signers.len(),
-        t.signers
-            .iter()
-            .map(|(n, k)| format!("{n} ({})", &k[..16]))
-            .collect::<Vec<_>>()
-            .join(", ")
+        escape(
+            &t.signers
+                .iter()
+                .map(|(n, k)| format!("{n} ({})", k.get(..16).unwrap_or(k)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
     );
     for p in &t.problems {
-        println!("note: {p}");
+        println!("note: {}", shown(p));
     }
     if let Some(m) = &a.snp_measurement {
         let m = hex48("--snp-measurement", m)?;
@@ -580,16 +723,29 @@ fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
             None => t.match_snp(&m),
         };
         let e = r.map_err(|e| Fail(1, e.to_string()))?;
-        println!("in set: {e}");
+        println!("in set: {}", shown(e));
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                eprint!("{}", escape_text(&text));
+                return ExitCode::from(2);
+            }
+            print!("{}", escape_text(&text));
+            return ExitCode::SUCCESS;
+        }
+    };
     let r = match cli.cmd {
         Cmd::Snp(a) => run_snp(a),
         Cmd::Tdx(a) => run_tdx(a),
+        Cmd::Process(a) => run_process(a),
         Cmd::Pin(a) => run_pin(a),
         Cmd::Sign(a) => run_sign(a),
         Cmd::Keygen(a) => run_keygen(a),
@@ -598,7 +754,7 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(Fail(code, msg)) => {
-            eprintln!("measure-guest: {msg}");
+            eprintln!("measure-guest: {}", escape(&msg));
             ExitCode::from(code)
         }
     }

@@ -1,25 +1,31 @@
 //! `verify-attestation evidence`: a fenced-run evidence bundle, checked in the fixed order (report, key binding,
-//! verdict signature, nonce) with a pinned launch measurement or an explicit `--any-measurement`.
+//! verdict signature, nonce) with a pinned launch measurement or an explicit `--any-measurement`, a nonce or an
+//! explicit `--no-nonce`, and the founder's pins on the run (outcome, commit, tree, patch, job, isolation).
 //!
 //! Exit 0 verified, 1 rejected, 2 unusable input. Sim evidence is rejected unless `--allow-simulated`, and then
 //! every line of the human output says SIMULATED.
 
 use super::snp_report::{parse_time, unusable, PolicyArgs};
-use crate::evidence::{verify_evidence_bytes, EvidenceOptions};
+use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
 use crate::output;
+use crate::snp::policy::HexBytes;
 use crate::snp::ChainOptions;
+use crate::tdx::TcbStatus;
+use attestation::verdict::{Isolation, Outcome};
+use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Arguments of `verify-attestation evidence`.
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements"])))]
+#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements", "mrtd", "rtmr"])))]
+#[command(group(clap::ArgGroup::new("freshness").required(true).args(["nonce", "no_nonce"])))]
 pub struct Args {
     /// The evidence file (CBOR, `.evidence`).
     pub evidence: PathBuf,
     /// Skip the launch-measurement pin on purpose: without a pin any guest code could have produced the verdict,
     /// and the output says so.
-    #[arg(long, conflicts_with_all = ["measurement", "measurements"])]
+    #[arg(long, conflicts_with_all = ["measurement", "measurements", "mrtd", "rtmr"])]
     pub any_measurement: bool,
     /// A measurement set (TOML, from `measure-guest pin`): the launch measurement must be one of its entries,
     /// and at least `--auditors-required` of the `--auditor-key` keys must have signed it.
@@ -35,10 +41,20 @@ pub struct Args {
     /// (the name `measure-guest sign` writes).
     #[arg(long = "set-signature", value_name = "FILE", requires = "measurements")]
     pub set_signature: Vec<PathBuf>,
-    /// The founder's nonce (hex, 16 to 64 bytes); the verdict's nonce must equal it. Without it, freshness is
-    /// not checked and the output says so.
+    /// The founder's nonce (hex, 16 to 64 bytes), the one sent with the job; the verdict's nonce must equal it.
+    /// Required unless --no-nonce.
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<NonceArg>,
+    /// Skip the freshness check on purpose: the verdict may then be a replay of an older run, and the output
+    /// says so.
+    #[arg(long)]
+    pub no_nonce: bool,
+    /// The founder's pins on the run itself.
+    #[command(flatten)]
+    pub pins: Box<PinArgs>,
+    /// TDX evidence: the image pin and the TDX policy.
+    #[command(flatten)]
+    pub tdx: Box<EvidenceTdxArgs>,
     /// Accept evidence whose chain does not end in a vendor root (sim tiers); every output line says SIMULATED.
     #[arg(long)]
     pub allow_simulated: bool,
@@ -59,6 +75,163 @@ pub struct Args {
     pub policy: PolicyArgs,
 }
 
+/// The founder's pins on the run: each flag given is a check of its own (`pin-outcome`, `pin-commit`, ...).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct PinArgs {
+    /// The outcome the founder pays for (refused, tests_passed, tests_failed, no_tests_observed,
+    /// counts_unparsed, test_command_unavailable, environment_exhausted, budget_expired); repeat to accept any of
+    /// several. Default: not pinned, and the output says so first.
+    #[arg(long = "expect-outcome", value_name = "NAME", value_parser = parse_outcome)]
+    pub expect_outcome: Vec<Outcome>,
+    /// The repository commit the run must have tested: the full object id or a prefix of at least 12 hex digits.
+    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_commit_pin)]
+    pub commit: Option<String>,
+    /// The tree hash of the repository after the patch (full object id).
+    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    pub tree: Option<String>,
+    /// The contributor's patch: its SHA-256 must be the verdict's.
+    #[arg(long, value_name = "FILE", conflicts_with = "patch_sha256")]
+    pub patch: Option<PathBuf>,
+    /// SHA-256 of the contributor's patch (64 hex digits).
+    #[arg(long, value_name = "HEX")]
+    pub patch_sha256: Option<HexBytes<32>>,
+    /// The job file the founder sent: its SHA-256 must be the verdict's.
+    #[arg(long, value_name = "FILE", conflicts_with = "job_sha256")]
+    pub job: Option<PathBuf>,
+    /// SHA-256 of the job file (64 hex digits).
+    #[arg(long, value_name = "HEX")]
+    pub job_sha256: Option<HexBytes<32>>,
+    /// The isolation tier the verdict must record (sev-snp, tdx, vm, process).
+    #[arg(long, value_name = "TIER", value_parser = parse_isolation)]
+    pub isolation: Option<Isolation>,
+}
+
+fn parse_outcome(s: &str) -> Result<Outcome, String> {
+    Outcome::ALL
+        .into_iter()
+        .find(|o| o.as_str() == s.trim())
+        .ok_or_else(|| {
+            format!(
+                "`{s}` is not an outcome (one of {})",
+                Outcome::ALL.map(|o| o.as_str()).join(", ")
+            )
+        })
+}
+
+fn parse_isolation(s: &str) -> Result<Isolation, String> {
+    [
+        Isolation::SevSnp,
+        Isolation::Tdx,
+        Isolation::Vm,
+        Isolation::Process,
+    ]
+    .into_iter()
+    .find(|i| i.as_str() == s.trim())
+    .ok_or_else(|| format!("`{s}` is not an isolation tier (sev-snp, tdx, vm, process)"))
+}
+
+/// `--rtmr N=HEX`: RTMR index 0 to 3 and its 48-byte value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtmrPin(pub usize, pub [u8; 48]);
+
+impl std::str::FromStr for RtmrPin {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (n, h) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}`: expected N=HEX (N is 0 to 3)"))?;
+        let n: usize = n
+            .trim()
+            .trim_start_matches(['r', 't', 'm', 'R', 'T', 'M'])
+            .parse()
+            .map_err(|_| format!("`{n}`: the RTMR index is 0 to 3"))?;
+        if n > 3 {
+            return Err(format!("RTMR{n}: the RTMR index is 0 to 3"));
+        }
+        let v: HexBytes<48> = h.parse()?;
+        Ok(RtmrPin(n, v.0))
+    }
+}
+
+/// TDX evidence: the image pin (`--mrtd`, `--rtmr N=HEX`, `--leave-rtmrs-unpinned`) and the policy flags of
+/// `tdx-quote` (`--allow-debug` and `--report-data` are the shared SEV-SNP flags).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct EvidenceTdxArgs {
+    /// TDX: accepted MRTD (96 hex digits, the firmware); repeatable. The image is pinned only with RTMR1 and
+    /// RTMR2 as well (--rtmr), or a --measurements entry that lists them.
+    #[arg(long = "mrtd", value_name = "HEX")]
+    pub mrtd: Vec<HexBytes<48>>,
+    /// TDX: required RTMR, as N=HEX (RTMR1 covers the kernel, RTMR2 the command line and initramfs); repeatable.
+    #[arg(long = "rtmr", value_name = "N=HEX")]
+    pub rtmr: Vec<RtmrPin>,
+    /// TDX: accept a pin of MRTD alone (or a set entry without RTMR1/RTMR2), leaving the kernel, initramfs and
+    /// command line unpinned on purpose; the output names the registers compared.
+    #[arg(long)]
+    pub leave_rtmrs_unpinned: bool,
+    /// TDX: required MRCONFIGID (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_config_id: Option<HexBytes<48>>,
+    /// TDX: required MROWNER (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_owner: Option<HexBytes<48>>,
+    /// TDX: required MROWNERCONFIG (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_owner_config: Option<HexBytes<48>>,
+    /// TDX: required XFAM (16 hex digits, as in the quote). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub xfam: Option<HexBytes<8>>,
+    /// TDX: required TD attributes (16 hex digits, as in the quote). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub td_attributes: Option<HexBytes<8>>,
+    /// TDX: minimum TEE_TCB_SVN (32 hex digits), byte by byte. Default: none.
+    #[arg(long, value_name = "HEX")]
+    pub min_tee_tcb_svn: Option<HexBytes<16>>,
+    /// TDX: accept this TCB status too (as `tdx-quote --accept-tcb-status`); repeatable. Default: UpToDate and
+    /// SWHardeningNeeded only.
+    #[arg(long = "accept-tcb-status", value_name = "STATUS", value_parser = parse_status)]
+    pub accept_tcb_status: Vec<TcbStatus>,
+    /// TDX: reject a TCB level carrying this advisory ID; repeatable.
+    #[arg(long = "deny-advisory", value_name = "ID")]
+    pub deny_advisory: Vec<String>,
+    /// TDX: accept a TD without SEPT_VE_DISABLE. Default: required.
+    #[arg(long)]
+    pub allow_sept_ve: bool,
+    /// TDX: accept a non-zero MR_SERVICETD (TD 1.5). Default: must be zero.
+    #[arg(long)]
+    pub allow_service_td: bool,
+}
+
+fn parse_status(s: &str) -> Result<TcbStatus, String> {
+    match TcbStatus::from_name(s) {
+        TcbStatus::Unrecognized => Err(format!("`{s}` is not a TCB status name")),
+        st => Ok(st),
+    }
+}
+
+impl EvidenceTdxArgs {
+    /// The TDX [`crate::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
+    /// the shared flags by the verifier).
+    pub fn to_policy(&self) -> crate::tdx::Policy {
+        let mut p = crate::tdx::Policy::default();
+        p.accepted_tcb_statuses
+            .extend(self.accept_tcb_status.iter().copied());
+        p.denied_advisories = self.deny_advisory.iter().cloned().collect();
+        p.require_sept_ve_disable = !self.allow_sept_ve;
+        p.allow_service_td = self.allow_service_td;
+        p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
+        for r in &self.rtmr {
+            p.rtmr[r.0] = Some(r.1);
+        }
+        p.mr_config_id = self.mr_config_id.map(|h| h.0);
+        p.mr_owner = self.mr_owner.map(|h| h.0);
+        p.mr_owner_config = self.mr_owner_config.map(|h| h.0);
+        p.xfam = self.xfam.map(|h| h.0);
+        p.td_attributes = self.td_attributes.map(|h| h.0);
+        p.min_tee_tcb_svn = self.min_tee_tcb_svn.map(|h| h.0);
+        p
+    }
+}
+
 /// A founder's nonce given as hex on the command line (16 to 64 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NonceArg(pub Vec<u8>);
@@ -75,15 +248,9 @@ impl std::str::FromStr for NonceArg {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.evidence) {
+    let bytes = match super::read_input(&args.evidence) {
         Ok(b) => b,
-        Err(e) => {
-            return unusable(
-                args.json,
-                "input",
-                format!("cannot read evidence {}: {e}", args.evidence.display()),
-            )
-        }
+        Err(e) => return unusable(args.json, "input", format!("evidence: {e}")),
     };
     let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
         Ok(b) => b,
@@ -108,6 +275,17 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
+    let pins = match run_pins(&args.pins) {
+        Ok(p) => p,
+        Err(e) => return unusable(args.json, "input", e),
+    };
+    if let Some(dup) = duplicate_rtmr(&args.tdx.rtmr) {
+        return unusable(
+            args.json,
+            "input",
+            format!("--rtmr {dup}= given twice with different values"),
+        );
+    }
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
@@ -119,6 +297,10 @@ pub fn run(args: Args) -> ExitCode {
         any_measurement: args.any_measurement,
         measurement_set,
         tdx_collateral,
+        no_nonce: args.no_nonce,
+        tdx_policy: args.tdx.to_policy(),
+        leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
+        pins,
     };
     let v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
@@ -131,7 +313,10 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     if args.json {
-        println!("{}", output::evidence_json(&v, &opts));
+        println!(
+            "{}",
+            attestation::text::json_safe(&output::evidence_json(&v, &opts).to_string())
+        );
     } else {
         print!("{}", output::evidence_table(&v, &opts));
     }
@@ -142,6 +327,41 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
+/// The pins of the flags; `--patch`/`--job` files are hashed here (an unreadable one is unusable input).
+fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
+    let hash = |flag: &str, p: &PathBuf| -> Result<[u8; 32], String> {
+        std::fs::read(p)
+            .map(|b| Sha256::digest(b).into())
+            .map_err(|e| format!("cannot read {flag} {}: {e}", p.display()))
+    };
+    let patch_sha256 = match (&a.patch, a.patch_sha256) {
+        (Some(p), _) => Some(hash("--patch", p)?),
+        (None, h) => h.map(|h| h.0),
+    };
+    let job_sha256 = match (&a.job, a.job_sha256) {
+        (Some(p), _) => Some(hash("--job", p)?),
+        (None, h) => h.map(|h| h.0),
+    };
+    Ok(RunPins {
+        expect_outcome: a.expect_outcome.clone(),
+        commit: a.commit.clone(),
+        tree: a.tree.clone(),
+        patch_sha256,
+        job_sha256,
+        isolation: a.isolation,
+    })
+}
+
+/// The index of an RTMR pinned twice with different values, if any.
+fn duplicate_rtmr(pins: &[RtmrPin]) -> Option<usize> {
+    pins.iter().enumerate().find_map(|(i, a)| {
+        pins[..i]
+            .iter()
+            .any(|b| b.0 == a.0 && b.1 != a.1)
+            .then_some(a.0)
+    })
+}
+
 /// Loads the measurement set and checks its auditor signatures: `Err((1, why))` when the set is readable but
 /// not signed by enough trusted auditors (a rejection), `Err((2, why))` when an input is unusable.
 fn load_set(
@@ -150,7 +370,7 @@ fn load_set(
 ) -> Result<measurements::set::TrustedSet, (u8, String)> {
     use measurements::set::{SetError, TrustedSet};
     let signatures = if args.set_signature.is_empty() {
-        default_signatures(set).map_err(|e| (2, e))?
+        measurements::set::default_signature_paths(set).map_err(|e| (2, e.to_string()))?
     } else {
         args.set_signature.clone()
     };
@@ -166,32 +386,6 @@ fn load_set(
     })
 }
 
-/// Every `SET.*.sig` file beside the set, sorted.
-fn default_signatures(set: &std::path::Path) -> Result<Vec<PathBuf>, String> {
-    let dir = match set.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = set
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| format!("--measurements {}: not a file name", set.display()))?;
-    let prefix = format!("{name}.");
-    let entries = std::fs::read_dir(&dir)
-        .map_err(|e| format!("cannot list {} for signatures: {e}", dir.display()))?;
-    let mut out: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".sig"))
-        })
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
 /// A rejection before the evidence was looked at (the set is not trusted): exit 1, naming why.
 fn rejected(json: bool, why: String) -> ExitCode {
     if json {
@@ -199,11 +393,12 @@ fn rejected(json: bool, why: String) -> ExitCode {
             "verified": false,
             "failures": [{"check": crate::evidence::checks::MEASUREMENT_SET, "detail": why}],
         });
-        println!("{v}");
+        println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         println!(
-            "REJECTED  {}: {why}",
-            crate::evidence::checks::MEASUREMENT_SET
+            "REJECTED  {}: {}",
+            crate::evidence::checks::MEASUREMENT_SET,
+            attestation::text::escape(&why)
         );
     }
     ExitCode::from(1)

@@ -1,5 +1,17 @@
 //! The subcommands of `verify-attestation`, one module each; the binary only dispatches.
 
+// Every subcommand prints through these (they shadow std's): a closed stdout is a quiet error exit, not a panic.
+macro_rules! println {
+    ($($t:tt)*) => {
+        attestation::cli_println!($($t)*)
+    };
+}
+macro_rules! print {
+    ($($t:tt)*) => {
+        attestation::cli_print!($($t)*)
+    };
+}
+
 pub mod evidence;
 pub mod snp_report;
 pub mod tdx_quote;
@@ -16,14 +28,15 @@ pub(crate) fn read_flag_file(
 ) -> Result<Option<Vec<u8>>, ExitCode> {
     match path {
         None => Ok(None),
-        Some(p) => std::fs::read(p).map(Some).map_err(|e| {
-            snp_report::unusable(
-                json,
-                "input",
-                format!("cannot read {flag} {}: {e}", p.display()),
-            )
-        }),
+        Some(p) => read_input(p)
+            .map(Some)
+            .map_err(|e| snp_report::unusable(json, "input", format!("{flag}: {e}"))),
     }
+}
+
+/// Reads an input file of at most [`attestation::cli_io::MAX_INPUT`] bytes, checking the size before reading.
+pub(crate) fn read_input(path: &Path) -> Result<Vec<u8>, attestation::cli_io::ReadError> {
+    attestation::cli_io::read_capped(path, attestation::cli_io::MAX_INPUT)
 }
 
 /// The time of `--at`, or now (to the second) when it is absent.

@@ -134,24 +134,18 @@ pub struct Args {
 pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
     if json {
         let v = serde_json::json!({ "verified": false, "failures": [Failure::new(check, detail)] });
-        println!("{v}");
+        println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
-        eprintln!("verify-attestation: {detail}");
+        eprintln!("verify-attestation: {}", attestation::text::escape(&detail));
     }
     ExitCode::from(2)
 }
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.report) {
+    let bytes = match super::read_input(&args.report) {
         Ok(b) => b,
-        Err(e) => {
-            return unusable(
-                args.json,
-                "input",
-                format!("cannot read report {}: {e}", args.report.display()),
-            )
-        }
+        Err(e) => return unusable(args.json, "input", format!("report: {e}")),
     };
     let report = match AttestationReport::from_bytes(&bytes) {
         Ok(r) => r,
@@ -178,7 +172,10 @@ pub fn run(args: Args) -> ExitCode {
     };
     let v = snp::verify_report(&report, &bundle, &opts, &args.policy.to_policy());
     if args.json {
-        println!("{}", output::snp_json(&v, &opts));
+        println!(
+            "{}",
+            attestation::text::json_safe(&output::snp_json(&v, &opts).to_string())
+        );
     } else {
         print!("{}", output::snp_table(&v, &opts));
     }

@@ -69,6 +69,12 @@ pub struct TdxPolicyArgs {
     /// Accept a non-zero MR_SERVICETD (TD 1.5). Default: must be zero.
     #[arg(long)]
     pub allow_service_td: bool,
+    /// Accept TD attribute MIGRATABLE. Default: forbidden.
+    #[arg(long)]
+    pub allow_migratable: bool,
+    /// Accept TD attribute PERFMON. Default: forbidden.
+    #[arg(long)]
+    pub allow_perfmon: bool,
 }
 
 fn parse_status(s: &str) -> Result<TcbStatus, String> {
@@ -88,6 +94,8 @@ impl TdxPolicyArgs {
         p.allow_debug = self.allow_debug;
         p.require_sept_ve_disable = !self.allow_sept_ve;
         p.allow_service_td = self.allow_service_td;
+        p.allow_migratable = self.allow_migratable;
+        p.allow_perfmon = self.allow_perfmon;
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         p.rtmr = [self.rtmr0, self.rtmr1, self.rtmr2, self.rtmr3].map(|r| r.map(|h| h.0));
         p.mr_config_id = self.mr_config_id.map(|h| h.0);
@@ -133,9 +141,12 @@ fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
             "tee": "tdx",
             "failures": [{ "check": check, "detail": detail }],
         });
-        println!("{v}");
+        println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
-        eprintln!("verify-attestation tdx-quote: {detail}");
+        eprintln!(
+            "verify-attestation tdx-quote: {}",
+            attestation::text::escape(&detail)
+        );
     }
     ExitCode::from(2)
 }
@@ -191,6 +202,7 @@ pub fn json(v: &TdxVerification) -> serde_json::Value {
         "fmspc": v.pck.as_ref().map(|p| hex::encode(&p.fmspc)),
         "authenticity": v.authenticity,
         "collateral": v.collateral,
+        "collateral_used": v.collateral_used,
         "tcb": v.tcb,
         "checked_at": iso(v.at),
     })
@@ -250,6 +262,10 @@ pub fn table(v: &TdxVerification) -> String {
         ),
         ("checked at".into(), iso(v.at)),
     ]);
+    match &v.collateral_used {
+        Some(c) => rows.extend(c.rows()),
+        None => rows.push(("collateral".into(), "none".into())),
+    }
     if !v.quote.trailing.is_empty() {
         rows.push((
             "trailing bytes".into(),
@@ -275,15 +291,9 @@ pub fn table(v: &TdxVerification) -> String {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match std::fs::read(&args.quote) {
+    let bytes = match super::read_input(&args.quote) {
         Ok(b) => b,
-        Err(e) => {
-            return unusable(
-                args.json,
-                "input",
-                format!("cannot read quote {}: {e}", args.quote.display()),
-            )
-        }
+        Err(e) => return unusable(args.json, "input", format!("quote: {e}")),
     };
     let quote = match Quote::parse(&bytes) {
         Ok(q) => q,
@@ -346,7 +356,7 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     if args.json {
-        println!("{}", json(&v));
+        println!("{}", attestation::text::json_safe(&json(&v).to_string()));
     } else {
         print!("{}", table(&v));
     }

@@ -65,9 +65,16 @@ pub struct CertBundle {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CertError> {
-    std::fs::read(path).map_err(|source| CertError::Io {
-        path: path.to_path_buf(),
-        source,
+    // A certificate is a few kilobytes; 1 MiB is checked before anything is read.
+    attestation::cli_io::read_capped(path, 1 << 20).map_err(|e| match e {
+        attestation::cli_io::ReadError::Io { source, .. } => CertError::Io {
+            path: path.to_path_buf(),
+            source,
+        },
+        other => CertError::Malformed {
+            what: path.display().to_string(),
+            detail: other.to_string(),
+        },
     })
 }
 
@@ -345,6 +352,27 @@ impl LeafInfo {
             not_after: cert.validity().not_after.timestamp(),
             extensions: KdsExtensions::from_cert(cert)?,
         })
+    }
+
+    /// Whether the issuer CN and the productName extension name the same product (where both are present), and
+    /// a productName present names a known product.
+    pub fn product_consistent(&self) -> Result<(), String> {
+        let Some(name) = self.extensions.product_name.as_deref() else {
+            return Ok(());
+        };
+        match (
+            Product::from_name(&self.issuer_cn),
+            Product::from_name(name),
+        ) {
+            (_, None) => Err(format!(
+                "VCEK/VLEK productName {name:?} names no known product (Milan, Genoa, Turin)"
+            )),
+            (Some(i), Some(p)) if i != p => Err(format!(
+                "VCEK/VLEK productName {name:?} names {p}, its issuer CN={} names {i}",
+                self.issuer_cn
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The product the certificate names: its issuer CN, else its productName.

@@ -53,8 +53,17 @@ pub mod checks {
     pub const CERT_PROFILE: &str = "cert-profile";
     /// A certificate is outside its validity period at the verification time.
     pub const CERT_VALIDITY: &str = "cert-validity";
-    /// The CRL is unusable or revokes the intermediate.
+    /// A CRL is unusable (unreadable, issued by neither the ARK nor the ASK/ASVK, an issuer that may not sign
+    /// CRLs, a bad signature) or revokes a certificate of the chain.
     pub const CRL: &str = "crl";
+    /// A CRL's thisUpdate is after the verification time (the detail names the date).
+    pub const CRL_THIS_UPDATE: &str = "crl-this-update";
+    /// A CRL's nextUpdate is before the verification time, or absent (the detail names the date).
+    pub const CRL_NEXT_UPDATE: &str = "crl-next-update";
+    /// The chain breaks a rule of X.509 path validation ([`crate::pki::Rule`], named first in the detail):
+    /// an issuer that is not a CA or may not sign certificates, a leaf that is a CA, a path length exceeded,
+    /// an unknown critical extension, a chain of another shape.
+    pub const CERT_PATH: &str = "cert-path";
     /// The products named by CPUID, the certificates and the ARK disagree, or none is known.
     pub const PRODUCT: &str = "product";
     /// The report's signature does not verify with the VCEK/VLEK key.
@@ -68,8 +77,11 @@ pub mod checks {
     /// The VCEK hwID differs from CHIP_ID.
     pub const HWID: &str = "hwid";
     /// The chain-related checks, for callers that ask "did the chain fail?".
-    pub const CHAIN: [&str; 9] = [
+    pub const CHAIN: [&str; 12] = [
         CERT_PARSE,
+        CERT_PATH,
+        CRL_THIS_UPDATE,
+        CRL_NEXT_UPDATE,
         ROOT,
         ARK_SIGNATURE,
         INTERMEDIATE_SIGNATURE,
@@ -102,7 +114,9 @@ impl RootKind {
 pub struct ChainOptions {
     /// The time at which every certificate must be valid.
     pub at: ::time::OffsetDateTime,
-    /// A CRL (DER or PEM) signed by the ARK; a listed ASK/ASVK is rejected.
+    /// A CRL file (DER, or PEM with any number of `X509 CRL` blocks). Each CRL must be issued by the ARK
+    /// (covering the ASK/ASVK) or the ASK/ASVK (covering the VCEK/VLEK), signed by it, and current at `at`; a
+    /// certificate it lists is rejected.
     pub crl: Option<Vec<u8>>,
     /// Accept a chain whose root is not a pinned AMD ARK (sim evidence).
     pub allow_simulated: bool,
@@ -333,6 +347,9 @@ pub fn verify_chain(
         match LeafInfo::from_cert(leaf) {
             Ok(info) => {
                 cert_product = info.product();
+                if let Err(e) = info.product_consistent() {
+                    f.push(Failure::new(checks::PRODUCT, e));
+                }
                 out.leaf = Some(info);
             }
             Err(e) => f.push(Failure::new(checks::CERT_PARSE, format!("VCEK/VLEK: {e}"))),
@@ -472,6 +489,17 @@ pub fn verify_chain(
         }
     }
 
+    // X.509 path validation: roles, basic constraints, key usage, path length, shape.
+    if let (Some(ark), Some(inter), Some(leaf)) = (&ark, &inter, &leaf) {
+        let chain = [leaf.clone(), inter.clone(), ark.clone()];
+        for v in crate::pki::check_path(&chain, &SNP_SHAPE) {
+            f.push(Failure::new(
+                checks::CERT_PATH,
+                format!("{}: {}", v.rule.name(), v.detail),
+            ));
+        }
+    }
+
     // Validity at the verification time.
     let at = opts.at.unix_timestamp();
     let mut time_ok = ark.is_some() && inter.is_some() && leaf.is_some();
@@ -484,60 +512,158 @@ pub fn verify_chain(
 
     // Revocation.
     if let (Some(crl), Some(ark), Some(inter)) = (&opts.crl, &ark, &inter) {
-        if let Err(e) = check_crl(crl, ark, inter) {
-            f.push(Failure::new(checks::CRL, e));
-        }
+        f.extend(check_crls(crl, ark, inter, leaf.as_ref(), at));
     }
     out
 }
 
-/// Checks a CRL (DER or PEM) issued and signed by the ARK, and that it does not list the intermediate.
-pub fn check_crl(
+/// The shape of every AMD chain: VCEK/VLEK <- ASK/ASVK <- ARK (names are checked by [`verify_chain`]).
+const SNP_SHAPE: [crate::pki::Position<'static>; 3] = [
+    crate::pki::Position {
+        what: "VCEK/VLEK",
+        role: crate::pki::Role::Leaf,
+        names: &[],
+    },
+    crate::pki::Position {
+        what: "ASK/ASVK",
+        role: crate::pki::Role::Ca,
+        names: &[],
+    },
+    crate::pki::Position {
+        what: "ARK",
+        role: crate::pki::Role::Root,
+        names: &[],
+    },
+];
+
+/// Checks every CRL of a CRL file against the chain: each is issued by the ARK (covering the ASK/ASVK) or by
+/// the ASK/ASVK (covering the VCEK/VLEK), its issuer may sign CRLs, its PSS signature verifies with the
+/// issuer's key, `thisUpdate <= at < nextUpdate`, and it lists no certificate it covers.
+pub fn check_crls(
     data: &[u8],
     ark: &X509Certificate<'_>,
     inter: &X509Certificate<'_>,
-) -> Result<(), String> {
-    let der = if data.windows(10).any(|w| w == b"-----BEGIN") {
-        let pem = Pem::iter_from_buffer(data)
-            .next()
-            .ok_or("CRL file holds no PEM block")?
-            .map_err(|e| format!("CRL PEM is malformed ({e})"))?;
-        pem.contents
-    } else {
-        data.to_vec()
+    leaf: Option<&X509Certificate<'_>>,
+    at: i64,
+) -> Vec<Failure> {
+    let ders = match crate::pki::crls_from_file_bytes(data) {
+        Ok(d) => d,
+        Err(e) => return vec![Failure::new(checks::CRL, e)],
     };
-    let (_, crl) =
-        parse_x509_crl(&der).map_err(|e| format!("CRL is not a DER CertificateList ({e})"))?;
-    if crl.issuer().as_raw() != ark.subject().as_raw() {
-        return Err(format!(
-            "CRL issuer CN={} is not the ARK CN={}",
-            common_name(crl.issuer()).unwrap_or_default(),
-            common_name(ark.subject()).unwrap_or_default()
-        ));
+    let mut out = Vec::new();
+    let many = ders.len() > 1;
+    for (i, der) in ders.iter().enumerate() {
+        let tag = if many {
+            format!("CRL {} of {}", i + 1, ders.len())
+        } else {
+            "CRL".to_string()
+        };
+        out.extend(
+            check_one_crl(der, ark, inter, leaf, at)
+                .into_iter()
+                .map(|f| Failure::new(f.check, format!("{tag}: {}", f.detail))),
+        );
+    }
+    out
+}
+
+fn check_one_crl(
+    der: &[u8],
+    ark: &X509Certificate<'_>,
+    inter: &X509Certificate<'_>,
+    leaf: Option<&X509Certificate<'_>>,
+    at: i64,
+) -> Vec<Failure> {
+    let crl = match parse_x509_crl(der) {
+        Ok(([], crl)) => crl,
+        Ok((rest, _)) => {
+            return vec![Failure::new(
+                checks::CRL,
+                format!(
+                    "{} trailing bytes after the DER CertificateList",
+                    rest.len()
+                ),
+            )]
+        }
+        Err(e) => {
+            return vec![Failure::new(
+                checks::CRL,
+                format!("not a DER CertificateList ({e})"),
+            )]
+        }
+    };
+    // The issuer by name; what it covers is what it issued.
+    let (issuer, issuer_what, covered, covered_what) =
+        if crl.issuer().as_raw() == ark.subject().as_raw() {
+            (ark, "ARK", Some(inter), "ASK/ASVK")
+        } else if crl.issuer().as_raw() == inter.subject().as_raw() {
+            (inter, "ASK/ASVK", leaf, "VCEK/VLEK")
+        } else {
+            return vec![Failure::new(
+                checks::CRL,
+                format!(
+                    "CRL issuer CN={} is neither the ARK CN={} nor the ASK/ASVK CN={}",
+                    common_name(crl.issuer()).unwrap_or_default(),
+                    common_name(ark.subject()).unwrap_or_default(),
+                    common_name(inter.subject()).unwrap_or_default()
+                ),
+            )];
+        };
+    let mut out = Vec::new();
+    if let Err(e) = crate::pki::may_sign_crls(issuer) {
+        out.push(Failure::new(checks::CRL, format!("{issuer_what}: {e}")));
     }
     if crl.signature_algorithm != crl.tbs_cert_list.signature {
-        return Err("CRL outer signatureAlgorithm differs from its tbsCertList".into());
-    }
-    check_pss_params(&crl.signature_algorithm).map_err(|e| format!("CRL: {e}"))?;
-    verify_pss(
-        crl.tbs_cert_list.as_ref(),
-        &crl.signature_value.data,
-        rsa_key(ark)?,
-    )
-    .map_err(|e| format!("CRL signature by the ARK: {e}"))?;
-    let serial = inter.raw_serial();
-    if let Some(r) = crl
-        .iter_revoked_certificates()
-        .find(|r| r.raw_serial() == serial)
+        out.push(Failure::new(
+            checks::CRL,
+            "outer signatureAlgorithm differs from its tbsCertList",
+        ));
+    } else if let Err(e) = check_pss_params(&crl.signature_algorithm)
+        .and_then(|()| rsa_key(issuer))
+        .and_then(|k| verify_pss(crl.tbs_cert_list.as_ref(), &crl.signature_value.data, k))
     {
-        return Err(format!(
-            "the intermediate CN={} (serial {}) is revoked since {}",
-            common_name(inter.subject()).unwrap_or_default(),
-            inter.raw_serial_as_string(),
-            r.revocation_date
+        out.push(Failure::new(
+            checks::CRL,
+            format!("signature by the {issuer_what}: {e}"),
         ));
     }
-    Ok(())
+    for w in crate::pki::crl_window(&crl, at) {
+        out.push(match w {
+            crate::pki::CrlWindow::ThisUpdate { this_update } => Failure::new(
+                checks::CRL_THIS_UPDATE,
+                format!(
+                    "issued by the {issuer_what} with thisUpdate {}, after the verification time {}",
+                    fmt_time(this_update),
+                    fmt_time(at)
+                ),
+            ),
+            crate::pki::CrlWindow::NextUpdate { next_update: Some(n) } => Failure::new(
+                checks::CRL_NEXT_UPDATE,
+                format!(
+                    "issued by the {issuer_what} with nextUpdate {}, before the verification time {} (stale)",
+                    fmt_time(n),
+                    fmt_time(at)
+                ),
+            ),
+            crate::pki::CrlWindow::NextUpdate { next_update: None } => Failure::new(
+                checks::CRL_NEXT_UPDATE,
+                format!("issued by the {issuer_what} without nextUpdate: nothing says when it is stale"),
+            ),
+        });
+    }
+    if let Some(cert) = covered {
+        if let Some(date) = crate::pki::crl_revokes(&crl, cert) {
+            out.push(Failure::new(
+                checks::CRL,
+                format!(
+                    "the {covered_what} CN={} (serial {}) is revoked since {date}",
+                    common_name(cert.subject()).unwrap_or_default(),
+                    cert.raw_serial_as_string(),
+                ),
+            ));
+        }
+    }
+    out
 }
 
 /// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F).
@@ -586,6 +712,18 @@ pub fn verify_report_against_chain(
     chain: &ChainOutcome,
 ) -> (bool, Vec<Failure>) {
     let mut f = Vec::new();
+    if let Some(c) = report.cpuid {
+        let reported = c.family != 0 || c.model != 0 || c.stepping != 0;
+        if reported && Product::from_cpuid(c.family, c.model).is_none() {
+            f.push(Failure::new(
+                checks::PRODUCT,
+                format!(
+                    "CPUID family {:#04x} model {:#04x} is not a known SEV-SNP product (Milan, Genoa, Turin)",
+                    c.family, c.model
+                ),
+            ));
+        }
+    }
     if report.signature_algo != SIGNATURE_ALGO_ECDSA_P384_SHA384 {
         f.push(Failure::new(
             checks::SIGNATURE_ALGO,

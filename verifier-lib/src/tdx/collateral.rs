@@ -136,6 +136,184 @@ impl Collateral {
     }
 }
 
+/// Where the collateral a verification used came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CollateralSource {
+    /// The founder's `--collateral` file.
+    Founder,
+    /// The collateral the evidence carried (the founder gave none).
+    Evidence,
+    /// Handed to the library directly (`tdx-quote --collateral`, library callers).
+    Given,
+}
+
+impl CollateralSource {
+    /// A few words for the human table.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CollateralSource::Founder => "the founder's --collateral",
+            CollateralSource::Evidence => "carried in the evidence (no --collateral given)",
+            CollateralSource::Given => "--collateral",
+        }
+    }
+}
+
+/// Which collateral a verification used: its source and the issue dates and next updates of each part, so a
+/// founder can see how fresh the TCB Info, QE Identity and CRLs were.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CollateralUsed {
+    /// Where it came from.
+    pub source: CollateralSource,
+    /// The evidence carried collateral too, and it was not used (the founder's wins).
+    pub evidence_collateral_ignored: bool,
+    /// TCB Info issueDate (as signed).
+    pub tcb_info_issue_date: String,
+    /// TCB Info nextUpdate.
+    pub tcb_info_next_update: String,
+    /// TCB Info tcbEvaluationDataNumber.
+    pub tcb_evaluation_data_number: u32,
+    /// QE Identity issueDate.
+    pub qe_identity_issue_date: String,
+    /// QE Identity nextUpdate.
+    pub qe_identity_next_update: String,
+    /// Root CA CRL thisUpdate (RFC 3339).
+    pub root_ca_crl_this_update: String,
+    /// Root CA CRL nextUpdate (None: absent).
+    pub root_ca_crl_next_update: Option<String>,
+    /// PCK CRL thisUpdate.
+    pub pck_crl_this_update: String,
+    /// PCK CRL nextUpdate.
+    pub pck_crl_next_update: Option<String>,
+}
+
+impl CollateralUsed {
+    /// Rows for the human table: where the collateral came from and each part's dates.
+    pub fn rows(&self) -> Vec<(String, String)> {
+        let next = |n: &Option<String>| n.clone().unwrap_or_else(|| "none".into());
+        let mut source = self.source.describe().to_string();
+        if self.evidence_collateral_ignored {
+            source.push_str("; the evidence's own collateral was NOT used");
+        }
+        vec![
+            ("collateral".into(), source),
+            (
+                "tcb info".into(),
+                format!(
+                    "issued {}, next update {} (evaluation data number {})",
+                    self.tcb_info_issue_date,
+                    self.tcb_info_next_update,
+                    self.tcb_evaluation_data_number
+                ),
+            ),
+            (
+                "qe identity".into(),
+                format!(
+                    "issued {}, next update {}",
+                    self.qe_identity_issue_date, self.qe_identity_next_update
+                ),
+            ),
+            (
+                "root ca crl".into(),
+                format!(
+                    "this update {}, next update {}",
+                    self.root_ca_crl_this_update,
+                    next(&self.root_ca_crl_next_update)
+                ),
+            ),
+            (
+                "pck crl".into(),
+                format!(
+                    "this update {}, next update {}",
+                    self.pck_crl_this_update,
+                    next(&self.pck_crl_next_update)
+                ),
+            ),
+        ]
+    }
+}
+
+fn rfc3339(t: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(t)
+        .ok()
+        .and_then(|d| {
+            d.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("@{t}"))
+}
+
+impl Collateral {
+    /// What this collateral is, for the output: source and dates.
+    pub fn used(&self, source: CollateralSource) -> CollateralUsed {
+        let (rt, rn) = self.root_ca_crl.window();
+        let (pt, pn) = self.pck_crl.window();
+        CollateralUsed {
+            source,
+            evidence_collateral_ignored: false,
+            tcb_info_issue_date: self.tcb_info.issue_date.clone(),
+            tcb_info_next_update: self.tcb_info.next_update.clone(),
+            tcb_evaluation_data_number: self.tcb_info.tcb_evaluation_data_number,
+            qe_identity_issue_date: self.qe_identity.issue_date.clone(),
+            qe_identity_next_update: self.qe_identity.next_update.clone(),
+            root_ca_crl_this_update: rfc3339(rt),
+            root_ca_crl_next_update: rn.map(rfc3339),
+            pck_crl_this_update: rfc3339(pt),
+            pck_crl_next_update: pn.map(rfc3339),
+        }
+    }
+}
+
+/// The collateral chosen for TDX evidence, and from where.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen<'a> {
+    /// The collateral JSON bytes.
+    pub bytes: &'a [u8],
+    /// Where they came from.
+    pub source: CollateralSource,
+    /// The evidence carried collateral that was not used.
+    pub evidence_ignored: bool,
+}
+
+/// Chooses the collateral for TDX evidence. The founder's `--collateral` wins whenever it is given: the
+/// evidence's collateral was chosen by the host, which could ship older (still valid) TCB Info and CRLs that
+/// hide a newer revocation or TCB recovery; the founder's was fetched by the party the verdict serves. The
+/// evidence's collateral is used only when the founder gave none. The reserved map form of evidence collateral
+/// is refused (docs/evidence-format.md: readers that do not know it refuse it), whatever the founder gave.
+pub fn choose_for_evidence<'a>(
+    evidence: Option<&'a attestation::evidence::Collateral>,
+    founder: Option<&'a [u8]>,
+) -> Result<Option<Chosen<'a>>, String> {
+    use attestation::evidence::Collateral as C;
+    let carried = match evidence {
+        None => None,
+        Some(C::Bytes(b)) => Some(b.as_slice()),
+        Some(C::Map(m)) => {
+            return Err(format!(
+                "the evidence carries collateral in the reserved map form (keys {}); only the byte-string \
+                 form (collateral.json) is defined",
+                m.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        }
+        #[allow(unreachable_patterns)]
+        Some(_) => return Err("the evidence carries collateral in an unknown form".into()),
+    };
+    Ok(match (founder, carried) {
+        (Some(f), c) => Some(Chosen {
+            bytes: f,
+            source: CollateralSource::Founder,
+            evidence_ignored: c.is_some(),
+        }),
+        (None, Some(c)) => Some(Chosen {
+            bytes: c,
+            source: CollateralSource::Evidence,
+            evidence_ignored: false,
+        }),
+        (None, None) => None,
+    })
+}
+
 /// TCB Info (TDX, version 3) as Intel's PCS publishes it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,11 +12,12 @@ pub mod x509;
 
 use serde::Serialize;
 
-pub use collateral::{Collateral, CollateralError};
+pub use collateral::{Collateral, CollateralError, CollateralSource, CollateralUsed};
 pub use policy::Policy;
 pub use tcb::{TcbEvaluation, TcbStatus};
 pub use verify::{
-    verify_quote, verify_quote_for_evidence, verify_quote_parsed, INTEL_QE_VENDOR_ID,
+    verify_quote, verify_quote_for_evidence, verify_quote_for_evidence_chosen, verify_quote_parsed,
+    INTEL_QE_VENDOR_ID,
 };
 
 use attestation::tdx::{Quote, QuoteError};
@@ -81,6 +82,9 @@ pub struct Authenticity {
     pub pck_chain_signatures: bool,
     /// Every certificate of the PCK chain is valid at the verification time.
     pub pck_chain_time: bool,
+    /// The PCK chain passes path validation: exactly PCK leaf <- PCK CA <- root, issuers are CAs with
+    /// keyCertSign, the leaf is not a CA, path lengths hold (see [`crate::pki`]).
+    pub pck_chain_path: bool,
     /// The root the chain ends in (None when the chain is unreadable).
     pub root: Option<Root>,
 }
@@ -119,6 +123,8 @@ pub struct TdxVerification {
     pub authenticity: Authenticity,
     /// Collateral results (None without collateral).
     pub collateral: Option<CollateralChecks>,
+    /// Which collateral was used (source, issue dates, next updates); None without collateral.
+    pub collateral_used: Option<collateral::CollateralUsed>,
     /// The PCK certificate's SGX extensions (None when unreadable).
     pub pck: Option<pck::PckExtensions>,
     /// The TCB evaluation (None without collateral or PCK extensions).

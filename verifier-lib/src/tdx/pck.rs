@@ -50,7 +50,7 @@ fn entries<'a>(
     let seq = obj
         .as_sequence()
         .map_err(|_| PckError::Malformed(format!("{at}: not a SEQUENCE")))?;
-    let mut out = Vec::new();
+    let mut out: Vec<(String, &'a BerObject<'a>)> = Vec::new();
     for (i, e) in seq.iter().enumerate() {
         let pair = e
             .as_sequence()
@@ -61,7 +61,14 @@ fn entries<'a>(
         let oid = oid
             .as_oid()
             .map_err(|_| PckError::Malformed(format!("{at}[{i}]: no OID")))?;
-        out.push((oid.to_id_string(), val));
+        let oid = oid.to_id_string();
+        // A repeated entry (two FMSPCs, two TCBs) would let two readers see two platforms.
+        if out.iter().any(|(o, _)| *o == oid) {
+            return Err(PckError::Malformed(format!(
+                "{at}[{i}]: {oid} appears twice"
+            )));
+        }
+        out.push((oid, val));
     }
     Ok(out)
 }

@@ -1,6 +1,7 @@
 //! Acceptability of an authentic TDX quote: one declarative `Policy` that every `tdx-quote` flag maps to.
 //! Defaults: TCB status UpToDate or SWHardeningNeeded, debug TDs forbidden, SEPT_VE_DISABLE required,
-//! MR_SERVICETD zero, collateral required, no expected measurement unless given.
+//! MIGRATABLE and PERFMON forbidden, every TD attribute bit this verifier does not know refused, MR_SERVICETD
+//! zero, collateral required, no expected measurement unless given.
 
 use std::collections::BTreeSet;
 
@@ -20,6 +21,10 @@ pub struct Policy {
     pub allow_debug: bool,
     /// Require TD attribute SEPT_VE_DISABLE.
     pub require_sept_ve_disable: bool,
+    /// Accept TD attribute MIGRATABLE (bit 29): a migration TD chosen by the host could move the TD's state.
+    pub allow_migratable: bool,
+    /// Accept TD attribute PERFMON (bit 63): the TD may use the PMU, a timing side channel the run never needs.
+    pub allow_perfmon: bool,
     /// Accept a non-zero MR_SERVICETD (TD 1.5 quotes).
     pub allow_service_td: bool,
     /// Require collateral (TCB status, revocation); without it the TCB cannot be judged.
@@ -32,6 +37,8 @@ pub struct Policy {
     pub mr_config_id: Option<[u8; 48]>,
     /// Expected MROWNER.
     pub mr_owner: Option<[u8; 48]>,
+    /// Expected MROWNERCONFIG.
+    pub mr_owner_config: Option<[u8; 48]>,
     /// Expected XFAM.
     pub xfam: Option<[u8; 8]>,
     /// Expected TD attributes (all 64 bits).
@@ -51,12 +58,15 @@ impl Default for Policy {
             denied_advisories: BTreeSet::new(),
             allow_debug: false,
             require_sept_ve_disable: true,
+            allow_migratable: false,
+            allow_perfmon: false,
             allow_service_td: false,
             require_collateral: true,
             mrtd: Vec::new(),
             rtmr: [None; 4],
             mr_config_id: None,
             mr_owner: None,
+            mr_owner_config: None,
             xfam: None,
             td_attributes: None,
             min_tee_tcb_svn: None,
@@ -73,6 +83,16 @@ fn eq_check(failures: &mut Vec<Failure>, check: &str, seen: &[u8], want: Option<
     }
 }
 
+/// TD attribute bits this verifier knows: DEBUG (0), SEPT_VE_DISABLE (28), MIGRATABLE (29), PKS (30), KL (31),
+/// PERFMON (63). Any other bit is reserved or not yet understood, and refused whatever the policy: its meaning
+/// for the TD's isolation is not known here.
+pub const KNOWN_TD_ATTRIBUTES: u64 =
+    1 | (1 << 28) | TD_ATTRIBUTE_MIGRATABLE | (1 << 30) | (1 << 31) | TD_ATTRIBUTE_PERFMON;
+/// TD attribute MIGRATABLE (bit 29).
+pub const TD_ATTRIBUTE_MIGRATABLE: u64 = 1 << 29;
+/// TD attribute PERFMON (bit 63).
+pub const TD_ATTRIBUTE_PERFMON: u64 = 1 << 63;
+
 impl Policy {
     /// Checks the TD fields of `quote` against this policy, pushing every failure.
     pub fn check_td(&self, quote: &Quote, failures: &mut Vec<Failure>) {
@@ -83,6 +103,32 @@ impl Policy {
                 "td_attributes.debug",
                 "set (debug TD)",
                 "clear (--allow-debug to accept)",
+            ));
+        }
+        if attrs.0 & TD_ATTRIBUTE_MIGRATABLE != 0 && !self.allow_migratable {
+            failures.push(Failure::new(
+                "td_attributes.migratable",
+                "set (MIGRATABLE)",
+                "clear (--allow-migratable to accept)",
+            ));
+        }
+        if attrs.0 & TD_ATTRIBUTE_PERFMON != 0 && !self.allow_perfmon {
+            failures.push(Failure::new(
+                "td_attributes.perfmon",
+                "set (PERFMON)",
+                "clear (--allow-perfmon to accept)",
+            ));
+        }
+        let unknown = attrs.0 & !KNOWN_TD_ATTRIBUTES;
+        if unknown != 0 {
+            let bits: Vec<String> = (0..64)
+                .filter(|b| unknown & (1u64 << b) != 0)
+                .map(|b| b.to_string())
+                .collect();
+            failures.push(Failure::new(
+                "td_attributes.reserved",
+                format!("bit(s) {} set", bits.join(", ")),
+                "only DEBUG, SEPT_VE_DISABLE, MIGRATABLE, PKS, KL, PERFMON (bits 0, 28-31, 63)",
             ));
         }
         if self.require_sept_ve_disable && !attrs.sept_ve_disable() {
@@ -128,6 +174,12 @@ impl Policy {
             "mr_owner",
             &td.mr_owner,
             self.mr_owner.as_ref().map(|w| &w[..]),
+        );
+        eq_check(
+            failures,
+            "mr_owner_config",
+            &td.mr_owner_config,
+            self.mr_owner_config.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,

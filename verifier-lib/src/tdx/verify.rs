@@ -17,6 +17,7 @@ use super::{
     Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
     VerifyOptions,
 };
+use crate::pki;
 
 /// The QE vendor ID of Intel's quoting enclaves (939a7233-f79c-4ca9-940a-0db3957f0607).
 pub const INTEL_QE_VENDOR_ID: [u8; 16] = [
@@ -93,6 +94,98 @@ fn root_kind(root: &Cert) -> Root {
     }
 }
 
+/// Intel's names for the positions of its chains (root kind Intel); chains under another root are checked for
+/// roles, constraints and shape, and their names are left to the sim (they say SIMULATED).
+const INTEL_ROOT_CN: &[&str] = &["Intel SGX Root CA"];
+const INTEL_PCK_CA_CN: &[&str] = &["Intel SGX PCK Platform CA", "Intel SGX PCK Processor CA"];
+const INTEL_PCK_CN: &[&str] = &["Intel SGX PCK Certificate"];
+const INTEL_TCB_SIGNING_CN: &[&str] = &["Intel SGX TCB Signing"];
+
+/// The exact shapes of Intel's chains: PCK leaf <- PCK CA <- root; TCB Signing <- root; PCK CA <- root (the
+/// PCK CRL issuer chain).
+fn shape(kind: &str, intel: bool) -> Vec<pki::Position<'static>> {
+    let n = |names: &'static [&'static str]| if intel { names } else { &[][..] };
+    let root = pki::Position {
+        what: "root",
+        role: pki::Role::Root,
+        names: n(INTEL_ROOT_CN),
+    };
+    let ca = pki::Position {
+        what: "PCK CA",
+        role: pki::Role::Ca,
+        names: n(INTEL_PCK_CA_CN),
+    };
+    match kind {
+        "pck" => vec![
+            pki::Position {
+                what: "PCK leaf",
+                role: pki::Role::Leaf,
+                names: n(INTEL_PCK_CN),
+            },
+            ca,
+            root,
+        ],
+        "pck_crl_issuer" => vec![ca, root],
+        _ => vec![
+            pki::Position {
+                what: "TCB Signing",
+                role: pki::Role::Leaf,
+                names: n(INTEL_TCB_SIGNING_CN),
+            },
+            root,
+        ],
+    }
+}
+
+/// Path validation of `chain` against `shape` ([`pki::check_path`]); failures are `<prefix>.shape` or
+/// `<prefix>.<leaf|ca|root>.<rule>` (rule names with underscores).
+fn check_path(
+    failures: &mut Vec<Failure>,
+    prefix: &str,
+    chain: &[Cert],
+    shape: &[pki::Position<'_>],
+) -> bool {
+    let parsed: Vec<_> = chain.iter().map(Cert::parsed).collect();
+    let violations = pki::check_path(&parsed, shape);
+    let ok = violations.is_empty();
+    for v in violations {
+        let rule = v.rule.name().replace('-', "_");
+        let check = match v.index {
+            None => format!("{prefix}.shape"),
+            Some(i) => format!("{}.{rule}", cert_role(i, chain.len(), prefix)),
+        };
+        let wanted = match v.rule {
+            pki::Rule::ChainShape => shape
+                .iter()
+                .map(|p| p.what)
+                .collect::<Vec<_>>()
+                .join(" <- "),
+            pki::Rule::BasicConstraints => "an issuer with basicConstraints CA:TRUE".into(),
+            pki::Rule::KeyUsage => {
+                "keyCertSign on issuers, digitalSignature and no keyCertSign on leaves".into()
+            }
+            pki::Rule::LeafIsCa => "an end entity (CA:FALSE)".into(),
+            pki::Rule::PathLength => "path length within every pathLenConstraint".into(),
+            pki::Rule::IssuerName => "each issuer name equal to the next subject".into(),
+            pki::Rule::SubjectName => "Intel's subject for this position".into(),
+            pki::Rule::CriticalExtension => {
+                "only critical extensions the verifier processes".into()
+            }
+            _ => "well-formed extensions".into(),
+        };
+        failures.push(Failure::new(check, v.detail, wanted));
+    }
+    ok
+}
+
+/// Whether a certificate carries Intel's SGX (PCK) extension.
+fn is_pck(cert: &Cert) -> bool {
+    cert.parsed()
+        .extensions()
+        .iter()
+        .any(|e| e.oid.to_id_string() == super::pck::SGX_EXTENSIONS_OID)
+}
+
 /// Parses and verifies a quote (see [`verify_quote_parsed`]).
 pub fn verify_quote(bytes: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
     let quote = Quote::parse(bytes)?;
@@ -130,6 +223,31 @@ pub fn verify_quote_for_evidence(
         allow_simulated,
     };
     Ok(verify_quote_parsed(quote, chain, &opts))
+}
+
+/// As [`verify_quote_for_evidence`] with collateral chosen by [`super::collateral::choose_for_evidence`]: the
+/// result names where the collateral came from and whether the evidence's own was set aside.
+pub fn verify_quote_for_evidence_chosen(
+    report: &[u8],
+    certs: &[Vec<u8>],
+    chosen: Option<super::collateral::Chosen<'_>>,
+    at: i64,
+    policy: &Policy,
+    allow_simulated: bool,
+) -> Result<TdxVerification, TdxError> {
+    let mut v = verify_quote_for_evidence(
+        report,
+        certs,
+        chosen.map(|c| c.bytes),
+        at,
+        policy,
+        allow_simulated,
+    )?;
+    if let (Some(used), Some(c)) = (v.collateral_used.as_mut(), chosen) {
+        used.source = c.source;
+        used.evidence_collateral_ignored = c.evidence_ignored;
+    }
+    Ok(v)
 }
 
 /// Verifies a parsed quote; `chain` overrides the PCK chain carried in the quote.
@@ -224,6 +342,12 @@ pub fn verify_quote_parsed(
         auth.pck_chain_time = times;
         let root = root_kind(&chain[chain.len() - 1]);
         auth.root = Some(root);
+        auth.pck_chain_path = check_path(
+            &mut failures,
+            "pck_chain",
+            chain,
+            &shape("pck", root == Root::Intel),
+        );
         if root == Root::Simulated {
             simulated = true;
             if !opts.allow_simulated {
@@ -241,7 +365,21 @@ pub fn verify_quote_parsed(
             }
         }
         match PckExtensions::from_cert(&chain[0]) {
-            Ok(p) => pck = Some(p),
+            Ok(p) => {
+                // CPUSVN (.2.18) and the 16 component SVNs (.2.1-.2.16) are the same TCB; the evaluation uses
+                // the components, so a certificate where they differ says two things at once.
+                if p.cpusvn != p.sgx_tcb_components {
+                    failures.push(Failure::new(
+                        "pck_chain.leaf.sgx_extensions.cpusvn",
+                        hex::encode(&p.cpusvn),
+                        format!(
+                            "the TCB component SVNs {}",
+                            hex::encode(p.sgx_tcb_components)
+                        ),
+                    ));
+                }
+                pck = Some(p)
+            }
             Err(e) => failures.push(Failure::new(
                 "pck_chain.leaf.sgx_extensions",
                 e,
@@ -323,6 +461,9 @@ pub fn verify_quote_parsed(
         simulated,
         authenticity: auth,
         collateral: coll_checks,
+        collateral_used: opts
+            .collateral
+            .map(|c| c.used(super::CollateralSource::Given)),
         pck,
         tcb: tcb_eval,
         at,
@@ -357,16 +498,27 @@ fn check_signed_body(
     pck_root: Option<&Cert>,
     at: i64,
 ) -> (bool, bool, bool) {
-    let (sigs, times) = check_chain(failures, &format!("{name}_issuer_chain"), chain, at);
-    let mut chain_ok = sigs && times && chain.len() >= 2;
-    if chain.len() < 2 {
-        failures.push(Failure::new(
-            format!("{name}_issuer_chain"),
-            format!("{} certificate(s)", chain.len()),
-            "signer, root",
-        ));
-    }
+    let prefix = format!("{name}_issuer_chain");
+    let (sigs, times) = check_chain(failures, &prefix, chain, at);
     let root = &chain[chain.len() - 1];
+    // Only the Intel SGX TCB Signing certificate, issued directly by the pinned root, may sign TCB Info and
+    // QE Identity: whatever else chains to the root (a PCK leaf, a PCK CA) is refused.
+    let intel = root_kind(root) == Root::Intel;
+    let path_ok = check_path(failures, &prefix, chain, &shape("tcb_signing", intel));
+    let signer_ok = if is_pck(&chain[0]) {
+        failures.push(Failure::new(
+            format!("{prefix}.leaf.role"),
+            format!(
+                "{} (a PCK certificate: it carries the SGX extensions)",
+                chain[0].subject()
+            ),
+            "the SGX TCB Signing certificate",
+        ));
+        false
+    } else {
+        true
+    };
+    let mut chain_ok = sigs && times && path_ok && signer_ok;
     let anchor_ok = match pck_root {
         Some(r) => r.spki_sha256() == root.spki_sha256(),
         None => root.spki_sha256() == INTEL_SGX_ROOT_CA_SPKI_SHA256,
@@ -496,6 +648,13 @@ fn check_collateral(
     let mut crl_fresh = true;
     let mut none_revoked = true;
     if let Some(root) = pck_root {
+        if let Err(e) = pki::may_sign_crls(&root.parsed()) {
+            failures.push(Failure::new(
+                "root_ca_crl.issuer",
+                e,
+                "an issuer with cRLSign",
+            ));
+        }
         match coll.root_ca_crl.signed_by(root) {
             Ok(()) => c.root_ca_crl_signature = true,
             Err(e) => failures.push(Failure::new(
@@ -506,6 +665,9 @@ fn check_collateral(
         }
     }
     if let Some(ca) = pck_ca {
+        if let Err(e) = pki::may_sign_crls(&ca.parsed()) {
+            failures.push(Failure::new("pck_crl.issuer", e, "an issuer with cRLSign"));
+        }
         match coll.pck_crl.signed_by(ca) {
             Ok(()) => c.pck_crl_signature = true,
             Err(e) => failures.push(Failure::new(
@@ -513,6 +675,15 @@ fn check_collateral(
                 e,
                 format!("signed by {}", ca.subject()),
             )),
+        }
+        if !coll.pck_crl_issuer_chain.is_empty() {
+            let intel = pck_root.is_some_and(|r| root_kind(r) == Root::Intel);
+            check_path(
+                failures,
+                "pck_crl_issuer_chain",
+                &coll.pck_crl_issuer_chain,
+                &shape("pck_crl_issuer", intel),
+            );
         }
         match coll.pck_crl_issuer_chain.first() {
             Some(first) if first.spki_sha256() == ca.spki_sha256() => {}
@@ -558,41 +729,33 @@ fn check_collateral(
         }
     }
     c.fresh &= crl_fresh;
+    // Revocation: every certificate of every chain is looked up in the CRL its issuer publishes (the root CA
+    // CRL covers what the root issued: PCK CAs, TCB Signing; the PCK CRL covers what the PCK CA issued).
+    let mut certs: Vec<(String, &Cert)> = Vec::new();
     if let Some(ch) = chain {
-        if coll.pck_crl.revokes(&ch[0].serial()) {
-            failures.push(Failure::new(
-                "pck_chain.leaf.revoked",
-                hex::encode(ch[0].serial()),
-                "not in the PCK CRL",
-            ));
-            none_revoked = false;
-        }
-        for (i, cert) in ch
-            .iter()
-            .enumerate()
-            .skip(1)
-            .take(ch.len().saturating_sub(2))
-        {
-            if coll.root_ca_crl.revokes(&cert.serial()) {
-                failures.push(Failure::new(
-                    format!("{}.revoked", cert_role(i, ch.len(), "pck_chain")),
-                    hex::encode(cert.serial()),
-                    "not in the root CA CRL",
-                ));
-                none_revoked = false;
-            }
+        for (i, cert) in ch.iter().enumerate().take(ch.len().saturating_sub(1)) {
+            certs.push((cert_role(i, ch.len(), "pck_chain"), cert));
         }
     }
     for (name, ch) in [
         ("tcb_info_issuer_chain", &coll.tcb_info_issuer_chain),
         ("qe_identity_issuer_chain", &coll.qe_identity_issuer_chain),
+        ("pck_crl_issuer_chain", &coll.pck_crl_issuer_chain),
     ] {
-        if let Some(signer) = ch.first().filter(|_| ch.len() >= 2) {
-            if coll.root_ca_crl.revokes(&signer.serial()) {
+        for (i, cert) in ch.iter().enumerate().take(ch.len().saturating_sub(1)) {
+            certs.push((cert_role(i, ch.len(), name), cert));
+        }
+    }
+    for (role, cert) in certs {
+        for (crl_name, crl) in [
+            ("root_ca_crl", &coll.root_ca_crl),
+            ("pck_crl", &coll.pck_crl),
+        ] {
+            if crl.covers(cert) && crl.revokes(&cert.serial()) {
                 failures.push(Failure::new(
-                    format!("{name}.leaf.revoked"),
-                    hex::encode(signer.serial()),
-                    "not in the root CA CRL",
+                    format!("{role}.revoked"),
+                    hex::encode(cert.serial()),
+                    format!("not in the {crl_name} CRL"),
                 ));
                 none_revoked = false;
             }

@@ -253,6 +253,11 @@ impl Crl {
         )
     }
 
+    /// Whether this CRL is the one `cert`'s issuer publishes (CRL issuer name == certificate issuer name).
+    pub fn covers(&self, cert: &Cert) -> bool {
+        self.parsed().issuer().as_raw() == cert.parsed().issuer().as_raw()
+    }
+
     /// Whether `serial` (no leading zeros) is listed.
     pub fn revokes(&self, serial: &[u8]) -> bool {
         self.parsed()
