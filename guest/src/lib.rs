@@ -2,3 +2,6 @@
 //! guest agent.
 
 pub mod fence;
+
+pub mod agent;
+pub mod channel;

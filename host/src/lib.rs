@@ -2,4 +2,6 @@
 //! `fenced-run` CLI.
 
 pub mod cli;
+pub mod image;
 pub mod sim;
+pub mod vm;

@@ -1,6 +1,6 @@
-//! `guest-agent`: the guest's init and job agent. The VM job protocol is not built yet; today it runs the fence
-//! helper when re-executed as one, and `guest-agent fence JOB.toml|BUNDLE` runs intake and then the job in the process tier and prints
-//! the verdict JSON (the same code the VM will run).
+//! `guest-agent`: the guest's init and job agent. As PID 1 (the `vm` tier's `/init`) it runs the job protocol
+//! of docs/vm.md (`guest::agent`); re-executed as the fence helper it runs that; and `guest-agent fence
+//! JOB.toml|BUNDLE` runs intake and then the job in the process tier and prints the verdict JSON.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +9,9 @@ fn main() -> ExitCode {
     // The re-executed fence helper must start before any thread exists.
     guest::fence::helper::dispatch();
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if std::process::id() == 1 {
+        guest::agent::pid1_main(&args);
+    }
     match args.as_slice() {
         [cmd, job] if cmd == "fence" => {
             let opts = guest::fence::run::RunOptions::new(
@@ -36,7 +39,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: guest-agent fence JOB.toml   (the VM job protocol is not implemented yet)"
+                "usage: guest-agent fence JOB.toml   (as PID 1 it runs the vm tier's job protocol)"
             );
             ExitCode::from(2)
         }

@@ -20,6 +20,8 @@ enum Command {
     Run(cli::run::Args),
     /// Run intake stages 1-5 on a bundle (nothing is executed) and print every finding.
     Intake(cli::intake::Args),
+    /// Build the vm tier's guest image (kernel, initramfs with guest-agent as /init, manifest).
+    Image(cli::image::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +44,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => cli::demo::run(args),
         Command::Run(args) => cli::run::run(args),
         Command::Intake(args) => cli::intake::run(args),
+        Command::Image(args) => cli::image::run(args),
     }
 }

@@ -1,8 +1,10 @@
 //! The subcommands of `fenced-run`, one module each; the binary only dispatches.
 
 pub mod demo;
+pub mod image;
 pub mod intake;
 pub mod run;
+pub mod vm;
 
 /// The operator's configuration named by `--operator-config` (the built-in defaults without one), or a
 /// message naming the flag and the file.

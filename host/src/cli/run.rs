@@ -14,9 +14,12 @@ pub struct Args {
     /// The job: a job file (TOML, see docs/job-file.md) or a bundle (a directory, .tar, .tar.gz or .zip whose
     /// root holds `job.toml`). Intake stages 1-5 run on it before anything executes.
     pub job: PathBuf,
-    /// The isolation tier; only `process` (Linux namespaces on this host) runs from this command.
+    /// The isolation tier: `process` (Linux namespaces on this host) or `vm` (a QEMU guest, docs/vm.md).
     #[arg(long, default_value = "process", value_name = "TIER")]
     pub isolation: String,
+    /// The guest image of the `vm` tier (`fenced-run image build --out DIR`; default target/vm-image).
+    #[arg(long, value_name = "DIR")]
+    pub image: Option<PathBuf>,
     /// Print the verdict as JSON (the contract form) instead of a summary.
     #[arg(long)]
     pub json: bool,
@@ -34,9 +37,9 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    if args.isolation != "process" {
+    if args.isolation != "process" && args.isolation != "vm" {
         eprintln!(
-            "fenced-run run: --isolation {}: only `process` runs from this command (vm, sev-snp and tdx launch a guest)",
+            "fenced-run run: --isolation {}: only `process` and `vm` run from this command (sev-snp and tdx are not built yet)",
             escape(&args.isolation)
         );
         return ExitCode::from(2);
@@ -58,6 +61,9 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => guest::fence::run::random_nonce(),
     };
+    if args.isolation == "vm" {
+        return super::vm::run(&args, nonce);
+    }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     let session = match &args.evidence {
         Some(_) => match crate::sim::begin_process_session(&nonce) {
@@ -107,7 +113,8 @@ pub fn run(args: Args) -> ExitCode {
 /// Lines of the test phase's output tail the summary shows.
 pub const SUMMARY_TAIL_LINES: usize = 20;
 
-fn print_verdict(v: &Verdict, json: bool) {
+/// Prints a verdict as the summary or, with `json`, the contract form.
+pub(crate) fn print_verdict(v: &Verdict, json: bool) {
     if json {
         println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
         return;

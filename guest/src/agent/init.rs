@@ -1,0 +1,175 @@
+//! PID 1's own set-up in the guest: mounts, the move out of the initramfs into a tmpfs (`pivot_root` refuses the
+//! initial rootfs, and the fence needs both `pivot_root` and user namespaces), cgroup2, kernel modules, power-off.
+
+use nix::mount::{mount, MsFlags};
+use std::path::Path;
+
+/// Where the tmpfs root is assembled before it is moved over `/`.
+const NEW_ROOT: &str = "/newroot";
+/// The list of modules to load, one path per line, dependencies first (written by `fenced-run image build`).
+pub const MODULE_LIST: &str = "/lib/modules/fenced-run.load";
+
+fn mnt(
+    src: &str,
+    target: &str,
+    fstype: &str,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<(), String> {
+    std::fs::create_dir_all(target).map_err(|e| format!("mkdir {target}: {e}"))?;
+    mount(Some(src), target, Some(fstype), flags, data)
+        .map_err(|e| format!("mount {fstype} on {target}: {e}"))
+}
+
+/// Stage 1 (on the initramfs): mounts /proc, /sys and /dev, copies the initramfs into a tmpfs, moves that over
+/// `/` and chroots into it. The caller then re-executes `/init` from the new root.
+pub fn stage1() -> Result<(), String> {
+    let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV;
+    mnt("proc", "/proc", "proc", nosuid, None)?;
+    mnt("sysfs", "/sys", "sysfs", nosuid, None)?;
+    mnt(
+        "devtmpfs",
+        "/dev",
+        "devtmpfs",
+        MsFlags::MS_NOSUID,
+        Some("mode=0755"),
+    )?;
+    mnt(
+        "tmpfs",
+        NEW_ROOT,
+        "tmpfs",
+        MsFlags::empty(),
+        Some("mode=0755"),
+    )?;
+    let skip = ["proc", "sys", "dev", "newroot"];
+    let top = std::fs::read_dir("/").map_err(|e| format!("read /: {e}"))?;
+    for entry in top {
+        let entry = entry.map_err(|e| format!("read /: {e}"))?;
+        let name = entry.file_name();
+        if skip.iter().any(|s| name == *s) {
+            continue;
+        }
+        copy_tree(&entry.path(), &Path::new(NEW_ROOT).join(&name))?;
+    }
+    for m in ["proc", "sys", "dev"] {
+        let target = format!("{NEW_ROOT}/{m}");
+        std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {target}: {e}"))?;
+        mount(
+            Some(format!("/{m}").as_str()),
+            target.as_str(),
+            None::<&str>,
+            MsFlags::MS_MOVE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("move /{m} to {target}: {e}"))?;
+    }
+    std::env::set_current_dir(NEW_ROOT).map_err(|e| format!("chdir {NEW_ROOT}: {e}"))?;
+    mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
+        .map_err(|e| format!("move {NEW_ROOT} over /: {e}"))?;
+    nix::unistd::chroot(".").map_err(|e| format!("chroot {NEW_ROOT}: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in walkdir::WalkDir::new(from).follow_links(false) {
+        let entry = entry.map_err(|e| format!("walk {}: {e}", from.display()))?;
+        let rel = entry.path().strip_prefix(from).unwrap_or(Path::new(""));
+        let dst = if rel.as_os_str().is_empty() {
+            to.to_path_buf()
+        } else {
+            to.join(rel)
+        };
+        let ft = entry.file_type();
+        let err = |e: std::io::Error| {
+            format!("copy {} to {}: {e}", entry.path().display(), dst.display())
+        };
+        if ft.is_dir() {
+            std::fs::create_dir_all(&dst).map_err(err)?;
+            let mode = entry
+                .metadata()
+                .map_err(|e| format!("{e}"))?
+                .permissions()
+                .mode();
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode)).map_err(err)?;
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(entry.path()).map_err(err)?;
+            std::os::unix::fs::symlink(target, &dst).map_err(err)?;
+        } else if ft.is_file() {
+            std::fs::copy(entry.path(), &dst).map_err(err)?;
+        }
+        // Device nodes (only /dev/console) stay behind: devtmpfs provides them.
+    }
+    Ok(())
+}
+
+/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the kernel modules, configfs. Returns a note per module
+/// that did not load (ENODEV from `sev-guest`/`tdx-guest` in a plain VM means "not this TEE" and is no note).
+pub fn stage2() -> Result<Vec<String>, String> {
+    let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mnt(
+        "cgroup2",
+        "/sys/fs/cgroup",
+        "cgroup2",
+        nosuid | MsFlags::MS_NOEXEC,
+        None,
+    )?;
+    mnt("tmpfs", "/tmp", "tmpfs", nosuid, Some("mode=1777"))?;
+    mnt("tmpfs", "/run", "tmpfs", nosuid, Some("mode=0755"))?;
+    let mut notes = Vec::new();
+    let list = std::fs::read_to_string(MODULE_LIST).unwrap_or_default();
+    for line in list.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Err(e) = load_module(Path::new(line)) {
+            notes.push(e);
+        }
+        if line.contains("/configfs.") {
+            let _ = mnt(
+                "configfs",
+                "/sys/kernel/config",
+                "configfs",
+                nosuid | MsFlags::MS_NOEXEC,
+                None,
+            );
+        }
+    }
+    // Set while the agent is still single-threaded.
+    std::env::set_var("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
+    std::env::set_var("HOME", "/root");
+    Ok(notes)
+}
+
+/// Loads one module file (`.ko` or `.ko.xz`, which the kernel decompresses itself).
+fn load_module(path: &Path) -> Result<(), String> {
+    use nix::kmod::{finit_module, ModuleInitFlags};
+    let f = std::fs::File::open(path).map_err(|e| format!("module {}: {e}", path.display()))?;
+    let compressed = path
+        .extension()
+        .is_some_and(|e| e == "xz" || e == "zst" || e == "gz");
+    // MODULE_INIT_COMPRESSED_FILE (4): the kernel decompresses the file.
+    let flags = if compressed {
+        ModuleInitFlags::from_bits_retain(4)
+    } else {
+        ModuleInitFlags::empty()
+    };
+    match finit_module(&f, c"", flags) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => Ok(()),
+        // sev-guest and tdx-guest in a VM that is not that TEE.
+        Err(nix::errno::Errno::ENODEV) => {
+            eprintln!(
+                "guest-agent: {}: no such device here (not this TEE)",
+                path.display()
+            );
+            Ok(())
+        }
+        Err(e) => Err(format!("module {}: {e}", path.display())),
+    }
+}
+
+/// Flushes file systems and powers the VM off (never returns; QEMU exits).
+pub fn power_off() -> ! {
+    nix::unistd::sync();
+    let _ = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_POWER_OFF);
+    // Only reached when not PID 1 or without CAP_SYS_BOOT.
+    std::process::exit(1)
+}

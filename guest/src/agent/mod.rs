@@ -1,0 +1,296 @@
+//! The guest agent as PID 1 of the `vm` tier: set up the guest, take the job header over the channel, get the
+//! report **before** any byte of the job is unpacked, then run intake and the fence exactly as the process tier
+//! does, send the sealed evidence back, wait for the host's acknowledgement and power off.
+//!
+//! Every failure of the agent's own after the report ends in evidence (`refused` or `environment_exhausted`
+//! with the reason); before the report there is no key to sign with, so the agent sends a `Failure` frame and
+//! prints the reason on the console. A panic prints its message on the console and powers the VM off.
+
+pub mod init;
+pub mod tee;
+
+use crate::channel::{self, ChannelError, FrameType, JobHeader};
+use crate::fence::run::{run_input, EgressProvider, EgressSession, RunOptions, AGENT_VERSION};
+use attestation::session::Session;
+use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
+use intake::job::AllowEntry;
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The argument `/init` is re-executed with once it runs from the tmpfs root.
+pub const SWITCHED_ARG: &str = "--fenced-run-switched";
+/// How long the agent waits for the port to appear and for the host's acknowledgement.
+const PORT_WAIT: Duration = Duration::from_secs(20);
+const ACK_WAIT: Duration = Duration::from_secs(60);
+
+fn console(msg: &str) {
+    eprintln!("guest-agent: {msg}");
+}
+
+/// PID 1's entry point; never returns.
+pub fn pid1_main(args: &[String]) -> ! {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("guest-agent: PANIC: {info}; powering off");
+        init::power_off();
+    }));
+    if !args.iter().any(|a| a == SWITCHED_ARG) {
+        if let Err(e) = init::stage1() {
+            console(&format!("set-up failed: {e}; powering off"));
+            init::power_off();
+        }
+        let err = exec_self();
+        console(&format!(
+            "re-executing /init in the new root: {err}; powering off"
+        ));
+        init::power_off();
+    }
+    let notes = init::stage2();
+    let port = match open_port() {
+        Ok(p) => p,
+        Err(e) => {
+            console(&format!("job channel: {e}; powering off"));
+            init::power_off();
+        }
+    };
+    if let Err(e) = serve(port, notes) {
+        console(&format!("{e}; powering off"));
+    }
+    init::power_off();
+}
+
+fn exec_self() -> String {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new("/init")
+        .arg(SWITCHED_ARG)
+        .exec()
+        .to_string()
+}
+
+/// Finds the virtio-serial port named [`channel::PORT_NAME`] and opens it.
+fn open_port() -> Result<File, String> {
+    let deadline = std::time::Instant::now() + PORT_WAIT;
+    loop {
+        if let Ok(rd) = std::fs::read_dir("/sys/class/virtio-ports") {
+            for e in rd.filter_map(Result::ok) {
+                let name = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
+                if name.trim() == channel::PORT_NAME {
+                    let dev = Path::new("/dev").join(e.file_name());
+                    if dev.exists() {
+                        return std::fs::OpenOptions::new()
+                            .read(true)
+                            .write(true)
+                            .open(&dev)
+                            .map_err(|e| format!("open {}: {e}", dev.display()));
+                    }
+                }
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "no virtio-serial port named {} after {} s",
+                channel::PORT_NAME,
+                PORT_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The install phase's egress in the `vm` tier: none yet (docs/vm.md), said in a finding.
+struct NoNetwork;
+
+impl EgressProvider for NoNetwork {
+    fn start(
+        &self,
+        _allow: &[AllowEntry],
+        _socket: &Path,
+    ) -> Result<Box<dyn EgressSession>, String> {
+        Err("the vm tier has no install-phase network yet (docs/vm.md); the install phase had loopback only".into())
+    }
+}
+
+/// The protocol after set-up. `Err` only where no evidence can be sent.
+fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
+    let mut rd = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
+    let mut wr = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
+    let ch = |e: ChannelError| format!("job channel: {e}");
+    channel::write_frame(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
+    let fail = |wr: &mut File, why: String| {
+        let _ = channel::write_frame(wr, FrameType::Failure, why.as_bytes());
+        why
+    };
+    let header = match channel::expect_frame(&mut rd, FrameType::JobHeader, "the job header")
+        .and_then(|p| JobHeader::decode(&p))
+    {
+        Ok(h) => h,
+        Err(e) => return Err(fail(&mut wr, format!("job header: {e}"))),
+    };
+    // The report, before any byte of the job is read: a real TEE if this guest has one, else the host's sim PSP.
+    let session = {
+        let real = attestation::tee::detect();
+        let begun = match &real {
+            Ok(t) => Session::begin(t.as_ref(), &header.nonce),
+            Err(why) => {
+                console(&format!(
+                    "no hardware attestation interface ({why}); asking the host's sim PSP"
+                ));
+                let sim = tee::ChannelSimTee::new(
+                    port.try_clone().map_err(|e| format!("job channel: {e}"))?,
+                );
+                Session::begin(&sim, &header.nonce)
+            }
+        };
+        match begun {
+            Ok(s) => s,
+            Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
+        }
+    };
+    let inputs = Inputs {
+        commit: None,
+        tree: None,
+        patch_sha256: None,
+        job_sha256: None,
+        nonce: header.nonce.clone(),
+    };
+    let verdict = match notes {
+        Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),
+        Ok(notes) => {
+            let mut v = receive_and_run(&mut rd, &header, inputs);
+            for n in notes {
+                v.findings.push(agent_finding("module", n));
+            }
+            v
+        }
+    };
+    let evidence = session
+        .seal(&verdict)
+        .map_err(|e| e.to_string())
+        .and_then(|ev| ev.to_cbor().map_err(|e| e.to_string()));
+    let bytes = match evidence {
+        Ok(b) => b,
+        Err(e) => return Err(fail(&mut wr, format!("sealing the evidence: {e}"))),
+    };
+    channel::write_frame(&mut wr, FrameType::Evidence, &bytes).map_err(ch)?;
+    console(&format!(
+        "evidence sent ({} bytes, outcome {})",
+        bytes.len(),
+        verdict.outcome.as_str()
+    ));
+    wait_ack(&port, &mut rd)
+}
+
+fn agent_finding(kind: &str, detail: String) -> Finding {
+    Finding {
+        stage: "agent".into(),
+        path: String::new(),
+        kind: kind.into(),
+        detail,
+    }
+}
+
+fn refused(inputs: Inputs, stage: &str, reason: &str) -> Verdict {
+    Verdict::refused(stage, reason, Isolation::Vm, inputs, AGENT_VERSION)
+}
+
+fn exhausted(inputs: Inputs, stage: &str, reason: &str) -> Verdict {
+    let mut v = Verdict::new(
+        Outcome::EnvironmentExhausted,
+        Isolation::Vm,
+        inputs,
+        AGENT_VERSION,
+    );
+    v.findings.push(Finding {
+        stage: stage.into(),
+        path: String::new(),
+        kind: "environment".into(),
+        detail: reason.into(),
+    });
+    v
+}
+
+/// Receives the bundle, checks it against the header, and runs intake and the fence on it.
+fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict {
+    if let Err(e) = channel::write_frame(rd, FrameType::BundleRequest, b"") {
+        return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
+    }
+    let bundle = match channel::expect_frame(rd, FrameType::Bundle, "the bundle") {
+        Ok(b) => b,
+        Err(e) => {
+            return refused(
+                inputs,
+                "receive",
+                &format!("the bundle did not arrive whole: {e}"),
+            )
+        }
+    };
+    if bundle.len() as u64 != header.bundle_len {
+        return refused(
+            inputs,
+            "receive",
+            &format!(
+                "the bundle has {} bytes; the job header announced {}",
+                bundle.len(),
+                header.bundle_len
+            ),
+        );
+    }
+    let got: [u8; 32] = Sha256::digest(&bundle).into();
+    if got != header.bundle_sha256 {
+        return refused(
+            inputs,
+            "receive",
+            &format!(
+                "the bundle's SHA-256 is {}; the job header announced {}",
+                hex::encode(got),
+                hex::encode(header.bundle_sha256)
+            ),
+        );
+    }
+    let dir = PathBuf::from("/run/fenced-run-job");
+    let path = dir.join(format!("bundle.{}", header.kind.extension()));
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &bundle)) {
+        return exhausted(
+            inputs,
+            "agent",
+            &format!("writing the bundle to {}: {e}", path.display()),
+        );
+    }
+    drop(bundle);
+    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
+    opts.isolation = Isolation::Vm;
+    opts.proxy = Some(Arc::new(NoNetwork));
+    opts.home = Some(PathBuf::from("/root"));
+    // Intake again in here: the guest trusts no host.
+    let v = match run_input(&path, &opts) {
+        Ok(v) => v,
+        Err(why) => refused(inputs, "receive", &format!("the bundle is unusable: {why}")),
+    };
+    let _ = std::fs::remove_file(&path);
+    v
+}
+
+/// Waits (bounded) for the host's `Ack`, so the evidence is not cut off by the power-off.
+fn wait_ack(port: &File, rd: &mut File) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(
+        port.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(ACK_WAIT.as_millis()).unwrap_or(u16::MAX);
+    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+        Ok(0) => {
+            return Err(format!(
+                "no acknowledgement from the host within {} s",
+                ACK_WAIT.as_secs()
+            ))
+        }
+        Ok(_) => {}
+        Err(e) => return Err(format!("job channel: poll: {e}")),
+    }
+    channel::expect_frame(rd, FrameType::Ack, "the host's acknowledgement")
+        .map(|_| ())
+        .map_err(|e| format!("job channel: {e}"))
+}

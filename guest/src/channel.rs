@@ -1,0 +1,439 @@
+//! The job channel between the host and the guest agent: one virtio-serial port carrying length-prefixed frames.
+//!
+//! A frame is `type (1 byte) || length (4 bytes, big-endian) || payload (length bytes)`. Both sides read each
+//! frame with a per-type size limit and treat a short read, an unknown type or an oversized length as an error
+//! naming what arrived. The exchange, in order (docs/vm.md):
+//! `Hello` (guest) -> `JobHeader` (host) -> `ReportRequest`/`Report` (sim only) -> `BundleRequest` (guest) ->
+//! `Bundle` (host) ->
+//! `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
+
+use std::io::{Read, Write};
+
+/// The protocol name the guest sends in its `Hello` frame.
+pub const PROTOCOL: &[u8] = b"fenced-run-channel/1";
+/// The name of the virtio-serial port (`-device virtserialport,name=...`).
+pub const PORT_NAME: &str = "fenced-run.job";
+/// Largest bundle the channel carries (the guest keeps it in memory once).
+pub const MAX_BUNDLE: u32 = 512 << 20;
+/// Largest evidence the guest sends back.
+pub const MAX_EVIDENCE: u32 = 16 << 20;
+/// Largest payload of every other frame.
+pub const MAX_SMALL: u32 = 1 << 20;
+
+/// Frame types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameType {
+    /// Guest -> host: the agent is up; payload [`PROTOCOL`].
+    Hello = 1,
+    /// Host -> guest: the job header ([`JobHeader`]).
+    JobHeader = 2,
+    /// Guest -> host (sim tier only): 64 bytes of report data for the host's sim PSP.
+    ReportRequest = 3,
+    /// Host -> guest: the report and its certificates ([`encode_report`]).
+    Report = 4,
+    /// Host -> guest: the bundle bytes, exactly as many as the header announced.
+    Bundle = 5,
+    /// Guest -> host: the evidence (CBOR, docs/evidence-format.md).
+    Evidence = 6,
+    /// Host -> guest: the evidence arrived whole; the guest may power off.
+    Ack = 7,
+    /// Guest -> host: the agent could not produce evidence at all; payload is the reason (UTF-8).
+    Failure = 8,
+    /// Host -> guest: the sim PSP could not sign a report; payload is the reason (UTF-8).
+    ReportFailure = 9,
+    /// Guest -> host: the report is taken; send the bundle now (empty payload).
+    BundleRequest = 10,
+}
+
+impl FrameType {
+    /// The type of byte `b`, if it is one.
+    pub fn from_byte(b: u8) -> Option<FrameType> {
+        use FrameType::*;
+        Some(match b {
+            1 => Hello,
+            2 => JobHeader,
+            3 => ReportRequest,
+            4 => Report,
+            5 => Bundle,
+            6 => Evidence,
+            7 => Ack,
+            8 => Failure,
+            9 => ReportFailure,
+            10 => BundleRequest,
+            _ => return None,
+        })
+    }
+
+    /// The largest payload a frame of this type may carry.
+    pub fn max_len(self) -> u32 {
+        match self {
+            FrameType::Bundle => MAX_BUNDLE,
+            FrameType::Evidence => MAX_EVIDENCE,
+            _ => MAX_SMALL,
+        }
+    }
+}
+
+/// Why a frame could not be read or written.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The other side closed the channel before a frame started.
+    #[error("the channel closed (expected {0})")]
+    Closed(&'static str),
+    /// The channel closed inside a frame.
+    #[error("the channel closed inside a {kind:?} frame: {got} of {want} bytes")]
+    Truncated {
+        /// The frame's type.
+        kind: FrameType,
+        /// Bytes announced.
+        want: u64,
+        /// Bytes that arrived.
+        got: u64,
+    },
+    /// The channel closed inside a frame header.
+    #[error("the channel closed inside a frame header ({0} of 5 bytes)")]
+    TruncatedHeader(usize),
+    /// A frame type byte that is not in the protocol.
+    #[error("unknown frame type {0:#04x} (expected {1})")]
+    UnknownType(u8, &'static str),
+    /// A frame longer than its type allows.
+    #[error("{kind:?} frame of {len} bytes exceeds its limit of {max}")]
+    TooLarge {
+        /// The frame's type.
+        kind: FrameType,
+        /// Announced length.
+        len: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// A frame that is not the one the protocol expects here.
+    #[error("unexpected {got:?} frame (expected {want})")]
+    Unexpected {
+        /// What arrived.
+        got: FrameType,
+        /// What was expected.
+        want: &'static str,
+    },
+    /// A payload that does not parse.
+    #[error("malformed {kind:?} frame: {detail}")]
+    Malformed {
+        /// The frame's type.
+        kind: FrameType,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A read or write failed (a timeout shows here as `WouldBlock`/`TimedOut`).
+    #[error("channel {op}: {source}")]
+    Io {
+        /// `read` or `write`.
+        op: &'static str,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ChannelError {
+    /// Whether this is a read timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ChannelError::Io { source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    }
+}
+
+/// One frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Its type.
+    pub kind: FrameType,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// Writes one frame and flushes.
+pub fn write_frame(
+    w: &mut impl Write,
+    kind: FrameType,
+    payload: &[u8],
+) -> Result<(), ChannelError> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= kind.max_len())
+        .ok_or(ChannelError::TooLarge {
+            kind,
+            len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+            max: kind.max_len(),
+        })?;
+    let mut head = [0u8; 5];
+    head[0] = kind as u8;
+    head[1..].copy_from_slice(&len.to_be_bytes());
+    let io = |source| ChannelError::Io {
+        op: "write",
+        source,
+    };
+    w.write_all(&head).map_err(io)?;
+    w.write_all(payload).map_err(io)?;
+    w.flush().map_err(io)
+}
+
+/// Reads one frame; `expect` names what the caller waits for (used in errors).
+pub fn read_frame(r: &mut impl Read, expect: &'static str) -> Result<Frame, ChannelError> {
+    let mut head = [0u8; 5];
+    let mut got = 0;
+    while got < head.len() {
+        match r.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Err(ChannelError::Closed(expect)),
+            Ok(0) => return Err(ChannelError::TruncatedHeader(got)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => return Err(ChannelError::Io { op: "read", source }),
+        }
+    }
+    let kind = FrameType::from_byte(head[0]).ok_or(ChannelError::UnknownType(head[0], expect))?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    if len > kind.max_len() {
+        return Err(ChannelError::TooLarge {
+            kind,
+            len,
+            max: kind.max_len(),
+        });
+    }
+    let mut payload = Vec::new();
+    let read = r
+        .take(u64::from(len))
+        .read_to_end(&mut payload)
+        .map_err(|source| ChannelError::Io { op: "read", source })?;
+    if read as u64 != u64::from(len) {
+        return Err(ChannelError::Truncated {
+            kind,
+            want: u64::from(len),
+            got: read as u64,
+        });
+    }
+    Ok(Frame { kind, payload })
+}
+
+/// Reads one frame and checks that it has type `want`.
+pub fn expect_frame(
+    r: &mut impl Read,
+    want: FrameType,
+    name: &'static str,
+) -> Result<Vec<u8>, ChannelError> {
+    let f = read_frame(r, name)?;
+    if f.kind != want {
+        return Err(ChannelError::Unexpected {
+            got: f.kind,
+            want: name,
+        });
+    }
+    Ok(f.payload)
+}
+
+/// How the bundle bytes are packed (what intake in the guest unpacks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BundleKind {
+    /// An uncompressed tar.
+    Tar = 0,
+    /// A gzip-compressed tar.
+    TarGz = 1,
+    /// A zip archive.
+    Zip = 2,
+}
+
+impl BundleKind {
+    /// The file name extension intake recognises.
+    pub fn extension(self) -> &'static str {
+        match self {
+            BundleKind::Tar => "tar",
+            BundleKind::TarGz => "tar.gz",
+            BundleKind::Zip => "zip",
+        }
+    }
+}
+
+/// The job header: `kind (1) || nonce length (1) || nonce || SHA-256 of the bundle (32) || bundle length (8, BE)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobHeader {
+    /// How the bundle is packed.
+    pub kind: BundleKind,
+    /// The founder's nonce (16 to 64 bytes; the binding checks it).
+    pub nonce: Vec<u8>,
+    /// SHA-256 of the bundle bytes that follow.
+    pub bundle_sha256: [u8; 32],
+    /// Length of the bundle.
+    pub bundle_len: u64,
+}
+
+impl JobHeader {
+    /// Encodes the header payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(42 + self.nonce.len());
+        v.push(self.kind as u8);
+        v.push(u8::try_from(self.nonce.len()).unwrap_or(u8::MAX));
+        v.extend_from_slice(&self.nonce);
+        v.extend_from_slice(&self.bundle_sha256);
+        v.extend_from_slice(&self.bundle_len.to_be_bytes());
+        v
+    }
+
+    /// Parses a header payload; every byte must be accounted for.
+    pub fn decode(p: &[u8]) -> Result<JobHeader, ChannelError> {
+        let bad = |detail: String| ChannelError::Malformed {
+            kind: FrameType::JobHeader,
+            detail,
+        };
+        if p.len() < 2 {
+            return Err(bad(format!("{} bytes, shorter than 2", p.len())));
+        }
+        let kind = match p[0] {
+            0 => BundleKind::Tar,
+            1 => BundleKind::TarGz,
+            2 => BundleKind::Zip,
+            k => {
+                return Err(bad(format!(
+                    "bundle kind {k} is not 0 (tar), 1 (tar.gz) or 2 (zip)"
+                )))
+            }
+        };
+        let n = usize::from(p[1]);
+        if p.len() != 2 + n + 32 + 8 {
+            return Err(bad(format!(
+                "{} bytes; a nonce of {n} bytes needs {}",
+                p.len(),
+                2 + n + 40
+            )));
+        }
+        let nonce = p[2..2 + n].to_vec();
+        let mut bundle_sha256 = [0u8; 32];
+        bundle_sha256.copy_from_slice(&p[2 + n..2 + n + 32]);
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&p[2 + n + 32..]);
+        let bundle_len = u64::from_be_bytes(len);
+        if bundle_len > u64::from(MAX_BUNDLE) {
+            return Err(bad(format!(
+                "bundle length {bundle_len} exceeds the limit of {MAX_BUNDLE}"
+            )));
+        }
+        Ok(JobHeader {
+            kind,
+            nonce,
+            bundle_sha256,
+            bundle_len,
+        })
+    }
+}
+
+/// Encodes a `Report` payload: `count (4, BE)` then `length (4, BE) || bytes` for the report and each certificate.
+pub fn encode_report(report: &[u8], certs: &[Vec<u8>]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend_from_slice(&(1 + certs.len() as u32).to_be_bytes());
+    for item in std::iter::once(report).chain(certs.iter().map(Vec::as_slice)) {
+        v.extend_from_slice(&(item.len() as u32).to_be_bytes());
+        v.extend_from_slice(item);
+    }
+    v
+}
+
+/// Parses a `Report` payload into the report and its certificates.
+pub fn decode_report(p: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>), ChannelError> {
+    let bad = |detail: String| ChannelError::Malformed {
+        kind: FrameType::Report,
+        detail,
+    };
+    let mut rest = p;
+    let mut take = |n: usize, what: &str| -> Result<&[u8], ChannelError> {
+        if rest.len() < n {
+            return Err(bad(format!(
+                "{what}: {n} bytes needed, {} left",
+                rest.len()
+            )));
+        }
+        let (a, b) = rest.split_at(n);
+        rest = b;
+        Ok(a)
+    };
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    let count = be(take(4, "count")?);
+    if count == 0 || count > 8 {
+        return Err(bad(format!("{count} items; expected 1 to 8")));
+    }
+    let mut items = Vec::with_capacity(count);
+    for i in 0..count {
+        let len = be(take(4, "item length")?);
+        items.push(take(len, &format!("item {i}"))?.to_vec());
+    }
+    if !rest.is_empty() {
+        return Err(bad(format!("{} trailing bytes", rest.len())));
+    }
+    let report = items.remove(0);
+    Ok((report, items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bad_input_is_named() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, FrameType::Hello, PROTOCOL).expect("write");
+        write_frame(&mut buf, FrameType::Ack, b"").expect("write");
+        let mut r = buf.as_slice();
+        assert_eq!(
+            expect_frame(&mut r, FrameType::Hello, "hello").expect("hello"),
+            PROTOCOL
+        );
+        assert!(expect_frame(&mut r, FrameType::Ack, "ack")
+            .expect("ack")
+            .is_empty());
+        assert!(matches!(
+            read_frame(&mut r, "x"),
+            Err(ChannelError::Closed("x"))
+        ));
+
+        let mut short = buf[..buf.len() - 3].to_vec();
+        short.truncate(5 + PROTOCOL.len() - 2);
+        assert!(matches!(
+            read_frame(&mut short.as_slice(), "x"),
+            Err(ChannelError::Truncated { got, want, .. }) if got + 2 == want
+        ));
+        assert!(matches!(
+            read_frame(&mut [0x42u8, 0, 0, 0, 0].as_slice(), "x"),
+            Err(ChannelError::UnknownType(0x42, _))
+        ));
+        assert!(matches!(
+            read_frame(&mut [1u8, 0xff, 0xff, 0xff, 0xff].as_slice(), "x"),
+            Err(ChannelError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            read_frame(&mut [1u8, 0].as_slice(), "x"),
+            Err(ChannelError::TruncatedHeader(2))
+        ));
+    }
+
+    #[test]
+    fn header_and_report_round_trip_and_reject_trailing_bytes() {
+        let h = JobHeader {
+            kind: BundleKind::TarGz,
+            nonce: vec![7; 32],
+            bundle_sha256: [9; 32],
+            bundle_len: 1234,
+        };
+        let enc = h.encode();
+        assert_eq!(JobHeader::decode(&enc).expect("decode"), h);
+        let mut longer = enc.clone();
+        longer.push(0);
+        assert!(JobHeader::decode(&longer).is_err());
+        assert!(JobHeader::decode(&enc[..enc.len() - 1]).is_err());
+
+        let p = encode_report(b"report", &[b"vcek".to_vec(), b"ask".to_vec()]);
+        let (r, c) = decode_report(&p).expect("report");
+        assert_eq!(r, b"report");
+        assert_eq!(c, vec![b"vcek".to_vec(), b"ask".to_vec()]);
+        let mut bad = p.clone();
+        bad.push(1);
+        assert!(decode_report(&bad).is_err());
+        assert!(decode_report(&p[..p.len() - 1]).is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE]`: builds the `vm` tier's guest image
+//! (host::image) and prints its manifest's measurements. Exit 0 built, 2 unusable input.
+
+use crate::image::{self, BuildOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Arguments of `fenced-run image`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Build the guest image: kernel, initramfs with the static guest-agent as /init, manifest.json.
+    Build(BuildArgs),
+}
+
+/// Arguments of `fenced-run image build`.
+#[derive(clap::Args, Debug)]
+pub struct BuildArgs {
+    /// The output directory (vmlinuz, initramfs.cpio, manifest.json).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The kernel (default: Debian's 6.12 that .ci/run extracts under target/vm-kernel); its modules are
+    /// taken from the lib/modules tree beside it when there is one.
+    #[arg(long, value_name = "FILE")]
+    pub kernel: Option<PathBuf>,
+    /// A static guest-agent to use instead of building one with cargo from this workspace.
+    #[arg(long, value_name = "FILE")]
+    pub agent: Option<PathBuf>,
+    /// The static busybox for shell test suites (default /bin/busybox from busybox-static).
+    #[arg(long, value_name = "FILE")]
+    pub busybox: Option<PathBuf>,
+    /// The AmdSev OVMF (for SEV-SNP with kernel-hashes): the manifest then lists the SNP launch digest for 1, 2
+    /// and 4 vCPUs of type EPYC-v4.
+    #[arg(long, value_name = "FILE")]
+    pub ovmf: Option<PathBuf>,
+    /// Leave git out of the image (the fence's tree hash and `git apply` then fail in the guest).
+    #[arg(long)]
+    pub no_git: bool,
+}
+
+/// The default kernel: `target/vm-kernel/boot/vmlinuz-*` of this workspace.
+pub fn default_kernel() -> Option<PathBuf> {
+    let boot = image::agent::workspace_root().join("target/vm-kernel/boot");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(boot)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    let Command::Build(b) = args.command;
+    match build(&b) {
+        Ok(m) => {
+            println!("image       {}", b.out.display());
+            println!("kernel      sha256 {}", m.kernel.sha256);
+            println!(
+                "initramfs   sha256 {} ({} bytes)",
+                m.initramfs.sha256, m.initramfs.size
+            );
+            println!("cmdline     {}", m.cmdline.value);
+            println!("vm          measurement {}", m.measurements.vm);
+            for s in &m.measurements.sev_snp {
+                println!(
+                    "sev-snp     {} vCPU {}: {}",
+                    s.vcpus, s.vcpu_type, s.measurement
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("fenced-run image build: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
+    let kernel = match &b.kernel {
+        Some(k) => k.clone(),
+        None => default_kernel().ok_or(
+            "--kernel: no kernel given and none under target/vm-kernel/boot (run .ci/run, or pass --kernel FILE)",
+        )?,
+    };
+    let agent = match &b.agent {
+        Some(a) => a.clone(),
+        None => image::agent::build(&image::agent::workspace_root())?,
+    };
+    let busybox = match &b.busybox {
+        Some(p) => Some(p.clone()),
+        None => Some(PathBuf::from("/bin/busybox")).filter(|p| p.is_file()),
+    };
+    let git = if b.no_git {
+        None
+    } else {
+        Some(PathBuf::from("/usr/bin/git")).filter(|p| p.is_file())
+    };
+    image::build(&BuildOptions {
+        out: b.out.clone(),
+        modules: image::modules_beside(&kernel),
+        kernel,
+        agent,
+        busybox,
+        git,
+        ovmf: b.ovmf.clone(),
+    })
+}

@@ -1,0 +1,376 @@
+//! `fenced-run image build`: the `vm` tier's guest image. A kernel (Debian's 6.12 by default), a reproducible
+//! initramfs holding the static `guest-agent` as `/init`, busybox for shell test suites, `git` for the fence,
+//! and the kernel modules the agent loads; a fixed command line; and a manifest (JSON) with the artifacts'
+//! hashes and the expected measurements computed by the `measurements` crate.
+
+pub mod agent;
+pub mod cpio;
+
+use cpio::{Entry, Tree};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256, Sha384};
+use std::path::{Path, PathBuf};
+
+/// The fixed kernel command line of the image.
+pub const CMDLINE: &str = "console=ttyS0 panic=-1 quiet random.trust_cpu=on";
+/// The manifest's format name.
+pub const MANIFEST_FORMAT: &str = "fenced-run-image/1";
+/// File names inside an image directory.
+pub const KERNEL_FILE: &str = "vmlinuz";
+/// The initramfs file name.
+pub const INITRAMFS_FILE: &str = "initramfs.cpio";
+/// The manifest file name.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Kernel modules the agent loads, dependencies first, relative to `lib/modules/<version>/`: configfs and the
+/// report interfaces (configfs-tsm, sev-guest, tdx-guest). virtio-serial is built into Debian's 6.12 kernel.
+pub const MODULES: &[&str] = &[
+    "kernel/fs/configfs/configfs.ko.xz",
+    "kernel/drivers/virt/coco/tsm.ko.xz",
+    "kernel/drivers/virt/coco/sev-guest/sev-guest.ko.xz",
+    "kernel/drivers/virt/coco/tdx-guest/tdx-guest.ko.xz",
+];
+
+/// Hashes of one artifact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// File name inside the image directory.
+    pub file: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+    /// SHA-384, hex.
+    pub sha384: String,
+}
+
+impl Artifact {
+    fn of(file: &str, bytes: &[u8]) -> Artifact {
+        Artifact {
+            file: file.into(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            sha384: hex::encode(Sha384::digest(bytes)),
+        }
+    }
+}
+
+/// The command line and its hashes (of the bytes followed by one NUL, as QEMU's SEV hashes table has them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cmdline {
+    /// The command line.
+    pub value: String,
+    /// SHA-256 of the command line and a NUL byte.
+    pub sha256: String,
+    /// SHA-384 of the command line and a NUL byte.
+    pub sha384: String,
+}
+
+/// A file of the build host copied into the initramfs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Included {
+    /// Path in the guest.
+    pub path: String,
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
+}
+
+/// One expected SEV-SNP launch digest of the image (QEMU, `kernel-hashes=on`, the given OVMF).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnpMeasurement {
+    /// SHA-256 of the OVMF image, hex.
+    pub ovmf_sha256: String,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// vCPU type (its CPUID signature goes into each VMSA).
+    pub vcpu_type: String,
+    /// SEV_FEATURES of the VMSAs.
+    pub guest_features: u64,
+    /// The launch digest, hex.
+    pub measurement: String,
+}
+
+/// vCPU counts the manifest lists SNP launch digests for.
+pub const SNP_VCPUS: &[u32] = &[1, 2, 4];
+/// The vCPU type of those digests.
+pub const SNP_VCPU_TYPE: &str = "EPYC-v4";
+/// SEV_FEATURES of those digests (SNPActive only).
+pub const SNP_GUEST_FEATURES: u64 = 0x1;
+
+/// Expected measurements of the image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measurements {
+    /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image.
+    pub vm: String,
+    /// SEV-SNP launch digests for the OVMF given at build time (empty without one).
+    #[serde(default)]
+    pub sev_snp: Vec<SnpMeasurement>,
+}
+
+/// The SEV-SNP launch digests of `kernel`, `initrd` and [`CMDLINE`] under the OVMF `ovmf`, per [`SNP_VCPUS`].
+pub fn snp_measurements(
+    ovmf: &[u8],
+    kernel: &[u8],
+    initrd: &[u8],
+) -> Result<Vec<SnpMeasurement>, String> {
+    use measurements::snp;
+    let parsed = snp::Ovmf::parse(ovmf.to_vec()).map_err(|e| format!("--ovmf: {e}"))?;
+    let hashes = snp::KernelHashes::new(kernel, Some(initrd), Some(CMDLINE));
+    let sig = snp::vcpu_sig_for_type(SNP_VCPU_TYPE).ok_or("unknown vCPU type")?;
+    let mut out = Vec::new();
+    for &vcpus in SNP_VCPUS {
+        let cfg = snp::SnpConfig {
+            vcpus,
+            vcpu_sig: sig,
+            guest_features: SNP_GUEST_FEATURES,
+            vmm: snp::VmmType::Qemu,
+            ovmf_hash: None,
+        };
+        let ld =
+            snp::launch_digest(&parsed, Some(&hashes), &cfg).map_err(|e| format!("--ovmf: {e}"))?;
+        out.push(SnpMeasurement {
+            ovmf_sha256: sha256_hex(ovmf),
+            vcpus,
+            vcpu_type: SNP_VCPU_TYPE.into(),
+            guest_features: SNP_GUEST_FEATURES,
+            measurement: hex::encode(ld),
+        });
+    }
+    Ok(out)
+}
+
+/// The manifest (`manifest.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`MANIFEST_FORMAT`].
+    pub format: String,
+    /// The kernel.
+    pub kernel: Artifact,
+    /// The initramfs.
+    pub initramfs: Artifact,
+    /// The command line.
+    pub cmdline: Cmdline,
+    /// The agent binary (`/init`).
+    pub agent: Included,
+    /// Other files of the build host in the initramfs (busybox, git and its libraries, modules).
+    pub included: Vec<Included>,
+    /// Expected measurements.
+    pub measurements: Measurements,
+}
+
+impl Manifest {
+    /// Reads `DIR/manifest.json`.
+    pub fn load(dir: &Path) -> Result<Manifest, String> {
+        let p = dir.join(MANIFEST_FILE);
+        let text = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let m: Manifest =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        if m.format != MANIFEST_FORMAT {
+            return Err(format!(
+                "{}: format {:?}, expected {MANIFEST_FORMAT:?}",
+                p.display(),
+                m.format
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// What to build the image from.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// The output directory (created if missing; its three files are replaced).
+    pub out: PathBuf,
+    /// The kernel (a bzImage).
+    pub kernel: PathBuf,
+    /// The kernel's module tree (`lib/modules/<version>`), when its modules are to be included.
+    pub modules: Option<PathBuf>,
+    /// The static guest agent.
+    pub agent: PathBuf,
+    /// A static busybox (shell and tools for test suites), when present.
+    pub busybox: Option<PathBuf>,
+    /// `git` to include with its shared libraries (the fence computes tree hashes and applies patches with it).
+    pub git: Option<PathBuf>,
+    /// The AmdSev OVMF to compute SEV-SNP launch digests for, when given.
+    pub ovmf: Option<PathBuf>,
+}
+
+fn read(what: &str, p: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(p).map_err(|e| format!("{what} {}: {e}", p.display()))
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    hex::encode(Sha256::digest(b))
+}
+
+/// The module tree beside a kernel extracted from a Debian package (`boot/vmlinuz-V` -> `lib/modules/V`).
+pub fn modules_beside(kernel: &Path) -> Option<PathBuf> {
+    let name = kernel.file_name()?.to_str()?;
+    let version = name.strip_prefix("vmlinuz-")?;
+    let dir = kernel.parent()?.parent()?.join("lib/modules").join(version);
+    dir.is_dir().then_some(dir)
+}
+
+/// The shared libraries `ldd` lists for `bin` (absolute paths).
+fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, String> {
+    let out = std::process::Command::new("ldd")
+        .arg(bin)
+        .output()
+        .map_err(|e| format!("ldd {}: {e}", bin.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let path = match line.split_once("=>") {
+            Some((_, rhs)) => rhs.split_whitespace().next(),
+            None => line.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            libs.push(PathBuf::from(p));
+        }
+    }
+    libs.sort();
+    libs.dedup();
+    Ok(libs)
+}
+
+/// Assembles the initramfs tree and the list of included host files.
+pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Included>), String> {
+    let mut t = Tree::new();
+    let mut included = Vec::new();
+    for d in [
+        "bin", "dev", "etc", "lib", "lib64", "proc", "root", "run", "sbin", "sys", "tmp",
+        "usr/bin", "usr/lib", "usr/sbin",
+    ] {
+        t.add(d, Entry::Dir);
+    }
+    t.add("dev/console", Entry::CharDev(5, 1));
+    let agent = read("agent", &opts.agent)?;
+    let agent_info = Included {
+        path: "/init".into(),
+        sha256: sha256_hex(&agent),
+    };
+    t.add("init", Entry::File(agent, true));
+    t.add(
+        "etc/passwd",
+        Entry::File(
+            b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+                .to_vec(),
+            false,
+        ),
+    );
+    t.add(
+        "etc/group",
+        Entry::File(b"root:x:0:\nnogroup:x:65534:\n".to_vec(), false),
+    );
+    if let Some(bb) = &opts.busybox {
+        let bytes = read("busybox", bb)?;
+        included.push(Included {
+            path: "/bin/busybox".into(),
+            sha256: sha256_hex(&bytes),
+        });
+        t.add("bin/busybox", Entry::File(bytes, true));
+        let list = std::process::Command::new(bb)
+            .arg("--list")
+            .output()
+            .map_err(|e| format!("busybox {} --list: {e}", bb.display()))?;
+        for applet in String::from_utf8_lossy(&list.stdout).lines().map(str::trim) {
+            if applet.is_empty()
+                || applet.contains('/')
+                || matches!(applet, "busybox" | "init" | "linuxrc")
+            {
+                continue;
+            }
+            t.add(&format!("bin/{applet}"), Entry::Symlink("busybox".into()));
+        }
+    }
+    if let Some(git) = &opts.git {
+        let mut files = vec![git.clone()];
+        files.extend(shared_libraries(git)?);
+        for f in files {
+            let real = std::fs::canonicalize(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let bytes = read("git", &real)?;
+            let guest = if f == *git {
+                PathBuf::from("/usr/bin/git")
+            } else {
+                f.clone()
+            };
+            let gp = guest.to_string_lossy().into_owned();
+            included.push(Included {
+                path: gp.clone(),
+                sha256: sha256_hex(&bytes),
+            });
+            t.add(&gp, Entry::File(bytes, true));
+        }
+    }
+    if let Some(mods) = &opts.modules {
+        let mut list = String::new();
+        for m in MODULES {
+            let src = mods.join(m);
+            let bytes = read("kernel module", &src)?;
+            let name = Path::new(m)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let gp = format!("/lib/modules/{name}");
+            included.push(Included {
+                path: gp.clone(),
+                sha256: sha256_hex(&bytes),
+            });
+            t.add(&gp, Entry::File(bytes, false));
+            list.push_str(&gp);
+            list.push('\n');
+        }
+        t.add(
+            "lib/modules/fenced-run.load",
+            Entry::File(list.into_bytes(), false),
+        );
+    }
+    Ok((t, agent_info, included))
+}
+
+/// Builds the image into `opts.out` and returns its manifest.
+pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
+    let kernel = read("kernel", &opts.kernel)?;
+    let (tree, agent, included) = initramfs_tree(opts)?;
+    let mut initramfs = Vec::new();
+    tree.write(&mut initramfs)
+        .map_err(|e| format!("writing the initramfs: {e}"))?;
+    let mut c256 = Sha256::new();
+    c256.update(CMDLINE.as_bytes());
+    c256.update([0u8]);
+    let mut c384 = Sha384::new();
+    c384.update(CMDLINE.as_bytes());
+    c384.update([0u8]);
+    let vm = measurements::sim::vm_launch_measurement(&kernel, &initramfs, CMDLINE);
+    let sev_snp = match &opts.ovmf {
+        Some(p) => snp_measurements(&read("OVMF", p)?, &kernel, &initramfs)?,
+        None => Vec::new(),
+    };
+    let manifest = Manifest {
+        format: MANIFEST_FORMAT.into(),
+        kernel: Artifact::of(KERNEL_FILE, &kernel),
+        initramfs: Artifact::of(INITRAMFS_FILE, &initramfs),
+        cmdline: Cmdline {
+            value: CMDLINE.into(),
+            sha256: hex::encode(c256.finalize()),
+            sha384: hex::encode(c384.finalize()),
+        },
+        agent,
+        included,
+        measurements: Measurements {
+            vm: hex::encode(vm),
+            sev_snp,
+        },
+    };
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let mut json = serde_json::to_string_pretty(&manifest).map_err(|e| format!("manifest: {e}"))?;
+    json.push('\n');
+    for (name, bytes) in [
+        (KERNEL_FILE, kernel.as_slice()),
+        (INITRAMFS_FILE, initramfs.as_slice()),
+        (MANIFEST_FILE, json.as_bytes()),
+    ] {
+        let p = opts.out.join(name);
+        std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(manifest)
+}

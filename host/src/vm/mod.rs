@@ -1,0 +1,461 @@
+//! The `vm` tier's launcher: boots the guest image in QEMU, speaks the host side of the job channel
+//! (guest::channel), answers the guest's report request with the host's sim PSP, and brings the evidence back.
+//!
+//! Every phase has a deadline (boot to the agent's hello, the attestation exchange, the run, the shutdown);
+//! whatever happens (error, timeout, Ctrl-C) the QEMU process is killed and waited for, and its directory
+//! (channel socket, console log) removed, by [`Vm`]'s `Drop`.
+
+pub mod bundle;
+pub mod qemu;
+
+use attestation::evidence::Evidence;
+use attestation::sim::{SimPsp, SimSnpTee};
+use attestation::snp::Product;
+use attestation::tee::Tee;
+use attestation::verdict::Verdict;
+use guest::channel::{self, BundleKind, ChannelError, Frame, FrameType, JobHeader};
+use sha2::{Digest, Sha256};
+use std::io::Write;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Deadlines of one VM run.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// From spawning QEMU to the agent's hello.
+    pub boot: Duration,
+    /// From the job header to the guest asking for the bundle (the report exchange).
+    pub attest: Duration,
+    /// From sending the bundle to the evidence.
+    pub run: Duration,
+    /// From the acknowledgement to QEMU's exit.
+    pub shutdown: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts {
+            boot: Duration::from_secs(90),
+            attest: Duration::from_secs(60),
+            run: Duration::from_secs(600),
+            shutdown: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A fault the host injects on the channel (tests of the guest's and host's error paths).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    /// None: the normal protocol.
+    #[default]
+    None,
+    /// Garbage bytes instead of the job header.
+    GarbageHeader,
+    /// The bundle frame cut off halfway, then the channel closed.
+    TruncatedBundle,
+}
+
+/// How to launch.
+#[derive(Clone, Debug)]
+pub struct VmOptions {
+    /// The image directory (`fenced-run image build --out DIR`).
+    pub image: PathBuf,
+    /// vCPUs (2: multi-threaded TCG runs jobs about twice as fast as 1).
+    pub vcpus: u32,
+    /// Guest memory in MiB.
+    pub memory_mib: u64,
+    /// Deadlines.
+    pub timeouts: Timeouts,
+    /// The QEMU binary.
+    pub qemu: PathBuf,
+    /// Injected fault (tests).
+    pub fault: Fault,
+    /// Where the VM's directory is made (the system's temporary directory when `None`).
+    pub work_parent: Option<PathBuf>,
+}
+
+impl VmOptions {
+    /// Defaults for `image`: 2 vCPUs, 2 GiB, `qemu-system-x86_64` from PATH.
+    pub fn new(image: PathBuf) -> VmOptions {
+        VmOptions {
+            image,
+            vcpus: 2,
+            memory_mib: 2048,
+            timeouts: Timeouts::default(),
+            qemu: PathBuf::from("qemu-system-x86_64"),
+            fault: Fault::None,
+            work_parent: None,
+        }
+    }
+}
+
+/// What a VM run brought back.
+#[derive(Debug)]
+pub struct VmRun {
+    /// The evidence, as the guest sent it (CBOR).
+    pub evidence_bytes: Vec<u8>,
+    /// The verdict, after its signature was checked against the evidence's key.
+    pub verdict: Verdict,
+    /// The launch measurement the sim PSP signed (of the kernel, initramfs and command line launched).
+    pub measurement: [u8; 48],
+    /// Spawn to the agent's hello.
+    pub ready: Duration,
+    /// Spawn to QEMU's exit.
+    pub total: Duration,
+    /// The accelerator used.
+    pub accel: qemu::Accel,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM end a VM run cleanly (the VM killed, its files removed) instead of killing the
+/// host process with QEMU left behind.
+pub fn install_interrupt_handler() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
+    for s in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        #[allow(unsafe_code)]
+        let _ = unsafe { sigaction(s, &act) };
+    }
+}
+
+/// A running VM; dropping it kills QEMU, waits for it and removes its directory.
+struct Vm {
+    child: Child,
+    dir: Option<tempfile::TempDir>,
+    console: PathBuf,
+    rx: mpsc::Receiver<Result<Frame, ChannelError>>,
+    wr: UnixStream,
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.wr.shutdown(std::net::Shutdown::Both);
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if let Some(d) = self.dir.take() {
+            let _ = d.close();
+        }
+    }
+}
+
+fn console_tail(p: &Path) -> String {
+    let bytes = std::fs::read(p).unwrap_or_default();
+    let start = bytes.len().saturating_sub(2048);
+    let t = String::from_utf8_lossy(&bytes[start..]).trim().to_string();
+    if t.is_empty() {
+        "(console empty)".into()
+    } else {
+        format!("console:\n{t}")
+    }
+}
+
+impl Vm {
+    fn fail(&mut self, msg: String) -> String {
+        format!("{msg}\n{}", console_tail(&self.console))
+    }
+
+    /// The next frame from the guest, by `deadline`.
+    fn recv(&mut self, deadline: Instant, budget: Duration, what: &str) -> Result<Frame, String> {
+        loop {
+            match self.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Ok(f)) => return Ok(f),
+                Ok(Err(e)) => {
+                    return Err(self.fail(format!("job channel, waiting for {what}: {e}")))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(self.fail(format!("job channel closed while waiting for {what}")))
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Err(self.fail(format!(
+                    "QEMU exited ({st}) while the host waited for {what}"
+                )));
+            }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Err("interrupted; the VM was killed".into());
+            }
+            if Instant::now() > deadline {
+                return Err(self.fail(format!(
+                    "no {what} from the guest within {} s; the VM was killed",
+                    budget.as_secs()
+                )));
+            }
+        }
+    }
+
+    fn send(&mut self, kind: FrameType, payload: &[u8]) -> Result<(), String> {
+        channel::write_frame(&mut self.wr, kind, payload)
+            .map_err(|e| format!("job channel, sending {kind:?}: {e}"))
+    }
+}
+
+/// Boots the image, runs the bundle (`kind`, `bytes`) with `nonce`, and returns the evidence.
+pub fn run(
+    kind: BundleKind,
+    bytes: &[u8],
+    nonce: &[u8],
+    opts: &VmOptions,
+) -> Result<VmRun, String> {
+    let manifest = crate::image::Manifest::load(&opts.image)?;
+    let kernel_path = opts.image.join(crate::image::KERNEL_FILE);
+    let initrd_path = opts.image.join(crate::image::INITRAMFS_FILE);
+    let kernel =
+        std::fs::read(&kernel_path).map_err(|e| format!("{}: {e}", kernel_path.display()))?;
+    let initrd =
+        std::fs::read(&initrd_path).map_err(|e| format!("{}: {e}", initrd_path.display()))?;
+    let cmdline = manifest.cmdline.value.clone();
+    // The sim PSP attests what is launched: these bytes, whatever the manifest says.
+    let measurement = measurements::sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
+    if hex::encode(measurement) != manifest.measurements.vm {
+        eprintln!(
+            "fenced-run: warning: {} differs from its manifest; the evidence will carry the measurement of \
+             what is launched",
+            opts.image.display()
+        );
+    }
+    let psp = SimPsp::open_default(Product::Milan).map_err(|e| format!("sim PSP: {e}"))?;
+    let tee = SimSnpTee::new(psp, measurement);
+    drop((kernel, initrd));
+
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("fenced-run-vm-");
+    let dir = match &opts.work_parent {
+        Some(p) => builder.tempdir_in(p),
+        None => builder.tempdir(),
+    }
+    .map_err(|e| format!("cannot create the VM's directory: {e}"))?;
+    let sock = dir.path().join("job.sock");
+    let console = dir.path().join("console.log");
+    let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    let accel = qemu::choose_accel(Path::new("/sys/module"), Path::new("/dev/kvm"));
+    let launch = qemu::Launch {
+        kernel: kernel_path,
+        initrd: initrd_path,
+        cmdline,
+        channel: sock.clone(),
+        console: console.clone(),
+        vcpus: opts.vcpus,
+        memory_mib: opts.memory_mib,
+        accel,
+    };
+    let start = Instant::now();
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(&opts.qemu);
+    cmd.args(qemu::args(&launch))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    {
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start {}: {e} (install qemu-system-x86)",
+            opts.qemu.display()
+        )
+    })?;
+
+    // Accept QEMU's connection to the channel.
+    let boot_deadline = start + opts.timeouts.boot;
+    let stream = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("job channel: accept: {e}"));
+            }
+        }
+        let exited = child.try_wait().ok().flatten();
+        if exited.is_some() || INTERRUPTED.load(Ordering::SeqCst) || Instant::now() > boot_deadline
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut err);
+            }
+            return Err(match exited {
+                Some(st) => format!(
+                    "QEMU exited ({st}) before connecting the job channel: {}",
+                    err.trim()
+                ),
+                None if INTERRUPTED.load(Ordering::SeqCst) => {
+                    "interrupted; the VM was killed".into()
+                }
+                None => format!(
+                    "QEMU did not connect the job channel within {} s",
+                    opts.timeouts.boot.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    drop(listener);
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| format!("job channel: {e}"))?;
+    let mut rd = stream
+        .try_clone()
+        .map_err(|e| format!("job channel: {e}"))?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || loop {
+        let f = channel::read_frame(&mut rd, "a frame from the guest");
+        let end = f.is_err();
+        if tx.send(f).is_err() || end {
+            break;
+        }
+    });
+    let mut vm = Vm {
+        child,
+        dir: Some(dir),
+        console,
+        rx,
+        wr: stream,
+    };
+
+    let hello = vm.recv(boot_deadline, opts.timeouts.boot, "the agent's hello")?;
+    if hello.kind != FrameType::Hello || hello.payload != channel::PROTOCOL {
+        return Err(vm.fail(format!(
+            "the guest's first frame is {:?} {:?}, not the hello of {}",
+            hello.kind,
+            String::from_utf8_lossy(&hello.payload[..hello.payload.len().min(64)]),
+            String::from_utf8_lossy(channel::PROTOCOL)
+        )));
+    }
+    let ready = start.elapsed();
+    let header = JobHeader {
+        kind,
+        nonce: nonce.to_vec(),
+        bundle_sha256: Sha256::digest(bytes).into(),
+        bundle_len: bytes.len() as u64,
+    };
+    if opts.fault == Fault::GarbageHeader {
+        vm.wr
+            .write_all(b"\x42\x00\x00\x00\x04junk")
+            .map_err(|e| format!("job channel: {e}"))?;
+    } else {
+        vm.send(FrameType::JobHeader, &header.encode())?;
+    }
+    let mut deadline = Instant::now() + opts.timeouts.attest;
+    let mut budget = opts.timeouts.attest;
+    let mut what = "the report request or bundle request";
+    let evidence_bytes = loop {
+        let f = vm.recv(deadline, budget, what)?;
+        match f.kind {
+            FrameType::ReportRequest => {
+                let rd: [u8; 64] = match f.payload.as_slice().try_into() {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(vm.fail(format!(
+                            "the guest's report request has {} bytes, not 64",
+                            f.payload.len()
+                        )))
+                    }
+                };
+                match tee.get_report(&rd) {
+                    Ok(raw) => vm.send(
+                        FrameType::Report,
+                        &channel::encode_report(&raw.report, &raw.certs),
+                    )?,
+                    Err(e) => {
+                        let why = format!("sim PSP: {e}");
+                        vm.send(FrameType::ReportFailure, why.as_bytes())?;
+                    }
+                }
+            }
+            FrameType::BundleRequest => {
+                if opts.fault == Fault::TruncatedBundle {
+                    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+                    let mut head = vec![FrameType::Bundle as u8];
+                    head.extend_from_slice(&len.to_be_bytes());
+                    let _ = vm.wr.write_all(&head);
+                    let _ = vm.wr.write_all(&bytes[..bytes.len() / 2]);
+                    let _ = vm.wr.shutdown(std::net::Shutdown::Write);
+                } else {
+                    vm.send(FrameType::Bundle, bytes)?;
+                }
+                deadline = Instant::now() + opts.timeouts.run;
+                budget = opts.timeouts.run;
+                what = "the evidence";
+            }
+            FrameType::Evidence => break f.payload,
+            FrameType::Failure => {
+                return Err(vm.fail(format!(
+                    "the guest agent could not produce evidence: {}",
+                    String::from_utf8_lossy(&f.payload)
+                )))
+            }
+            other => {
+                return Err(vm.fail(format!(
+                    "unexpected {other:?} frame from the guest while waiting for {what}"
+                )))
+            }
+        }
+    };
+    let evidence = Evidence::from_cbor(&evidence_bytes)
+        .map_err(|e| vm.fail(format!("the guest's evidence does not parse: {e}")))?;
+    let verdict = evidence
+        .verify_verdict_signature()
+        .map_err(|e| vm.fail(format!("the guest's evidence: {e}")))?;
+    if verdict.inputs.nonce != nonce {
+        return Err(vm.fail("the guest's verdict carries another nonce than the one sent".into()));
+    }
+    vm.send(FrameType::Ack, b"")?;
+    let shutdown_deadline = Instant::now() + opts.timeouts.shutdown;
+    loop {
+        if let Ok(Some(_)) = vm.child.try_wait() {
+            break;
+        }
+        if Instant::now() > shutdown_deadline || INTERRUPTED.load(Ordering::SeqCst) {
+            eprintln!(
+                "fenced-run: the guest did not power off within {} s; killed",
+                opts.timeouts.shutdown.as_secs()
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let total = start.elapsed();
+    drop(vm);
+    Ok(VmRun {
+        evidence_bytes,
+        verdict,
+        measurement,
+        ready,
+        total,
+        accel,
+    })
+}

@@ -1,0 +1,149 @@
+//! The QEMU command line of the `vm` tier and the accelerator choice.
+//!
+//! q35 (microvm does not boot Debian's kernel reliably), direct kernel boot, no default devices, no network,
+//! one virtio-serial port for the job channel and the serial console into a file. TCG where `/dev/kvm` is the
+//! `kvm_pvm` module (an ordinary kernel hangs under it, and a probe would only burn its timeout), KVM elsewhere.
+
+use std::path::{Path, PathBuf};
+
+/// The accelerator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accel {
+    /// Hardware virtualisation.
+    Kvm,
+    /// QEMU's emulator (multi-threaded).
+    Tcg,
+}
+
+impl Accel {
+    /// The QEMU name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// Chooses the accelerator from `sys_module` (normally `/sys/module`) and whether `dev_kvm` exists, without
+/// probing: TCG when `kvm_pvm` is loaded and neither `kvm_intel` nor `kvm_amd` is, or when there is no KVM.
+pub fn choose_accel(sys_module: &Path, dev_kvm: &Path) -> Accel {
+    let has = |m: &str| sys_module.join(m).exists();
+    if !dev_kvm.exists() || (has("kvm_pvm") && !has("kvm_intel") && !has("kvm_amd")) {
+        Accel::Tcg
+    } else {
+        Accel::Kvm
+    }
+}
+
+/// What one VM is launched with.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The kernel.
+    pub kernel: PathBuf,
+    /// The initramfs.
+    pub initrd: PathBuf,
+    /// The command line.
+    pub cmdline: String,
+    /// The Unix socket the host listens on for the job channel.
+    pub channel: PathBuf,
+    /// Where the serial console goes.
+    pub console: PathBuf,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Guest memory in MiB.
+    pub memory_mib: u64,
+    /// The accelerator.
+    pub accel: Accel,
+}
+
+/// The QEMU arguments for `l` (after the program name).
+pub fn args(l: &Launch) -> Vec<String> {
+    let cpu = match l.accel {
+        Accel::Kvm => "host",
+        Accel::Tcg => "max",
+    };
+    let mut a: Vec<String> = [
+        "-nodefaults",
+        "-no-user-config",
+        "-nographic",
+        "-no-reboot",
+        "-machine",
+        "q35",
+        "-accel",
+        l.accel.as_str(),
+        "-cpu",
+        cpu,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend([
+        "-smp".into(),
+        l.vcpus.to_string(),
+        "-m".into(),
+        format!("{}M", l.memory_mib),
+        "-kernel".into(),
+        l.kernel.display().to_string(),
+        "-initrd".into(),
+        l.initrd.display().to_string(),
+        "-append".into(),
+        l.cmdline.clone(),
+        "-nic".into(),
+        "none".into(),
+        "-monitor".into(),
+        "none".into(),
+        "-serial".into(),
+        format!("file:{}", l.console.display()),
+        "-chardev".into(),
+        format!("socket,id=job,path={}", l.channel.display()),
+        "-device".into(),
+        "virtio-serial-pci,id=vser".into(),
+        "-device".into(),
+        format!(
+            "virtserialport,bus=vser.0,chardev=job,name={}",
+            guest::channel::PORT_NAME
+        ),
+    ]);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accel_follows_the_modules_present() {
+        let d = tempfile::tempdir().expect("tmp");
+        let kvm = d.path().join("kvm");
+        std::fs::write(&kvm, "").expect("kvm");
+        let m = d.path().join("module");
+        std::fs::create_dir_all(m.join("kvm_pvm")).expect("pvm");
+        assert_eq!(choose_accel(&m, &kvm), Accel::Tcg);
+        std::fs::create_dir_all(m.join("kvm_amd")).expect("amd");
+        assert_eq!(choose_accel(&m, &kvm), Accel::Kvm);
+        assert_eq!(choose_accel(&m, &d.path().join("none")), Accel::Tcg);
+    }
+
+    #[test]
+    fn arguments_have_no_network_and_one_named_port() {
+        let l = Launch {
+            kernel: "/k".into(),
+            initrd: "/i".into(),
+            cmdline: "console=ttyS0".into(),
+            channel: "/s".into(),
+            console: "/c".into(),
+            vcpus: 2,
+            memory_mib: 1024,
+            accel: Accel::Tcg,
+        };
+        let a = args(&l);
+        let pos = |s: &str| a.iter().position(|x| x == s).expect(s);
+        assert_eq!(a[pos("-nic") + 1], "none");
+        assert_eq!(a[pos("-machine") + 1], "q35");
+        assert_eq!(a[pos("-accel") + 1], "tcg");
+        assert!(a.contains(&"-nodefaults".to_string()));
+        assert!(a.iter().any(|x| x.ends_with("name=fenced-run.job")));
+        assert!(!a.iter().any(|x| x.contains("netdev")));
+    }
+}
