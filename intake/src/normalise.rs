@@ -133,7 +133,7 @@ impl RunnerLimit {
                     .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
             })
             .is_some_and(|caps| caps & (1 << 24) != 0);
-        let hard = got.then_some(lim.rlim_max as u64);
+        let hard = got.then_some(lim.rlim_max);
         match (root, nr_open, hard) {
             (true, Some(n), _) | (_, Some(n), None) => Some(RunnerLimit::new(
                 n,

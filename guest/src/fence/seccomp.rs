@@ -158,9 +158,11 @@ fn x32_program() -> Option<BpfProgram> {
     if !cfg!(target_arch = "x86_64") {
         return None;
     }
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_JMP_JGE_K: u16 = 0x05 | 0x30 | 0x00;
-    const BPF_RET_K: u16 = 0x06 | 0x00;
+    // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20); BPF_JMP (0x05) | BPF_JGE (0x30) | BPF_K (0x00);
+    // BPF_RET (0x06) | BPF_K (0x00).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JGE_K: u16 = 0x35;
+    const BPF_RET_K: u16 = 0x06;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
     const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
