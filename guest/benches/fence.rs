@@ -74,6 +74,15 @@ fn bench(c: &mut Criterion) {
         opts.proxy = None;
         let test_only = job(dir.path(), false);
         let both = job(dir.path(), true);
+        // A refusal would time the refusal path, not the fence: every run measured must be judged.
+        for (name, j) in [("test only", &test_only), ("install and test", &both)] {
+            let v = guest::fence::run::run_job(j, &opts);
+            assert!(
+                v.judged,
+                "bench job ({name}) was not judged: {:?}",
+                v.refusal
+            );
+        }
         g.bench_function("fence_run_test_phase_only", |b| {
             b.iter(|| guest::fence::run::run_job(&test_only, &opts))
         });
