@@ -329,3 +329,31 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Roots under which the job loader refuses `[sandbox] read` paths whatever the operator allows (other users'
+/// files, temporary directories): a clone of the project under one of them cannot lend its target directory.
+const READ_DENIED_ROOTS: &[&str] = &["/tmp", "/var/tmp", "/home", "/root"];
+
+/// A fresh directory (mode 0755) that may be an operator's read root: under `target_tmp` (the test's
+/// `CARGO_TARGET_TMPDIR`) unless that lies under a root the loader refuses (a clone under `/tmp`), else under
+/// `/var/cache/fenced-run-tests`, created for it. Removed when dropped.
+pub fn read_area(target_tmp: &Path) -> tempfile::TempDir {
+    let denied = READ_DENIED_ROOTS.iter().any(|r| target_tmp.starts_with(r));
+    let base = if denied {
+        let b = PathBuf::from("/var/cache/fenced-run-tests");
+        fs::create_dir_all(&b).expect("create /var/cache/fenced-run-tests");
+        b
+    } else {
+        target_tmp.to_path_buf()
+    };
+    let d = tempfile::Builder::new()
+        .prefix("read-area-")
+        .tempdir_in(&base)
+        .expect("read area");
+    std::fs::set_permissions(
+        d.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    d
+}

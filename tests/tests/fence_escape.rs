@@ -94,8 +94,9 @@ fn sandbox_read_paths_are_visible_read_only_and_on_path() {
         return;
     }
     let c = Case::new(BIN);
-    // Not under /tmp (which the job loader refuses as a read path): the target directory's scratch.
-    let tool_dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tool dir");
+    // Not under /tmp (which the job loader refuses as a read path), wherever the clone lives.
+    let tool_dir =
+        fenced_run_tests::fence::read_area(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")));
     let tool = tool_dir.path().join("toolchain");
     std::fs::create_dir_all(tool.join("bin")).expect("mkdir");
     std::fs::write(

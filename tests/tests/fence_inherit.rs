@@ -395,15 +395,9 @@ fn passthrough_beyond_the_operator_allowlist_is_refused() {
     c.assert_clean(&r, &[]);
 }
 
-/// A directory for read paths, under the target directory (the loader refuses read paths under /tmp).
+/// A directory for read paths the loader accepts (see `fenced_run_tests::fence::read_area`).
 fn read_area() -> tempfile::TempDir {
-    let d = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("read area");
-    std::fs::set_permissions(
-        d.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
-    d
+    fenced_run_tests::fence::read_area(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")))
 }
 
 /// `[sandbox] read` must lie under a path the operator allows; inside, a file keeps the protection of its
