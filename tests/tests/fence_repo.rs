@@ -331,11 +331,29 @@ fn partial_clone_with_a_missing_head_fetches_nothing() {
             "the attack does not work on this git, so it proves nothing"
         );
         fs::remove_file(&proof).expect("rm proof");
-        for p in processes_with(&[&c.path().join("daemon").display().to_string()]) {
-            if let Some(pid) = p.split(':').next() {
-                let _ = Command::new("kill").arg(pid).status();
+        // The payload starts its daemon in the background (setsid, then exec): wait until it is there, kill it,
+        // and wait until it is gone, so the fenced run below is judged alone. Bounded; never a fixed sleep.
+        let marker = c.path().join("daemon").display().to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = false;
+        loop {
+            let left = processes_with(&[&marker]);
+            for p in &left {
+                if let Some(pid) = p.split(':').next() {
+                    let _ = Command::new("kill").arg(pid).status();
+                }
             }
+            seen |= !left.is_empty();
+            if (seen && left.is_empty()) || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::yield_now();
         }
+        assert!(seen, "the proof's payload daemon never appeared");
+        assert!(
+            processes_with(&[&marker]).is_empty(),
+            "the proof's payload daemon survived kill"
+        );
         let path = if form == "tarball" {
             tar(&c, "repo.tar.gz");
             "repo.tar.gz"
