@@ -10,7 +10,6 @@ use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
 use crate::output;
 use crate::snp::policy::HexBytes;
 use crate::snp::ChainOptions;
-use crate::tdx::TcbStatus;
 use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -168,44 +167,9 @@ pub struct EvidenceTdxArgs {
     /// command line unpinned on purpose; the output names the registers compared.
     #[arg(long)]
     pub leave_rtmrs_unpinned: bool,
-    /// TDX: required MRCONFIGID (96 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub mr_config_id: Option<HexBytes<48>>,
-    /// TDX: required MROWNER (96 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub mr_owner: Option<HexBytes<48>>,
-    /// TDX: required MROWNERCONFIG (96 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub mr_owner_config: Option<HexBytes<48>>,
-    /// TDX: required XFAM (16 hex digits, as in the quote). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub xfam: Option<HexBytes<8>>,
-    /// TDX: required TD attributes (16 hex digits, as in the quote). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub td_attributes: Option<HexBytes<8>>,
-    /// TDX: minimum TEE_TCB_SVN (32 hex digits), byte by byte. Default: none.
-    #[arg(long, value_name = "HEX")]
-    pub min_tee_tcb_svn: Option<HexBytes<16>>,
-    /// TDX: accept this TCB status too (as `tdx-quote --accept-tcb-status`); repeatable. Default: UpToDate and
-    /// SWHardeningNeeded only.
-    #[arg(long = "accept-tcb-status", value_name = "STATUS", value_parser = parse_status)]
-    pub accept_tcb_status: Vec<TcbStatus>,
-    /// TDX: reject a TCB level carrying this advisory ID; repeatable.
-    #[arg(long = "deny-advisory", value_name = "ID")]
-    pub deny_advisory: Vec<String>,
-    /// TDX: accept a TD without SEPT_VE_DISABLE. Default: required.
-    #[arg(long)]
-    pub allow_sept_ve: bool,
-    /// TDX: accept a non-zero MR_SERVICETD (TD 1.5). Default: must be zero.
-    #[arg(long)]
-    pub allow_service_td: bool,
-}
-
-fn parse_status(s: &str) -> Result<TcbStatus, String> {
-    match TcbStatus::from_name(s) {
-        TcbStatus::Unrecognized => Err(format!("`{s}` is not a TCB status name")),
-        st => Ok(st),
-    }
+    /// The TDX acceptability flags of `tdx-quote`, which apply to TDX evidence too.
+    #[command(flatten)]
+    pub accept: super::tdx_quote::TdxAcceptArgs,
 }
 
 impl EvidenceTdxArgs {
@@ -213,21 +177,11 @@ impl EvidenceTdxArgs {
     /// the shared flags by the verifier).
     pub fn to_policy(&self) -> crate::tdx::Policy {
         let mut p = crate::tdx::Policy::default();
-        p.accepted_tcb_statuses
-            .extend(self.accept_tcb_status.iter().copied());
-        p.denied_advisories = self.deny_advisory.iter().cloned().collect();
-        p.require_sept_ve_disable = !self.allow_sept_ve;
-        p.allow_service_td = self.allow_service_td;
+        self.accept.apply(&mut p);
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         for r in &self.rtmr {
             p.rtmr[r.0] = Some(r.1);
         }
-        p.mr_config_id = self.mr_config_id.map(|h| h.0);
-        p.mr_owner = self.mr_owner.map(|h| h.0);
-        p.mr_owner_config = self.mr_owner_config.map(|h| h.0);
-        p.xfam = self.xfam.map(|h| h.0);
-        p.td_attributes = self.td_attributes.map(|h| h.0);
-        p.min_tee_tcb_svn = self.min_tee_tcb_svn.map(|h| h.0);
         p
     }
 }

@@ -15,7 +15,78 @@ use crate::tdx::{
 };
 use attestation::tdx::Quote;
 
-/// The TDX policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
+/// The TDX acceptability flags shared by `tdx-quote` and `evidence` (everything but the launch-measurement pin,
+/// whose flags differ between the two, and the flags `evidence` shares with SEV-SNP).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TdxAcceptArgs {
+    /// TDX: required MRCONFIGID (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_config_id: Option<HexBytes<48>>,
+    /// TDX: required MROWNER (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_owner: Option<HexBytes<48>>,
+    /// TDX: required MROWNERCONFIG (96 hex digits). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub mr_owner_config: Option<HexBytes<48>>,
+    /// TDX: required XFAM (16 hex digits, as in the quote). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub xfam: Option<HexBytes<8>>,
+    /// TDX: required TD attributes (16 hex digits, as in the quote). Default: not checked.
+    #[arg(long, value_name = "HEX")]
+    pub td_attributes: Option<HexBytes<8>>,
+    /// TDX: minimum TEE_TCB_SVN (32 hex digits), compared byte by byte. Default: none.
+    #[arg(long, value_name = "HEX")]
+    pub min_tee_tcb_svn: Option<HexBytes<16>>,
+    /// TDX: accept this TCB status too (UpToDate, SWHardeningNeeded, ConfigurationNeeded,
+    /// ConfigurationAndSWHardeningNeeded, OutOfDate, OutOfDateConfigurationNeeded, TDRelaunchAdvised,
+    /// TDRelaunchAdvisedConfigurationNeeded, NotSupported, Revoked);
+    /// repeatable. Default: UpToDate and SWHardeningNeeded only.
+    #[arg(long = "accept-tcb-status", value_name = "STATUS", value_parser = parse_status)]
+    pub accept_tcb_status: Vec<TcbStatus>,
+    /// TDX: reject a TCB level carrying this advisory ID (e.g. INTEL-SA-00837); repeatable.
+    #[arg(long = "deny-advisory", value_name = "ID")]
+    pub deny_advisory: Vec<String>,
+    /// TDX: accept a TD without SEPT_VE_DISABLE. Default: required.
+    #[arg(long)]
+    pub allow_sept_ve: bool,
+    /// TDX: accept a non-zero MR_SERVICETD (TD 1.5). Default: must be zero.
+    #[arg(long)]
+    pub allow_service_td: bool,
+    /// TDX: accept TD attribute MIGRATABLE. Default: forbidden.
+    #[arg(long)]
+    pub allow_migratable: bool,
+    /// TDX: accept TD attribute PERFMON. Default: forbidden.
+    #[arg(long)]
+    pub allow_perfmon: bool,
+}
+
+fn parse_status(s: &str) -> Result<TcbStatus, String> {
+    match TcbStatus::from_name(s) {
+        TcbStatus::Unrecognized => Err(format!("`{s}` is not a TCB status name")),
+        st => Ok(st),
+    }
+}
+
+impl TdxAcceptArgs {
+    /// Sets the fields of `p` these flags describe.
+    pub fn apply(&self, p: &mut Policy) {
+        p.accepted_tcb_statuses
+            .extend(self.accept_tcb_status.iter().copied());
+        p.denied_advisories = self.deny_advisory.iter().cloned().collect::<BTreeSet<_>>();
+        p.require_sept_ve_disable = !self.allow_sept_ve;
+        p.allow_service_td = self.allow_service_td;
+        p.allow_migratable = self.allow_migratable;
+        p.allow_perfmon = self.allow_perfmon;
+        p.mr_config_id = self.mr_config_id.map(|h| h.0);
+        p.mr_owner = self.mr_owner.map(|h| h.0);
+        p.mr_owner_config = self.mr_owner_config.map(|h| h.0);
+        p.xfam = self.xfam.map(|h| h.0);
+        p.td_attributes = self.td_attributes.map(|h| h.0);
+        p.min_tee_tcb_svn = self.min_tee_tcb_svn.map(|h| h.0);
+    }
+}
+
+/// The TDX policy of `tdx-quote` as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct TdxPolicyArgs {
     /// Accepted MRTD (96 hex digits); repeat for any of several. Default: not checked.
@@ -33,76 +104,25 @@ pub struct TdxPolicyArgs {
     /// Required RTMR3. Default: not checked.
     #[arg(long, value_name = "HEX")]
     pub rtmr3: Option<HexBytes<48>>,
-    /// Required MRCONFIGID (96 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub mr_config_id: Option<HexBytes<48>>,
-    /// Required MROWNER (96 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub mr_owner: Option<HexBytes<48>>,
-    /// Required XFAM (16 hex digits, as in the quote). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub xfam: Option<HexBytes<8>>,
-    /// Required TD attributes (16 hex digits, as in the quote). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub td_attributes: Option<HexBytes<8>>,
-    /// Minimum TEE_TCB_SVN (32 hex digits), compared byte by byte. Default: none.
-    #[arg(long, value_name = "HEX")]
-    pub min_tee_tcb_svn: Option<HexBytes<16>>,
     /// Required REPORTDATA (128 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
     pub report_data: Option<HexBytes<64>>,
-    /// Accept this TCB status too (UpToDate, SWHardeningNeeded, ConfigurationNeeded,
-    /// ConfigurationAndSWHardeningNeeded, OutOfDate, OutOfDateConfigurationNeeded, TDRelaunchAdvised,
-    /// TDRelaunchAdvisedConfigurationNeeded, NotSupported, Revoked);
-    /// repeatable. Default: UpToDate and SWHardeningNeeded only.
-    #[arg(long = "accept-tcb-status", value_name = "STATUS", value_parser = parse_status)]
-    pub accept_tcb_status: Vec<TcbStatus>,
-    /// Reject a quote whose TCB level carries this advisory ID (e.g. INTEL-SA-00837); repeatable.
-    #[arg(long = "deny-advisory", value_name = "ID")]
-    pub deny_advisory: Vec<String>,
     /// Accept a debug TD (the host can read its memory). Default: forbidden.
     #[arg(long)]
     pub allow_debug: bool,
-    /// Accept a TD without SEPT_VE_DISABLE. Default: required.
-    #[arg(long)]
-    pub allow_sept_ve: bool,
-    /// Accept a non-zero MR_SERVICETD (TD 1.5). Default: must be zero.
-    #[arg(long)]
-    pub allow_service_td: bool,
-    /// Accept TD attribute MIGRATABLE. Default: forbidden.
-    #[arg(long)]
-    pub allow_migratable: bool,
-    /// Accept TD attribute PERFMON. Default: forbidden.
-    #[arg(long)]
-    pub allow_perfmon: bool,
-}
-
-fn parse_status(s: &str) -> Result<TcbStatus, String> {
-    match TcbStatus::from_name(s) {
-        TcbStatus::Unrecognized => Err(format!("`{s}` is not a TCB status name")),
-        st => Ok(st),
-    }
+    /// The acceptability flags shared with `evidence`.
+    #[command(flatten)]
+    pub accept: TdxAcceptArgs,
 }
 
 impl TdxPolicyArgs {
     /// The [`Policy`] these flags describe.
     pub fn to_policy(&self) -> Policy {
         let mut p = Policy::default();
-        p.accepted_tcb_statuses
-            .extend(self.accept_tcb_status.iter().copied());
-        p.denied_advisories = self.deny_advisory.iter().cloned().collect::<BTreeSet<_>>();
+        self.accept.apply(&mut p);
         p.allow_debug = self.allow_debug;
-        p.require_sept_ve_disable = !self.allow_sept_ve;
-        p.allow_service_td = self.allow_service_td;
-        p.allow_migratable = self.allow_migratable;
-        p.allow_perfmon = self.allow_perfmon;
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         p.rtmr = [self.rtmr0, self.rtmr1, self.rtmr2, self.rtmr3].map(|r| r.map(|h| h.0));
-        p.mr_config_id = self.mr_config_id.map(|h| h.0);
-        p.mr_owner = self.mr_owner.map(|h| h.0);
-        p.xfam = self.xfam.map(|h| h.0);
-        p.td_attributes = self.td_attributes.map(|h| h.0);
-        p.min_tee_tcb_svn = self.min_tee_tcb_svn.map(|h| h.0);
         p.report_data = self.report_data.map(|h| h.0);
         p
     }
