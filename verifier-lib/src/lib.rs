@@ -3,7 +3,10 @@
 
 pub mod cli;
 pub mod evidence;
+pub mod failure;
 pub mod output;
 pub mod pki;
 pub mod snp;
 pub mod tdx;
+
+pub use failure::Failure;
