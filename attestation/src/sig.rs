@@ -212,6 +212,45 @@ mod tests {
     }
 
     #[test]
+    fn rsa_pss_requires_salt_48_and_sha384() {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::signature::{RandomizedSigner, SignatureEncoding};
+        let mut rng = rand::thread_rng();
+        let key = rsa::RsaPrivateKey::new(&mut rng, 2048).expect("key");
+        let public = key
+            .to_public_key()
+            .to_pkcs1_der()
+            .expect("der")
+            .as_bytes()
+            .to_vec();
+        let mut sign = |salt: usize| {
+            rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), salt)
+                .sign_with_rng(&mut rng, b"tbs")
+                .to_vec()
+        };
+        assert_eq!(rsa_pss_sha384(&public, b"tbs", &sign(48)), Ok(()));
+        assert_eq!(
+            rsa_pss_sha384(&public, b"tbt", &sign(48)),
+            Err(SigError::Mismatch)
+        );
+        // AMD signs with a 48-byte salt; any other length is refused, shorter or longer.
+        for salt in [0, 32, 64] {
+            assert_eq!(
+                rsa_pss_sha384(&public, b"tbs", &sign(salt)),
+                Err(SigError::Mismatch),
+                "salt {salt}"
+            );
+        }
+        let sha256 = rsa::pss::SigningKey::<sha2::Sha256>::new_with_salt_len(key.clone(), 48)
+            .sign_with_rng(&mut rng, b"tbs")
+            .to_vec();
+        assert_eq!(
+            rsa_pss_sha384(&public, b"tbs", &sha256),
+            Err(SigError::Mismatch)
+        );
+    }
+
+    #[test]
     fn ed25519_strict_refuses_small_order_r_and_weak_keys() {
         use ed25519_dalek::Signer;
         let sk = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);

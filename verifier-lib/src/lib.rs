@@ -8,5 +8,7 @@ pub mod output;
 pub mod pki;
 pub mod snp;
 pub mod tdx;
+pub mod verifier;
 
 pub use failure::Failure;
+pub use verifier::{CacheStats, Verifier};

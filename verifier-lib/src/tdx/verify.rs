@@ -11,7 +11,8 @@ use attestation::tdx::{CertificationData, Quote};
 use super::pck::PckExtensions;
 use super::tcb;
 use super::x509::{
-    p256_from_raw, parse_pem_chain, verify_raw_sig, Cert, INTEL_SGX_ROOT_CA_SPKI_SHA256,
+    p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
+    INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
 use super::{
     Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
@@ -436,7 +437,11 @@ fn verify_received(
         if let Some(q) = qe {
             match chain[0].p256_key() {
                 Some(key) => {
-                    match verify_raw_sig(&key, qe_signed.unwrap_or(&[]), &q.qe_report_signature) {
+                    match verify_raw_sig_shared(
+                        &key,
+                        qe_signed.unwrap_or(&[]),
+                        &q.qe_report_signature,
+                    ) {
                         Ok(()) => auth.qe_report_signature = true,
                         Err(e) => failures.push(Failure::seen_wanted(
                             "qe-report-signature",
@@ -586,7 +591,7 @@ fn check_signed_body(
         ));
     }
     let sig_ok = match chain[0].p256_key() {
-        Some(key) => match verify_raw_sig(&key, text.as_bytes(), sig) {
+        Some(key) => match verify_raw_sig_shared(&key, text.as_bytes(), sig) {
             Ok(()) => true,
             Err(e) => {
                 failures.push(Failure::seen_wanted(

@@ -143,14 +143,25 @@ fn sig_message(e: SigError) -> String {
     }
 }
 
-/// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256).
+/// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256); certificates and CRLs sign this
+/// way, so an active [`crate::Verifier`] remembers the result.
 pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
-    sig::p256_sha256_der(key, msg, der_sig).map_err(sig_message)
+    crate::verifier::memo("ecdsa-p256-sha256-der", key.sec1(), msg, der_sig, || {
+        sig::p256_sha256_der(key, msg, der_sig).map_err(sig_message)
+    })
 }
 
 /// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256).
 pub fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
     sig::p256_sha256_fixed(key, msg, raw).map_err(sig_message)
+}
+
+/// As [`verify_raw_sig`], remembered by an active [`crate::Verifier`]: for what many quotes of one platform share
+/// (the QE report, TCB Info, QE Identity), never for a quote's own signature.
+pub fn verify_raw_sig_shared(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+    crate::verifier::memo("ecdsa-p256-sha256-fixed", key.sec1(), msg, raw, || {
+        verify_raw_sig(key, msg, raw)
+    })
 }
 
 /// A P-256 key from raw x || y (64 bytes), as the quote carries the attestation key.
