@@ -1,4 +1,4 @@
-//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE]`: builds the `vm` tier's guest image
+//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE] [--tdx-ovmf FILE]`: builds the `vm` tier's guest image
 //! (host::image) and prints its manifest's measurements. Exit 0 built, 2 unusable input.
 
 use crate::image::{self, BuildOptions};
@@ -38,6 +38,10 @@ pub struct BuildArgs {
     /// and 4 vCPUs of type EPYC-v4.
     #[arg(long, value_name = "FILE")]
     pub ovmf: Option<PathBuf>,
+    /// The TDX OVMF (TDVF): the manifest then lists its MRTD and the RTMR event digests of the kernel and
+    /// initramfs (Debian's /usr/share/ovmf/OVMF.fd carries TDX metadata).
+    #[arg(long, value_name = "FILE")]
+    pub tdx_ovmf: Option<PathBuf>,
     /// Leave git out of the image (the fence's tree hash and `git apply` then fail in the guest).
     #[arg(long)]
     pub no_git: bool,
@@ -79,6 +83,16 @@ pub fn run(args: Args) -> ExitCode {
                     s.vcpus, s.vcpu_type, s.measurement
                 );
             }
+            if let Some(t) = &m.measurements.tdx {
+                println!("tdx         MRTD {}", t.mrtd);
+                for e in &t.rtmr_events {
+                    println!(
+                        "tdx         RTMR{} event {}: {}",
+                        e.rtmr, e.event_type, e.digest
+                    );
+                }
+                println!("tdx         RTMR values not computed: {}", t.note);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -116,5 +130,6 @@ fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         busybox,
         git,
         ovmf: b.ovmf.clone(),
+        tdx_ovmf: b.tdx_ovmf.clone(),
     })
 }
