@@ -42,7 +42,8 @@ pub struct BuildArgs {
     /// initramfs (Debian's /usr/share/ovmf/OVMF.fd carries TDX metadata).
     #[arg(long, value_name = "FILE")]
     pub tdx_ovmf: Option<PathBuf>,
-    /// Leave git out of the image (the fence's tree hash and `git apply` then fail in the guest).
+    /// Leave git out of the image (the fence's `git apply` of a job's patch and git-bundle repositories then
+    /// fail in the guest; tree hashes and commits are read without git).
     #[arg(long)]
     pub no_git: bool,
 }

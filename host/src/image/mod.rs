@@ -1,5 +1,6 @@
 //! `fenced-run image build`: the `vm` tier's guest image. A kernel (Debian's 6.12 by default), a reproducible
-//! initramfs holding the static `guest-agent` as `/init`, busybox for shell test suites, `git` for the fence,
+//! initramfs holding the static `guest-agent` as `/init`, busybox for shell test suites, `git` for the fence
+//! (only `git apply` of a patch and git-bundle unpacking need it; docs/vm.md says why it stays),
 //! and the kernel modules the agent loads; a fixed command line; and a manifest (JSON) with the artifacts'
 //! hashes and the expected measurements computed by the `measurements` crate.
 
