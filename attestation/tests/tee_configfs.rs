@@ -389,8 +389,7 @@ fn tdx_guest_without_configfs_is_an_error_not_the_sim() {
     let m = Machine::new(false, false, true);
     let err = m
         .select(Arc::new(NoProvider), None, None)
-        .err()
-        .expect("a TD without configfs-tsm");
+        .expect_err("a TD without configfs-tsm");
     assert!(
         err.to_string().contains("TDX quotes need configfs-tsm"),
         "{err}"
@@ -403,8 +402,7 @@ fn other_errors_stop_the_selection() {
     let m = Machine::new(false, true, false);
     let err = m
         .select(Arc::new(NoProvider), Some(nix::errno::Errno::EIO), None)
-        .err()
-        .expect("eio");
+        .expect_err("eio");
     assert!(
         err.to_string().contains("/dev/sev-guest") || err.to_string().contains("sev-guest"),
         "{err}"
