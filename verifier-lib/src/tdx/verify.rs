@@ -435,12 +435,18 @@ pub fn verify_quote_parsed(
                 chain.as_deref(),
                 pck.as_ref(),
                 at,
+                opts.policy.collateral_grace_secs.max(0),
                 &mut failures,
             );
             coll_checks = Some(checks);
             if let Some(ev) = &eval {
                 opts.policy
                     .check_tcb(ev.status, &ev.advisory_ids, &mut failures);
+                opts.policy.check_freshness(
+                    ev,
+                    coll.qe_identity.tcb_evaluation_data_number,
+                    &mut failures,
+                );
             }
             tcb_eval = eval;
         }
@@ -497,6 +503,7 @@ fn check_signed_body(
     next: &str,
     pck_root: Option<&Cert>,
     at: i64,
+    grace: i64,
 ) -> (bool, bool, bool) {
     let prefix = format!("{name}_issuer_chain");
     let (sigs, times) = check_chain(failures, &prefix, chain, at);
@@ -565,7 +572,8 @@ fn check_signed_body(
                 ));
                 fresh = false;
             }
-            if at >= n {
+            // --collateral-grace: accepted for `grace` seconds past nextUpdate (0 by default).
+            if at >= n.saturating_add(grace) {
                 failures.push(Failure::new(
                     format!("{name}.next_update"),
                     format!("time {} (expired)", iso(at)),
@@ -585,6 +593,7 @@ fn check_collateral(
     chain: Option<&[Cert]>,
     pck: Option<&PckExtensions>,
     at: i64,
+    grace: i64,
     failures: &mut Vec<Failure>,
 ) -> (CollateralChecks, Option<tcb::TcbEvaluation>) {
     let mut c = CollateralChecks::default();
@@ -609,6 +618,7 @@ fn check_collateral(
             &ti.next_update,
             pck_root,
             at,
+            grace,
         );
         c.tcb_info_signature = s;
         c.tcb_info_chain = ch;
@@ -635,6 +645,7 @@ fn check_collateral(
             &qi.next_update,
             pck_root,
             at,
+            grace,
         );
         c.qe_identity_signature = s;
         c.qe_identity_chain = ch;
@@ -709,7 +720,7 @@ fn check_collateral(
             crl_fresh = false;
         }
         match next {
-            Some(n) if at >= n => {
+            Some(n) if at >= n.saturating_add(grace) => {
                 failures.push(Failure::new(
                     format!("{name}.next_update"),
                     format!("time {} (expired)", iso(at)),
