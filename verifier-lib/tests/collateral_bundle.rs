@@ -88,8 +88,9 @@ fn snp_bundle_verifies_offline_and_auditor_signatures_count_k_of_n() {
 
     // Any change to the signed content voids the signatures.
     let text = std::fs::read_to_string(&bundle).expect("read");
+    assert!(text.contains("\"subject\": \"report.bin"), "{text}");
     let tampered = dir.path().join("tampered.json");
-    std::fs::write(&tampered, text.replacen("genoa", "gen0a", 1)).expect("write");
+    std::fs::write(&tampered, text.replacen("\"subject\": \"report.bin", "\"subject\": \"other.bin", 1)).expect("write");
     let (code, out, _) = cli(&[
         "snp-report",
         report,
