@@ -90,7 +90,11 @@ fn snp_bundle_verifies_offline_and_auditor_signatures_count_k_of_n() {
     let text = std::fs::read_to_string(&bundle).expect("read");
     assert!(text.contains("\"subject\": \"report.bin"), "{text}");
     let tampered = dir.path().join("tampered.json");
-    std::fs::write(&tampered, text.replacen("\"subject\": \"report.bin", "\"subject\": \"other.bin", 1)).expect("write");
+    std::fs::write(
+        &tampered,
+        text.replacen("\"subject\": \"report.bin", "\"subject\": \"other.bin", 1),
+    )
+    .expect("write");
     let (code, out, _) = cli(&[
         "snp-report",
         report,

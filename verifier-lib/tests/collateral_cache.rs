@@ -82,7 +82,7 @@ fn tdx_collateral_is_cached_until_the_earliest_next_update_and_never_after() {
         .expect("cold");
     assert_eq!(a.origin, Origin::Fetched);
     let b = pcs(&http, &srv, Some(&cache))
-        .for_quote(&needs, t0 + 0)
+        .for_quote(&needs, t0)
         .expect("warm");
     assert_eq!(b.origin, Origin::Cache);
     assert_eq!(srv.hits(QE_ROUTE), 1, "the warm call asked nothing");
@@ -99,7 +99,7 @@ fn tdx_collateral_is_cached_until_the_earliest_next_update_and_never_after() {
     // At nextUpdate: not served; refetched, and the server's CRL is itself stale then, so refused.
     let e = pcs(&http, &srv, Some(&cache))
         .for_quote(&needs, pck_next)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("stale"), "{e}");
     assert_eq!(
         srv.hits(&tcb_route(&tv.fmspc)),

@@ -92,7 +92,7 @@ fn pcs_503_forever_gives_up_after_the_bounded_retries_naming_url_and_status() {
     let http = client(Duration::from_secs(5), 2);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     let msg = e.to_string();
     assert!(msg.contains("HTTP 503") && msg.contains(QE_ROUTE), "{msg}");
     assert_eq!(srv.hits(QE_ROUTE), 3, "one request and two retries");
@@ -109,7 +109,7 @@ fn a_retry_after_longer_than_allowed_is_not_waited_out() {
     let http = client(Duration::from_secs(5), 3);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("3600"), "{e}");
     assert_eq!(srv.hits(QE_ROUTE), 1);
 }
@@ -121,7 +121,7 @@ fn a_404_is_an_error_naming_url_and_status() {
     let http = client(Duration::from_secs(5), 3);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(
         e.to_string().contains("HTTP 404") && e.to_string().contains(&srv.base),
         "{e}"
@@ -136,7 +136,7 @@ fn a_slow_answer_times_out() {
     let http = client(Duration::from_millis(500), 0);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(matches!(e, FetchError::Http(_)), "{e}");
     assert!(e.to_string().contains(QE_ROUTE), "{e}");
 }
@@ -148,7 +148,7 @@ fn a_truncated_body_is_refused() {
     let http = client(Duration::from_secs(5), 0);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains(QE_ROUTE), "{e}");
 }
 
@@ -170,7 +170,7 @@ fn a_wrong_issuer_chain_is_refused_and_nothing_is_cached() {
     let needs = QuoteNeeds::of_quote(&tv.quote).expect("needs");
     let e = pcs(&http, &srv, Some(&cache))
         .for_quote(&needs, tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert_eq!(e.check(), "collateral-rejected", "{e}");
     assert!(e.to_string().contains("TCB Info"), "{e}");
     let key = format!("pcs/tdx/{}-platform-standard", tv.fmspc);
@@ -192,7 +192,7 @@ fn a_chain_to_a_foreign_root_is_refused() {
     let http = client(Duration::from_secs(5), 0);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(
         e.to_string().contains("not the pinned Intel SGX Root CA"),
         "{e}"
@@ -208,7 +208,7 @@ fn a_missing_issuer_chain_header_is_refused() {
     let http = client(Duration::from_secs(5), 0);
     let e = pcs(&http, &srv, None)
         .qe_identity(tv.reference_time)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(
         e.to_string().contains("SGX-Enclave-Identity-Issuer-Chain"),
         "{e}"
@@ -232,7 +232,7 @@ fn a_stale_pck_crl_is_refused() {
             verifier_lib::collateral::pcs::PckCa::Platform,
             pck_next + 60,
         )
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("stale"), "{e}");
     // One second earlier it is current.
     pcs(&http, &srv, None)
@@ -278,7 +278,7 @@ fn kds_refuses_another_products_chain_and_another_chips_vcek() {
     );
     let e = kds(&http, &srv, None)
         .for_report(&report, None, false, now)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("Milan root"), "{e}");
     // The right chain, another chip's VCEK.
     serve_snp(&srv, &v, "genoa-v3-yaxi", "Genoa");
@@ -288,7 +288,7 @@ fn kds_refuses_another_products_chain_and_another_chips_vcek() {
     );
     let e = kds(&http, &srv, None)
         .for_report(&report, None, false, now)
-        .unwrap_err();
+        .expect_err("must fail");
     assert_eq!(e.check(), "collateral-rejected", "{e}");
     assert!(e.to_string().contains("VCEK"), "{e}");
 }
@@ -303,7 +303,7 @@ fn kds_needs_a_product_for_a_version_2_report_and_refuses_vlek() {
     let report = attestation::snp::AttestationReport::from_bytes(&report).expect("report");
     let e = kds(&http, &srv, None)
         .for_report(&report, None, false, now)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("--product"), "{e}");
     let got = kds(&http, &srv, None)
         .for_report(&report, Some(attestation::snp::Product::Milan), false, now)
@@ -315,7 +315,7 @@ fn kds_needs_a_product_for_a_version_2_report_and_refuses_vlek() {
     let before = srv.total_hits();
     let e = kds(&http, &srv, None)
         .for_report(&vlek, None, false, now)
-        .unwrap_err();
+        .expect_err("must fail");
     assert!(e.to_string().contains("VLEK"), "{e}");
     assert_eq!(srv.total_hits(), before, "nothing is asked for a VLEK");
 }
@@ -428,4 +428,46 @@ fn from_pcs_responses_converts_saved_responses_to_the_vector_collateral() {
     ]);
     assert_eq!(code, 2);
     assert!(stderr.contains("QE Identity"), "{stderr}");
+}
+
+#[test]
+fn https_proxy_is_used_and_no_proxy_bypasses_it() {
+    use verifier_lib::collateral::http::{Client, HttpOptions};
+    let srv = FakeServer::start();
+    // Through a proxy, the request line carries the absolute URL; the fake server plays the proxy here, so
+    // the name kds.example is never resolved.
+    let target = "http://kds.example/vcek/v1/Milan/cert_chain";
+    srv.route(target, vec![Reply::ok("via proxy")]);
+    let opts = HttpOptions {
+        proxy: Some(srv.base.clone()),
+        timeout: Duration::from_secs(5),
+        ..HttpOptions::default()
+    };
+    let c = Client::new(opts.clone()).expect("client");
+    assert_eq!(c.get(target).expect("proxied").body, b"via proxy");
+    assert_eq!(srv.hits(target), 1);
+    // NO_PROXY: the loopback server is reached directly although the proxy (a closed port) would fail.
+    srv.route("/direct", vec![Reply::ok("direct")]);
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let c = Client::new(HttpOptions {
+        proxy: Some(dead.clone()),
+        no_proxy: vec!["127.0.0.1".into()],
+        ..opts.clone()
+    })
+    .expect("client");
+    assert_eq!(
+        c.get(&format!("{}/direct", srv.base)).expect("direct").body,
+        b"direct"
+    );
+    let c = Client::new(HttpOptions {
+        proxy: Some(dead),
+        ..opts
+    })
+    .expect("client");
+    let e = c
+        .get(&format!("{}/direct", srv.base))
+        .expect_err("must fail");
+    assert!(e.to_string().contains("/direct"), "{e}");
 }

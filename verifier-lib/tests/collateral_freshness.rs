@@ -72,7 +72,12 @@ fn tdx_min_tcb_date_rejects_an_older_level() {
     assert_eq!(code, 1, "{j}");
     assert!(checks(&j).contains(&"tcb_date".to_string()), "{j}");
     let q = v.join("tdx/dcapqvl-v4-b0c06f-uptodate/quote.bin");
-    let (code, _, err) = cli(&["tdx-quote", q.to_str().expect("utf8"), "--min-tcb-date", "last tuesday"]);
+    let (code, _, err) = cli(&[
+        "tdx-quote",
+        q.to_str().expect("utf8"),
+        "--min-tcb-date",
+        "last tuesday",
+    ]);
     assert_eq!(code, 2);
     assert!(err.contains("neither RFC 3339 nor YYYY-MM-DD"), "{err}");
 }

@@ -421,6 +421,9 @@ pub fn run_sign(args: SignArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Why collateral was refused before verification: (exit code: 1 rejected, 2 unusable; check name; detail).
+pub type Refusal = (u8, &'static str, String);
+
 /// The collateral flags of the verify commands: a bundle's auditors, the cache or the network, and the SEV-SNP
 /// TCB baseline.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -568,7 +571,7 @@ pub fn tdx_collateral(
     flag: Option<&Path>,
     quote: &[u8],
     now: i64,
-) -> Result<Option<(Vec<u8>, serde_json::Value)>, (u8, &'static str, String)> {
+) -> Result<Option<(Vec<u8>, serde_json::Value)>, Refusal> {
     if let Some(path) = flag {
         let bytes =
             super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;

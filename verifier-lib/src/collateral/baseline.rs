@@ -150,7 +150,8 @@ impl Baseline {
 
     /// Every component of `tcb` below this baseline's floors for `product` (the highest floor per component).
     pub fn check(&self, product: Product, tcb: &TcbParts) -> Vec<Shortfall> {
-        let comps: [(&'static str, fn(&Floor) -> Option<u8>, Option<u8>); 5] = [
+        type Component = (&'static str, fn(&Floor) -> Option<u8>, Option<u8>);
+        let comps: [Component; 5] = [
             ("bootloader", |f| f.bootloader, Some(tcb.bootloader)),
             ("tee", |f| f.tee, Some(tcb.tee)),
             ("snp", |f| f.snp, Some(tcb.snp)),
