@@ -199,3 +199,74 @@ fn fetch_online_from_the_verify_command_and_errors_name_the_url() {
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("--crl"), "{out}");
 }
+
+#[test]
+fn base_urls_come_from_a_config_file_and_flags_win() {
+    let Some(v) = vectors() else { return };
+    let srv = FakeServer::start();
+    let (_, chain_route, _) = serve_snp(&srv, &v, "genoa-v3-yaxi", "Genoa");
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = dir.path().join("fetch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "kds_url = \"{}\"\ntimeout_secs = 5\nmax_retries = 0\n",
+            srv.base
+        ),
+    )
+    .expect("write");
+    let report = v.join("snp/genoa-v3-yaxi/report.bin");
+    let out = dir.path().join("certs");
+    let (code, o, e) = cli(&[
+        "fetch",
+        report.to_str().expect("utf8"),
+        "--out",
+        out.to_str().expect("utf8"),
+        "--fetch-config",
+        cfg.to_str().expect("utf8"),
+        "--no-cache",
+        "--no-crl",
+    ]);
+    assert_eq!(code, 0, "{o}{e}");
+    assert_eq!(srv.hits(&chain_route), 1);
+    // The directory is the layout snp-report --certs reads.
+    let (code, o, _) = cli(&[
+        "snp-report",
+        report.to_str().expect("utf8"),
+        "--certs",
+        out.to_str().expect("utf8"),
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{o}");
+    // A flag wins over the file: a closed port is tried instead, and the error names it.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let (code, o, e) = cli(&[
+        "fetch",
+        report.to_str().expect("utf8"),
+        "--out",
+        out.to_str().expect("utf8"),
+        "--fetch-config",
+        cfg.to_str().expect("utf8"),
+        "--kds-url",
+        &dead,
+        "--no-cache",
+        "--no-crl",
+    ]);
+    assert_eq!(code, 2, "{o}");
+    assert!(e.contains(&dead), "{e}");
+    // An unknown key in the file is named.
+    std::fs::write(&cfg, "kds_ulr = \"x\"\n").expect("write");
+    let (code, _, e) = cli(&[
+        "fetch",
+        report.to_str().expect("utf8"),
+        "--out",
+        out.to_str().expect("utf8"),
+        "--fetch-config",
+        cfg.to_str().expect("utf8"),
+        "--no-cache",
+    ]);
+    assert_eq!(code, 2);
+    assert!(e.contains("kds_ulr"), "{e}");
+}
