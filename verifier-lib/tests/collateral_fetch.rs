@@ -471,3 +471,26 @@ fn https_proxy_is_used_and_no_proxy_bypasses_it() {
         .expect_err("must fail");
     assert!(e.to_string().contains("/direct"), "{e}");
 }
+
+#[test]
+fn pcs_urls_follow_the_v4_api() {
+    use verifier_lib::collateral::pcs::*;
+    let b = "https://pccs.example/";
+    assert_eq!(
+        tcb_info_url(b, Tee::Tdx, "b0c06f000000", Update::Early),
+        "https://pccs.example/tdx/certification/v4/tcb?fmspc=b0c06f000000&update=early"
+    );
+    assert_eq!(
+        tcb_info_url(b, Tee::Sgx, "00906ed50000", Update::Standard),
+        "https://pccs.example/sgx/certification/v4/tcb?fmspc=00906ed50000&update=standard"
+    );
+    assert_eq!(
+        qe_identity_url(b, Update::Early),
+        "https://pccs.example/tdx/certification/v4/qe/identity?update=early"
+    );
+    assert_eq!(
+        pck_crl_url(b, PckCa::Processor),
+        "https://pccs.example/sgx/certification/v4/pckcrl?ca=processor&encoding=der"
+    );
+    assert!("sometimes".parse::<Update>().is_err());
+}
