@@ -51,7 +51,7 @@ fn tdx_min_tcb_eval_num_rejects_older_evaluation_data_and_keeps_intels_status() 
     assert_eq!(code, 1, "{j}");
     let c = checks(&j);
     assert!(
-        c.iter().any(|c| c.contains("tcb_evaluation_data_number")),
+        c.iter().any(|c| c.contains("tcb-evaluation-data-number")),
         "{c:?}"
     );
     assert_eq!(
@@ -70,7 +70,7 @@ fn tdx_min_tcb_date_rejects_an_older_level() {
     assert_eq!(code, 0, "{j}");
     let (code, j) = tdx_args(&v, &["--min-tcb-date", "2024-03-14T00:00:00Z"], &at);
     assert_eq!(code, 1, "{j}");
-    assert!(checks(&j).contains(&"tcb_date".to_string()), "{j}");
+    assert!(checks(&j).contains(&"tcb-date".to_string()), "{j}");
     let q = v.join("tdx/dcapqvl-v4-b0c06f-uptodate/quote.bin");
     let (code, _, err) = cli(&[
         "tdx-quote",
@@ -97,7 +97,7 @@ fn tdx_collateral_grace_accepts_collateral_just_past_next_update() {
     let late = (pck_next + 100).to_string();
     let (code, j) = tdx_args(&v, &[], &late);
     assert_eq!(code, 1, "{j}");
-    assert!(checks(&j).iter().any(|c| c == "pck_crl.next_update"), "{j}");
+    assert!(checks(&j).iter().any(|c| c == "pck-crl-next-update"), "{j}");
     let (code, j) = tdx_args(&v, &["--collateral-grace", "3600"], &late);
     assert_eq!(code, 0, "{j}");
     let (code, _) = tdx_args(&v, &["--collateral-grace", "60"], &late);

@@ -88,7 +88,11 @@ impl Default for Policy {
 fn eq_check(failures: &mut Vec<Failure>, check: &str, seen: &[u8], want: Option<&[u8]>) {
     if let Some(w) = want {
         if seen != w {
-            failures.push(Failure::new(check, hex::encode(seen), hex::encode(w)));
+            failures.push(Failure::seen_wanted(
+                check.to_string(),
+                hex::encode(seen),
+                hex::encode(w),
+            ));
         }
     }
 }
@@ -109,22 +113,22 @@ impl Policy {
         let td = quote.td();
         let attrs = td.attributes();
         if attrs.debug() && !self.allow_debug {
-            failures.push(Failure::new(
-                "td_attributes.debug",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-debug",
                 "set (debug TD)",
                 "clear (--allow-debug to accept)",
             ));
         }
         if attrs.0 & TD_ATTRIBUTE_MIGRATABLE != 0 && !self.allow_migratable {
-            failures.push(Failure::new(
-                "td_attributes.migratable",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-migratable",
                 "set (MIGRATABLE)",
                 "clear (--allow-migratable to accept)",
             ));
         }
         if attrs.0 & TD_ATTRIBUTE_PERFMON != 0 && !self.allow_perfmon {
-            failures.push(Failure::new(
-                "td_attributes.perfmon",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-perfmon",
                 "set (PERFMON)",
                 "clear (--allow-perfmon to accept)",
             ));
@@ -135,23 +139,23 @@ impl Policy {
                 .filter(|b| unknown & (1u64 << b) != 0)
                 .map(|b| b.to_string())
                 .collect();
-            failures.push(Failure::new(
-                "td_attributes.reserved",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-reserved",
                 format!("bit(s) {} set", bits.join(", ")),
                 "only DEBUG, SEPT_VE_DISABLE, MIGRATABLE, PKS, KL, PERFMON (bits 0, 28-31, 63)",
             ));
         }
         if self.require_sept_ve_disable && !attrs.sept_ve_disable() {
-            failures.push(Failure::new(
-                "td_attributes.sept_ve_disable",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-sept-ve-disable",
                 "clear",
                 "set",
             ));
         }
         if let Some(b) = quote.body.td15() {
             if !self.allow_service_td && b.mr_servicetd.iter().any(|x| *x != 0) {
-                failures.push(Failure::new(
-                    "mr_servicetd",
+                failures.push(Failure::seen_wanted(
+                    "mr-servicetd",
                     hex::encode(b.mr_servicetd),
                     "zero (--allow-service-td)",
                 ));
@@ -159,7 +163,7 @@ impl Policy {
         }
         if !self.mrtd.is_empty() && !self.mrtd.contains(&td.mrtd) {
             let want: Vec<String> = self.mrtd.iter().map(hex::encode).collect();
-            failures.push(Failure::new(
+            failures.push(Failure::seen_wanted(
                 "mrtd",
                 hex::encode(td.mrtd),
                 format!("one of {}", want.join(", ")),
@@ -175,19 +179,19 @@ impl Policy {
         }
         eq_check(
             failures,
-            "mr_config_id",
+            "mr-config-id",
             &td.mr_config_id,
             self.mr_config_id.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "mr_owner",
+            "mr-owner",
             &td.mr_owner,
             self.mr_owner.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "mr_owner_config",
+            "mr-owner-config",
             &td.mr_owner_config,
             self.mr_owner_config.as_ref().map(|w| &w[..]),
         );
@@ -199,13 +203,13 @@ impl Policy {
         );
         eq_check(
             failures,
-            "td_attributes",
+            "td-attributes",
             &td.td_attributes,
             self.td_attributes.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "report_data",
+            "report-data",
             &td.report_data,
             self.report_data.as_ref().map(|w| &w[..]),
         );
@@ -216,8 +220,8 @@ impl Policy {
                 .zip(min)
                 .any(|(have, want)| have < want)
             {
-                failures.push(Failure::new(
-                    "tee_tcb_svn",
+                failures.push(Failure::seen_wanted(
+                    "tee-tcb-svn",
                     hex::encode(td.tee_tcb_svn),
                     format!("each component >= {}", hex::encode(min)),
                 ));
@@ -233,35 +237,34 @@ impl Policy {
                 .iter()
                 .map(|s| s.name())
                 .collect();
-            failures.push(Failure::new(
-                "tcb_status",
+            failures.push(Failure::seen_wanted(
+                "tcb-status",
                 status.name(),
                 format!("one of {}", want.join(", ")),
             ));
         }
         for a in advisories {
             if self.denied_advisories.contains(a) {
-                failures.push(Failure::new("advisory_ids", a, "not a denied advisory"));
+                failures.push(Failure::seen_wanted(
+                    "advisory-ids",
+                    a,
+                    "not a denied advisory",
+                ));
             }
         }
     }
 
     /// The freshness policy: Intel's evaluation data number and the matched level's date against the
     /// founder's minimums. Intel's status is judged separately ([`Self::check_tcb`]) and kept beside these.
-    pub fn check_freshness(
-        &self,
-        eval: &super::tcb::TcbEvaluation,
-        qe_identity_eval_num: u32,
-        failures: &mut Vec<Failure>,
-    ) {
+    pub fn check_freshness(&self, eval: &super::tcb::TcbEvaluation, failures: &mut Vec<Failure>) {
         if let Some(min) = self.min_tcb_evaluation_data_number {
             for (what, n) in [
-                ("tcb_info", eval.tcb_evaluation_data_number),
-                ("qe_identity", qe_identity_eval_num),
+                ("tcb-info", eval.tcb_evaluation_data_number),
+                ("qe-identity", eval.qe_identity_evaluation_data_number),
             ] {
                 if n < min {
-                    failures.push(Failure::new(
-                        format!("{what}.tcb_evaluation_data_number"),
+                    failures.push(Failure::seen_wanted(
+                        format!("{what}-tcb-evaluation-data-number"),
                         format!("{n} ({} below the minimum)", min - n),
                         format!("at least {min} (--min-tcb-eval-num)"),
                     ));
@@ -283,13 +286,13 @@ impl Policy {
             });
             match seen {
                 Some((_, t)) if t >= min => {}
-                Some((d, t)) => failures.push(Failure::new(
-                    "tcb_date",
+                Some((d, t)) => failures.push(Failure::seen_wanted(
+                    "tcb-date",
                     format!("{d} ({} days older)", (min - t) / 86_400),
                     format!("at or after {want} (--min-tcb-date)"),
                 )),
-                None => failures.push(Failure::new(
-                    "tcb_date",
+                None => failures.push(Failure::seen_wanted(
+                    "tcb-date",
                     eval.tcb_date
                         .clone()
                         .unwrap_or_else(|| "no matched TCB level".into()),
