@@ -2,6 +2,7 @@
 //! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
 
 pub mod cli;
+pub mod collateral;
 pub mod evidence;
 pub mod failure;
 pub mod output;

@@ -20,6 +20,10 @@ enum Command {
     Evidence(cli::evidence::Args),
     /// Verify an Intel TDX DCAP quote against its PCK chain, collateral and a policy.
     TdxQuote(cli::tdx_quote::Args),
+    /// Fetch (or convert) the collateral a report, quote or evidence needs: KDS/PCS, verified, cached, bundled.
+    Fetch(cli::fetch::Args),
+    /// Add an auditor's Ed25519 signature to a collateral bundle.
+    BundleSign(cli::fetch::SignArgs),
 }
 
 fn main() -> ExitCode {
@@ -40,5 +44,7 @@ fn main() -> ExitCode {
         Command::SnpReport(args) => cli::snp_report::run(args),
         Command::Evidence(args) => cli::evidence::run(args),
         Command::TdxQuote(args) => cli::tdx_quote::run(args),
+        Command::Fetch(args) => cli::fetch::run(args),
+        Command::BundleSign(args) => cli::fetch::run_sign(args),
     }
 }

@@ -63,9 +63,13 @@ pub struct Args {
     /// A CRL (DER or PEM) signed by the ARK (SEV-SNP). Default: no revocation check.
     #[arg(long, value_name = "FILE")]
     pub crl: Option<PathBuf>,
-    /// TDX collateral (`collateral.json`: TCB info, QE identity, CRLs) for evidence that carries none.
+    /// TDX collateral (`collateral.json`: TCB info, QE identity, CRLs) for evidence that carries none, or a
+    /// collateral bundle (`verify-attestation fetch --bundle`).
     #[arg(long, value_name = "FILE")]
     pub collateral: Option<PathBuf>,
+    /// Fetching (TDX), cache, bundle auditors, SEV-SNP TCB baseline.
+    #[command(flatten)]
+    pub collateral_args: super::fetch::CollateralArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -215,11 +219,32 @@ pub fn run(args: Args) -> ExitCode {
         Err(exit) => return exit,
     };
     let at = super::at_or_now(args.at);
-    let tdx_collateral =
-        match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
-            Ok(b) => b,
-            Err(exit) => return exit,
-        };
+    let baseline = match args.collateral_args.baseline() {
+        Ok(b) => b,
+        Err(e) => return unusable(args.json, "input", e),
+    };
+    // TDX evidence: the founder's collateral (file or bundle), else the cache or PCS when asked for.
+    let quote = attestation::evidence::Evidence::from_cbor(&bytes)
+        .ok()
+        .filter(|e| !e.tee.is_snp())
+        .map(|e| e.report);
+    let tdx_collateral = match (&quote, args.collateral.as_deref()) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
+                Ok(b) => b,
+                Err(exit) => return exit,
+            }
+        }
+        (Some(q), flag) => {
+            match super::fetch::tdx_collateral(&args.collateral_args, flag, q, at.unix_timestamp())
+            {
+                Ok(c) => c.map(|(b, _)| b),
+                Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
+                Err((_, check, why)) => return unusable(args.json, check, why),
+            }
+        }
+    };
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, &args) {
             Ok(t) => Some(std::sync::Arc::new(t)),
@@ -260,7 +285,7 @@ pub fn run(args: Args) -> ExitCode {
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
-    let v = match verify_evidence_bytes(&bytes, &opts) {
+    let mut v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
         Err(e) => {
             return unusable(
@@ -270,11 +295,19 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    let mut baseline_json = None;
+    if let (Some(b), crate::evidence::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
+        let before = sv.failures.len();
+        baseline_json = Some(super::snp_report::apply_baseline(b, sv));
+        let added: Vec<_> = sv.failures[before..].to_vec();
+        v.failures.extend(added);
+    }
     if args.json {
-        println!(
-            "{}",
-            attestation::text::json_safe(&output::evidence_json(&v, &opts).to_string())
-        );
+        let mut j = output::evidence_json(&v, &opts);
+        if let (Some(o), Some(b)) = (j.as_object_mut(), baseline_json) {
+            o.insert("tcb_baseline".into(), b);
+        }
+        println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
         print!("{}", output::evidence_table(&v, &opts));
     }

@@ -13,6 +13,7 @@ macro_rules! print {
 }
 
 pub mod evidence;
+pub mod fetch;
 pub mod snp_report;
 pub mod tdx_quote;
 

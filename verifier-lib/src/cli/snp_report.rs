@@ -111,9 +111,16 @@ pub struct Args {
     /// The raw 1184-byte ATTESTATION_REPORT.
     pub report: PathBuf,
     /// Directory with ark.pem, ask.pem or asvk.pem, and vcek.der/vcek.pem or vlek.der/vlek.pem (or cert_chain.pem
-    /// in place of ark.pem + ask.pem/asvk.pem), the layout snpguest and AMD's key server use.
+    /// in place of ark.pem + ask.pem/asvk.pem), the layout snpguest and AMD's key server use. Without it: from
+    /// `--collateral`, or the cache / KDS (`--cache`, `--online`).
     #[arg(long, value_name = "DIR")]
-    pub certs: PathBuf,
+    pub certs: Option<PathBuf>,
+    /// An offline collateral bundle (`verify-attestation fetch --bundle`) with the ARK, ASK, VCEK (and CRL).
+    #[arg(long, value_name = "BUNDLE", conflicts_with = "certs")]
+    pub collateral: Option<PathBuf>,
+    /// Fetching, cache, bundle auditors, TCB baseline.
+    #[command(flatten)]
+    pub collateral_args: super::fetch::CollateralArgs,
     /// Check certificate validity at this time (RFC 3339 or Unix seconds). Default: now.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub at: Option<time::OffsetDateTime>,
@@ -142,6 +149,47 @@ pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Prints a rejection found before verification (exit 1), e.g. a bundle without enough auditor signatures.
+pub fn rejected(json: bool, check: &'static str, detail: String) -> ExitCode {
+    if json {
+        let v = serde_json::json!({ "verified": false, "failures": [Failure::new(check, detail)] });
+        println!("{}", attestation::text::json_safe(&v.to_string()));
+    } else {
+        eprintln!(
+            "verify-attestation: REJECTED: {}",
+            attestation::text::escape(&detail)
+        );
+    }
+    ExitCode::from(1)
+}
+
+/// Checks the report's REPORTED_TCB (the TCB its VCEK attests) against a TCB baseline: one `tcb-baseline`
+/// failure per component below its floor. Returns the JSON summary.
+pub fn apply_baseline(
+    b: &crate::collateral::baseline::Baseline,
+    v: &mut snp::SnpVerification,
+) -> serde_json::Value {
+    let Some(product) = v.product() else {
+        v.failures.push(Failure::new(
+            "tcb-baseline",
+            "the product is unknown: the baseline cannot be applied",
+        ));
+        return serde_json::json!({"version": b.version, "applied": false});
+    };
+    let parts = v.report.reported_tcb.decode(product);
+    let short = b.check(product, &parts);
+    for s in &short {
+        v.failures.push(Failure::new("tcb-baseline", s.describe()));
+    }
+    serde_json::json!({
+        "version": b.version,
+        "applied": true,
+        "product": product.name(),
+        "below": short,
+        "unverified_floors": b.floors.iter().filter(|f| !f.verified_at_source && attestation::snp::Product::from_name(&f.product) == Some(product)).map(|f| f.bulletin.clone()).collect::<Vec<_>>(),
+    })
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let bytes = match super::read_input(&args.report) {
@@ -158,12 +206,70 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
-    let bundle = match CertBundle::from_dir(&args.certs, report.key_info.signing_key) {
+    let at_s = super::at_or_now(args.at).unix_timestamp();
+    let mut source_crl = None;
+    let mut collateral_note = serde_json::Value::Null;
+    let bundle = if let Some(dir) = &args.certs {
+        match CertBundle::from_dir(dir, report.key_info.signing_key) {
+            Ok(b) => b,
+            Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
+        }
+    } else if let Some(path) = &args.collateral {
+        let bytes = match super::read_input(path) {
+            Ok(b) => b,
+            Err(e) => return unusable(args.json, "input", format!("--collateral: {e}")),
+        };
+        let (b, signers) = match args.collateral_args.open_bundle(path, &bytes) {
+            Ok(x) => x,
+            Err((1, check, why)) => return rejected(args.json, check, why),
+            Err((_, check, why)) => return unusable(args.json, check, why),
+        };
+        let Some(snp) = &b.content.snp else {
+            return unusable(
+                args.json,
+                "collateral-format",
+                format!("{}: the bundle has no SEV-SNP part", path.display()),
+            );
+        };
+        match (snp.certs(), snp.crl()) {
+            (Ok(c), Ok(crl)) => {
+                source_crl = crl;
+                collateral_note = serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers});
+                c
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                return unusable(
+                    args.json,
+                    "collateral-format",
+                    format!("{}: {e}", path.display()),
+                )
+            }
+        }
+    } else if args.collateral_args.wants_cache_or_network() {
+        match args
+            .collateral_args
+            .snp_from_sources(&report, args.crl.is_none(), at_s)
+        {
+            Ok(f) => {
+                source_crl = f.crl.clone();
+                collateral_note = serde_json::json!({"source": if args.collateral_args.online { "online" } else { "cache" }});
+                f.bundle()
+            }
+            Err(e) => return unusable(args.json, e.check(), e.to_string()),
+        }
+    } else {
+        return unusable(
+            args.json,
+            "input",
+            "give --certs DIR, --collateral BUNDLE, --cache DIR or --online".into(),
+        );
+    };
+    let baseline = match args.collateral_args.baseline() {
         Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
+        Err(e) => return unusable(args.json, "input", e),
     };
     let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
-        Ok(b) => b,
+        Ok(b) => b.or(source_crl),
         Err(exit) => return exit,
     };
     let opts = ChainOptions {
@@ -175,7 +281,7 @@ pub fn run(args: Args) -> ExitCode {
         report: &bytes,
         certs: &bundle,
     };
-    let v = match snp::verify_report_bytes(&input, &opts, &args.policy.to_policy()) {
+    let mut v = match snp::verify_report_bytes(&input, &opts, &args.policy.to_policy()) {
         Ok(v) => v,
         Err(e) => {
             return unusable(
@@ -185,11 +291,18 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    let baseline_json = baseline.as_ref().map(|b| apply_baseline(b, &mut v));
     if args.json {
-        println!(
-            "{}",
-            attestation::text::json_safe(&output::snp_json(&v, &opts).to_string())
-        );
+        let mut j = output::snp_json(&v, &opts);
+        if let Some(o) = j.as_object_mut() {
+            if let Some(b) = baseline_json {
+                o.insert("tcb_baseline".into(), b);
+            }
+            if !collateral_note.is_null() {
+                o.insert("collateral_source".into(), collateral_note);
+            }
+        }
+        println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
         print!("{}", output::snp_table(&v, &opts));
     }

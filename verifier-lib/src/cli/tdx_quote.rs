@@ -58,6 +58,28 @@ pub struct TdxAcceptArgs {
     /// TDX: accept TD attribute PERFMON. Default: forbidden.
     #[arg(long)]
     pub allow_perfmon: bool,
+    /// TDX freshness: reject TCB Info or QE Identity with a tcbEvaluationDataNumber below N (Intel's TCB
+    /// recovery counter). Intel's status is still reported beside it. Default: any.
+    #[arg(long, value_name = "N")]
+    pub min_tcb_eval_num: Option<u32>,
+    /// TDX freshness: reject a platform whose matched TCB level is dated before DATE (RFC 3339, or YYYY-MM-DD).
+    /// Default: any.
+    #[arg(long, value_name = "DATE", value_parser = parse_date)]
+    pub min_tcb_date: Option<i64>,
+    /// TDX freshness: accept TCB Info, QE Identity and CRLs up to SECONDS past their nextUpdate. Default: 0.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    pub collateral_grace: u32,
+}
+
+/// Parses `--min-tcb-date`: RFC 3339 or a calendar date (midnight UTC), to unix seconds.
+pub fn parse_date(s: &str) -> Result<i64, String> {
+    if let Ok(t) = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339) {
+        return Ok(t.unix_timestamp());
+    }
+    let fmt = time::macros::format_description!("[year]-[month]-[day]");
+    time::Date::parse(s, &fmt)
+        .map(|d| d.midnight().assume_utc().unix_timestamp())
+        .map_err(|_| format!("`{s}` is neither RFC 3339 nor YYYY-MM-DD"))
 }
 
 fn parse_status(s: &str) -> Result<TcbStatus, String> {
@@ -83,6 +105,9 @@ impl TdxAcceptArgs {
         p.xfam = self.xfam.map(|h| h.0);
         p.td_attributes = self.td_attributes.map(|h| h.0);
         p.min_tee_tcb_svn = self.min_tee_tcb_svn.map(|h| h.0);
+        p.min_tcb_evaluation_data_number = self.min_tcb_eval_num;
+        p.min_tcb_date = self.min_tcb_date;
+        p.collateral_grace_secs = i64::from(self.collateral_grace);
     }
 }
 
@@ -134,9 +159,13 @@ pub struct Args {
     /// The raw DCAP quote (v4 or v5), as configfs-tsm or the QGS returns it.
     pub quote: PathBuf,
     /// Collateral JSON (dcap-qvl QuoteCollateralV3 layout: TCB Info, QE Identity, CRLs, issuer chains).
-    /// Without it the TCB status and revocation cannot be judged and the quote is rejected.
+    /// Without it the TCB status and revocation cannot be judged and the quote is rejected. A collateral
+    /// bundle (`verify-attestation fetch --bundle`) is accepted too.
     #[arg(long, value_name = "FILE")]
     pub collateral: Option<PathBuf>,
+    /// Fetching, cache, bundle auditors.
+    #[command(flatten)]
+    pub collateral_args: super::fetch::CollateralArgs,
     /// Judge certificates and collateral at this time (RFC 3339 or Unix seconds). Default: now.
     #[arg(long, value_name = "TIME", value_parser = parse_time)]
     pub at: Option<time::OffsetDateTime>,
@@ -325,22 +354,30 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
-    let collateral =
-        match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
-            Ok(None) => None,
-            Ok(Some(b)) => match Collateral::from_json(&b) {
-                Ok(c) => Some(c),
-                Err(e) => {
-                    let p = args.collateral.as_deref().unwrap_or(Path::new("-"));
-                    return unusable(
-                        args.json,
-                        "collateral-format",
-                        format!("{}: {e}", p.display()),
-                    );
-                }
-            },
-            Err(exit) => return exit,
-        };
+    let at = super::at_or_now(args.at).unix_timestamp();
+    let (collateral_bytes, collateral_note) = match super::fetch::tdx_collateral(
+        &args.collateral_args,
+        args.collateral.as_deref(),
+        &bytes,
+        at,
+    ) {
+        Ok(Some((b, n))) => (Some(b), n),
+        Ok(None) => (None, serde_json::Value::Null),
+        Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
+        Err((_, check, why)) => return unusable(args.json, check, why),
+    };
+    let collateral = match collateral_bytes.as_deref().map(Collateral::from_json) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            let p = args.collateral.as_deref().unwrap_or(Path::new("(fetched)"));
+            return unusable(
+                args.json,
+                "collateral-format",
+                format!("{}: {e}", p.display()),
+            );
+        }
+    };
     let replay = match super::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
         Ok(None) => None,
         Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
@@ -356,7 +393,6 @@ pub fn run(args: Args) -> ExitCode {
         },
         Err(exit) => return exit,
     };
-    let at = super::at_or_now(args.at).unix_timestamp();
     let policy = args.policy.to_policy();
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),
@@ -376,7 +412,11 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     if args.json {
-        println!("{}", attestation::text::json_safe(&json(&v).to_string()));
+        let mut j = json(&v);
+        if let (Some(o), false) = (j.as_object_mut(), collateral_note.is_null()) {
+            o.insert("collateral_source".into(), collateral_note);
+        }
+        println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
         print!("{}", table(&v));
     }

@@ -47,6 +47,13 @@ pub struct Policy {
     pub min_tee_tcb_svn: Option<[u8; 16]>,
     /// Expected REPORTDATA.
     pub report_data: Option<[u8; 64]>,
+    /// Freshness: minimum tcbEvaluationDataNumber of the TCB Info (and QE Identity) used. None: any.
+    pub min_tcb_evaluation_data_number: Option<u32>,
+    /// Freshness: minimum tcbDate (unix seconds) of the matched TCB level. None: any.
+    pub min_tcb_date: Option<i64>,
+    /// Freshness: seconds after a TCB Info, QE Identity or CRL `nextUpdate` during which it is still accepted
+    /// (0: none, the default).
+    pub collateral_grace_secs: i64,
 }
 
 impl Default for Policy {
@@ -71,6 +78,9 @@ impl Default for Policy {
             td_attributes: None,
             min_tee_tcb_svn: None,
             report_data: None,
+            min_tcb_evaluation_data_number: None,
+            min_tcb_date: None,
+            collateral_grace_secs: 0,
         }
     }
 }
@@ -240,6 +250,54 @@ impl Policy {
                     a,
                     "not a denied advisory",
                 ));
+            }
+        }
+    }
+
+    /// The freshness policy: Intel's evaluation data number and the matched level's date against the
+    /// founder's minimums. Intel's status is judged separately ([`Self::check_tcb`]) and kept beside these.
+    pub fn check_freshness(&self, eval: &super::tcb::TcbEvaluation, failures: &mut Vec<Failure>) {
+        if let Some(min) = self.min_tcb_evaluation_data_number {
+            for (what, n) in [
+                ("tcb-info", eval.tcb_evaluation_data_number),
+                ("qe-identity", eval.qe_identity_evaluation_data_number),
+            ] {
+                if n < min {
+                    failures.push(Failure::seen_wanted(
+                        format!("{what}-tcb-evaluation-data-number"),
+                        format!("{n} ({} below the minimum)", min - n),
+                        format!("at least {min} (--min-tcb-eval-num)"),
+                    ));
+                }
+            }
+        }
+        if let Some(min) = self.min_tcb_date {
+            let want = time::OffsetDateTime::from_unix_timestamp(min)
+                .ok()
+                .and_then(|d| {
+                    d.format(&time::format_description::well_known::Rfc3339)
+                        .ok()
+                })
+                .unwrap_or_else(|| min.to_string());
+            let seen = eval.tcb_date.as_deref().and_then(|d| {
+                time::OffsetDateTime::parse(d, &time::format_description::well_known::Rfc3339)
+                    .ok()
+                    .map(|t| (d, t.unix_timestamp()))
+            });
+            match seen {
+                Some((_, t)) if t >= min => {}
+                Some((d, t)) => failures.push(Failure::seen_wanted(
+                    "tcb-date",
+                    format!("{d} ({} days older)", (min - t) / 86_400),
+                    format!("at or after {want} (--min-tcb-date)"),
+                )),
+                None => failures.push(Failure::seen_wanted(
+                    "tcb-date",
+                    eval.tcb_date
+                        .clone()
+                        .unwrap_or_else(|| "no matched TCB level".into()),
+                    format!("a matched TCB level dated at or after {want} (--min-tcb-date)"),
+                )),
             }
         }
     }

@@ -107,6 +107,12 @@ pub struct TcbEvaluation {
     pub status: TcbStatus,
     /// Advisory IDs of the matched levels (platform, module, QE), in that order, without repeats.
     pub advisory_ids: Vec<String>,
+    /// tcbDate of the matched TDX level (RFC 3339, as Intel signed it), for `--min-tcb-date`.
+    pub tcb_date: Option<String>,
+    /// tcbEvaluationDataNumber of the TCB Info graded against, for `--min-tcb-eval-num`.
+    pub tcb_evaluation_data_number: u32,
+    /// tcbEvaluationDataNumber of the QE Identity the QE was graded against (set by the caller that has it).
+    pub qe_identity_evaluation_data_number: u32,
 }
 
 fn unhex_or_empty(s: &str) -> Vec<u8> {
@@ -330,6 +336,9 @@ pub fn evaluate(
         qe_status,
         status: TcbStatus::NotSupported,
         advisory_ids: Vec::new(),
+        tcb_date: None,
+        tcb_evaluation_data_number: info.tcb_evaluation_data_number,
+        qe_identity_evaluation_data_number: 0,
     };
     // Highest level first, as Intel orders them (a stable sort keeps the published order for equal keys).
     let mut order: Vec<usize> = (0..info.tcb_levels.len()).collect();
@@ -347,6 +356,7 @@ pub fn evaluate(
         if tdx_ok(level, &td.tee_tcb_svn) {
             ev.tdx_level_index = Some(i);
             ev.tdx_level_status = Some(TcbStatus::from_name(&level.tcb_status));
+            ev.tcb_date = Some(level.tcb_date.clone()).filter(|d| !d.is_empty());
             break;
         }
     }

@@ -485,10 +485,14 @@ fn verify_received(
             chain.as_deref(),
             pck.as_ref(),
             at,
+            opts.policy.collateral_grace_secs.max(0),
             &mut failures,
         );
         coll_checks = Some(checks);
-        tcb_eval = eval;
+        tcb_eval = eval.map(|mut ev| {
+            ev.qe_identity_evaluation_data_number = coll.qe_identity.tcb_evaluation_data_number;
+            ev
+        });
     }
 
     TdxVerification {
@@ -511,6 +515,7 @@ fn verify_received(
 pub fn validate(v: &mut TdxVerification, policy: &Policy) {
     if let Some(ev) = &v.tcb {
         policy.check_tcb(ev.status, &ev.advisory_ids, &mut v.failures);
+        policy.check_freshness(ev, &mut v.failures);
     }
     if v.collateral.is_none() && policy.require_collateral {
         v.failures.push(Failure::seen_wanted(
@@ -556,6 +561,7 @@ fn check_signed_body(
     next: &str,
     pck_root: Option<&Cert>,
     at: i64,
+    grace: i64,
 ) -> (bool, bool, bool) {
     let prefix = format!("{name}-issuer-chain");
     let (sigs, times) = check_chain(failures, &prefix, chain, at);
@@ -624,7 +630,8 @@ fn check_signed_body(
                 ));
                 fresh = false;
             }
-            if at >= n {
+            // --collateral-grace: accepted for `grace` seconds past nextUpdate (0 by default).
+            if at >= n.saturating_add(grace) {
                 failures.push(Failure::seen_wanted(
                     format!("{name}-next-update"),
                     format!("time {} (expired)", iso(at)),
@@ -644,6 +651,7 @@ fn check_collateral(
     chain: Option<&[Cert]>,
     pck: Option<&PckExtensions>,
     at: i64,
+    grace: i64,
     failures: &mut Vec<Failure>,
 ) -> (CollateralChecks, Option<tcb::TcbEvaluation>) {
     let mut c = CollateralChecks::default();
@@ -672,6 +680,7 @@ fn check_collateral(
             &ti.next_update,
             pck_root,
             at,
+            grace,
         );
         c.tcb_info_signature = s;
         c.tcb_info_chain = ch;
@@ -698,6 +707,7 @@ fn check_collateral(
             &qi.next_update,
             pck_root,
             at,
+            grace,
         );
         c.qe_identity_signature = s;
         c.qe_identity_chain = ch;
@@ -776,7 +786,7 @@ fn check_collateral(
             crl_fresh = false;
         }
         match next {
-            Some(n) if at >= n => {
+            Some(n) if at >= n.saturating_add(grace) => {
                 failures.push(Failure::seen_wanted(
                     format!("{name}-next-update"),
                     format!("time {} (expired)", iso(at)),

@@ -1,0 +1,605 @@
+//! `verify-attestation fetch`: the collateral a report, quote or evidence needs, from AMD's KDS or Intel's
+//! PCS (verified before it is cached or written), as the certificate directory `snp-report --certs` reads, a
+//! `collateral.json`, or one offline bundle; `--from-pcs-responses DIR` converts PCS responses other tools
+//! saved. `bundle-sign` adds an auditor's signature to a bundle. [`CollateralArgs`] are the flags the verify
+//! commands share to use a bundle, the cache, or the network (`--online`).
+
+use crate::collateral::bundle::{Bundle, Content, SnpPart};
+use crate::collateral::cache::{rfc3339, Cache, Origin};
+use crate::collateral::http::Client;
+use crate::collateral::kds::{Kds, DEFAULT_KDS_URL};
+use crate::collateral::pcs::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
+use crate::collateral::{FetchConfig, FetchError};
+use attestation::snp::{AttestationReport, Product};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Where collateral comes from: the flags every fetching path shares.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SourceArgs {
+    /// AMD KDS base URL. Default: the config file's, else AMD's.
+    #[arg(long, value_name = "URL")]
+    pub kds_url: Option<String>,
+    /// Intel PCS (or PCCS) base URL. Default: the config file's, else Intel's.
+    #[arg(long, value_name = "URL")]
+    pub pcs_url: Option<String>,
+    /// The Intel root CA CRL URL. Default: the config file's, else the root certificate's CRL distribution point.
+    #[arg(long, value_name = "URL")]
+    pub root_crl_url: Option<String>,
+    /// TOML file with kds_url, pcs_url, root_crl_url, update, timeout_secs, max_retries, max_retry_wait_secs.
+    #[arg(long, value_name = "FILE")]
+    pub fetch_config: Option<PathBuf>,
+    /// The collateral cache directory. Default: $XDG_CACHE_HOME/fenced-run/collateral (~/.cache/...).
+    #[arg(long, value_name = "DIR")]
+    pub cache: Option<PathBuf>,
+    /// Neither read nor write the cache.
+    #[arg(long, conflicts_with = "cache")]
+    pub no_cache: bool,
+    /// Intel TCB Info and QE Identity `update`: standard or early. Default: standard.
+    #[arg(long, value_name = "standard|early")]
+    pub update: Option<Update>,
+    /// SEV-SNP product when a version 2 report does not name it (milan, genoa, turin).
+    #[arg(long, value_name = "PRODUCT", value_parser = parse_product)]
+    pub product: Option<Product>,
+}
+
+fn parse_product(s: &str) -> Result<Product, String> {
+    let cap = |s: &str| {
+        let mut c = s.chars();
+        c.next()
+            .map(|f| f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    Product::from_name(&cap(s)).ok_or_else(|| format!("`{s}` is not milan, genoa or turin"))
+}
+
+/// The resolved sources: client, URLs, cache.
+pub struct Sources {
+    /// The HTTP client.
+    pub http: Client,
+    /// KDS base URL.
+    pub kds_url: String,
+    /// PCS base URL.
+    pub pcs_url: String,
+    /// Root CA CRL URL override.
+    pub root_crl_url: Option<String>,
+    /// update.
+    pub update: Update,
+    /// The cache (None with --no-cache).
+    pub cache: Option<Cache>,
+    /// --product.
+    pub product: Option<Product>,
+}
+
+impl SourceArgs {
+    /// Resolves flags over the config file.
+    pub fn resolve(&self) -> Result<Sources, String> {
+        let cfg = match &self.fetch_config {
+            Some(p) => FetchConfig::load(p)?,
+            None => FetchConfig::default(),
+        };
+        let http = Client::new(cfg.http_options()).map_err(|e| e.to_string())?;
+        let cache = if self.no_cache {
+            None
+        } else {
+            Some(Cache::at_or_default(self.cache.as_deref()).map_err(|e| e.to_string())?)
+        };
+        Ok(Sources {
+            http,
+            kds_url: self
+                .kds_url
+                .clone()
+                .or(cfg.kds_url.clone())
+                .unwrap_or_else(|| DEFAULT_KDS_URL.into()),
+            pcs_url: self
+                .pcs_url
+                .clone()
+                .or(cfg.pcs_url.clone())
+                .unwrap_or_else(|| DEFAULT_PCS_URL.into()),
+            root_crl_url: self.root_crl_url.clone().or(cfg.root_crl_url.clone()),
+            update: match self.update {
+                Some(u) => u,
+                None => cfg.update()?,
+            },
+            cache,
+            product: self.product,
+        })
+    }
+}
+
+impl Sources {
+    /// The KDS side.
+    pub fn kds(&self) -> Kds<'_> {
+        Kds {
+            http: &self.http,
+            base: self.kds_url.clone(),
+            cache: self.cache.as_ref(),
+        }
+    }
+
+    /// The PCS side.
+    pub fn pcs(&self) -> Pcs<'_> {
+        Pcs {
+            http: &self.http,
+            base: self.pcs_url.clone(),
+            root_crl_url: self.root_crl_url.clone(),
+            update: self.update,
+            cache: self.cache.as_ref(),
+        }
+    }
+}
+
+/// Arguments of `verify-attestation fetch`.
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("dest").required(true).args(["out", "bundle"])))]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["input", "from_pcs_responses"])))]
+pub struct Args {
+    /// A raw SEV-SNP report (1184 bytes), a TDX quote, or a fenced-run evidence file.
+    pub input: Option<PathBuf>,
+    /// Convert PCS responses saved by another tool in DIR (no network) instead of fetching.
+    #[arg(long, value_name = "DIR", conflicts_with = "input")]
+    pub from_pcs_responses: Option<PathBuf>,
+    /// Write ark.pem, ask.pem and vcek.der (+ crl.der) for a report, or collateral.json for a quote, into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Write one offline bundle FILE with everything the input needs.
+    #[arg(long, value_name = "FILE")]
+    pub bundle: Option<PathBuf>,
+    /// SEV-SNP: do not fetch the product's CRL.
+    #[arg(long)]
+    pub no_crl: bool,
+    /// Verify what is fetched at this time (RFC 3339 or Unix seconds). Default: now.
+    #[arg(long, value_name = "TIME", value_parser = super::snp_report::parse_time)]
+    pub at: Option<time::OffsetDateTime>,
+    /// Print one JSON object instead of lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to fetch from, and the cache.
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// What an input file is.
+pub enum Input {
+    /// A raw SEV-SNP report.
+    Snp(Box<AttestationReport>),
+    /// A TDX quote (raw bytes).
+    Tdx(Vec<u8>),
+}
+
+/// Classifies an input: fenced-run evidence (CBOR), a TDX quote, or a raw SEV-SNP report.
+pub fn classify(bytes: &[u8]) -> Result<Input, String> {
+    if let Ok(ev) = attestation::evidence::Evidence::from_cbor(bytes) {
+        return if ev.tee.is_snp() {
+            AttestationReport::from_bytes(&ev.report)
+                .map(|r| Input::Snp(Box::new(r)))
+                .map_err(|e| format!("the evidence's SEV-SNP report: {e}"))
+        } else {
+            Ok(Input::Tdx(ev.report))
+        };
+    }
+    if attestation::tdx::Quote::parse(bytes).is_ok() {
+        return Ok(Input::Tdx(bytes.to_vec()));
+    }
+    match AttestationReport::from_bytes(bytes) {
+        Ok(r) => Ok(Input::Snp(Box::new(r))),
+        Err(e) => Err(format!(
+            "neither fenced-run evidence, a TDX quote nor an SEV-SNP report ({e})"
+        )),
+    }
+}
+
+fn origin_word(o: Origin) -> &'static str {
+    match o {
+        Origin::Cache => "cache",
+        Origin::Fetched => "fetched",
+    }
+}
+
+fn fail(json: bool, check: &'static str, detail: String) -> ExitCode {
+    super::snp_report::unusable(json, check, detail)
+}
+
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory, renamed into place.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".partial-")
+        .tempfile_in(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    tmp.write_all(bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    tmp.persist(path)
+        .map_err(|e| format!("{}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+fn subject_of(path: &Path, bytes: &[u8]) -> String {
+    format!(
+        "{} sha256 {}",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        hex::encode(Sha256::digest(bytes))
+    )
+}
+
+/// Runs `fetch`.
+pub fn run(args: Args) -> ExitCode {
+    let now = super::at_or_now(args.at);
+    let now_s = now.unix_timestamp();
+    let mut content = Content {
+        format: crate::collateral::bundle::BUNDLE_FORMAT.into(),
+        created: rfc3339(now_s),
+        subject: String::new(),
+        snp: None,
+        tdx: None,
+        sources: Vec::new(),
+    };
+    let mut lines: Vec<String> = Vec::new();
+    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    if let Some(dir) = &args.from_pcs_responses {
+        let file = match crate::collateral::pcs::from_responses(dir, now_s) {
+            Ok(f) => f,
+            Err(e) => return fail(args.json, e.check(), e.to_string()),
+        };
+        content.subject = format!("PCS responses in {}", dir.display());
+        content.sources.push(dir.display().to_string());
+        lines.push(format!(
+            "converted and verified the PCS responses in {}",
+            dir.display()
+        ));
+        if let Some(out) = &args.out {
+            let json = serde_json::to_vec_pretty(&file).unwrap_or_default();
+            files.push((out.join("collateral.json"), json));
+        }
+        content.tdx = Some(file);
+    } else {
+        let Some(input) = &args.input else {
+            return fail(
+                args.json,
+                "input",
+                "give a report, quote or evidence file".into(),
+            );
+        };
+        let bytes = match super::read_input(input) {
+            Ok(b) => b,
+            Err(e) => return fail(args.json, "input", format!("{}: {e}", input.display())),
+        };
+        content.subject = subject_of(input, &bytes);
+        let kind = match classify(&bytes) {
+            Ok(k) => k,
+            Err(e) => return fail(args.json, "input", format!("{}: {e}", input.display())),
+        };
+        let sources = match args.source.resolve() {
+            Ok(s) => s,
+            Err(e) => return fail(args.json, "input", e),
+        };
+        match kind {
+            Input::Snp(report) => {
+                let got =
+                    match sources
+                        .kds()
+                        .for_report(&report, sources.product, !args.no_crl, now_s)
+                    {
+                        Ok(g) => g,
+                        Err(e) => return fail(args.json, e.check(), e.to_string()),
+                    };
+                for (what, url, o) in &got.origins {
+                    lines.push(format!("{what}: {} ({url})", origin_word(*o)));
+                    content.sources.push(url.clone());
+                }
+                if let Some(out) = &args.out {
+                    files.push((
+                        out.join("ark.pem"),
+                        pem("CERTIFICATE", &got.ark).into_bytes(),
+                    ));
+                    files.push((
+                        out.join("ask.pem"),
+                        pem("CERTIFICATE", &got.ask).into_bytes(),
+                    ));
+                    files.push((out.join("vcek.der"), got.vcek.clone()));
+                    if let Some(c) = &got.crl {
+                        files.push((out.join("crl.der"), c.clone()));
+                    }
+                }
+                content.snp = Some(SnpPart::new(got.product, &got.bundle(), got.crl.as_deref()));
+            }
+            Input::Tdx(quote) => {
+                let needs = match QuoteNeeds::of_quote(&quote) {
+                    Ok(n) => n,
+                    Err(e) => return fail(args.json, e.check(), e.to_string()),
+                };
+                let got = match sources.pcs().for_quote(&needs, now_s) {
+                    Ok(g) => g,
+                    Err(e) => return fail(args.json, e.check(), e.to_string()),
+                };
+                lines.push(format!(
+                    "TDX collateral for FMSPC {} (PCK {} CA): {}, usable until {}",
+                    needs.fmspc,
+                    needs.ca.name(),
+                    origin_word(got.origin),
+                    rfc3339(got.expires)
+                ));
+                content.sources.extend(got.sources.iter().cloned());
+                if let Some(out) = &args.out {
+                    files.push((out.join("collateral.json"), got.json.clone()));
+                }
+                content.tdx = Some(got.file);
+            }
+        }
+    }
+    if let Some(b) = &args.bundle {
+        files.push((
+            b.clone(),
+            Bundle::new(content.clone()).to_json().into_bytes(),
+        ));
+    }
+    for (p, b) in &files {
+        if let Err(e) = write_atomic(p, b) {
+            return fail(args.json, "output", e);
+        }
+        lines.push(format!("wrote {}", p.display()));
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "fetched": true,
+            "sources": content.sources,
+            "files": files.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>(),
+            "log": lines,
+        });
+        println!("{}", attestation::text::json_safe(&v.to_string()));
+    } else {
+        for l in lines {
+            println!("{}", attestation::text::escape(&l));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Arguments of `verify-attestation bundle-sign`.
+#[derive(clap::Args, Debug)]
+pub struct SignArgs {
+    /// The bundle (rewritten in place with the signature added).
+    pub bundle: PathBuf,
+    /// The auditor's Ed25519 private key (PKCS#8 PEM, from `measure-guest keygen`).
+    #[arg(long, value_name = "KEY")]
+    pub key: PathBuf,
+    /// The auditor's name (informational; trust comes from the key).
+    #[arg(long, value_name = "NAME")]
+    pub auditor: String,
+}
+
+/// Runs `bundle-sign`.
+pub fn run_sign(args: SignArgs) -> ExitCode {
+    let bytes = match super::read_input(&args.bundle) {
+        Ok(b) => b,
+        Err(e) => return fail(false, "input", format!("{}: {e}", args.bundle.display())),
+    };
+    let mut b = match Bundle::from_json(&bytes) {
+        Ok(b) => b,
+        Err(e) => {
+            return fail(
+                false,
+                "collateral-format",
+                format!("{}: {e}", args.bundle.display()),
+            )
+        }
+    };
+    let key = match measurements::set::load_private_key(&args.key) {
+        Ok(k) => k,
+        Err(e) => return fail(false, "input", e.to_string()),
+    };
+    b.sign(&key, &args.auditor);
+    if let Err(e) = write_atomic(&args.bundle, b.to_json().as_bytes()) {
+        return fail(false, "output", e);
+    }
+    println!(
+        "signed {} as {} ({} signature(s))",
+        attestation::text::escape(&args.bundle.display().to_string()),
+        attestation::text::escape(&args.auditor),
+        b.signatures.len()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Why collateral was refused before verification: (exit code: 1 rejected, 2 unusable; check name; detail).
+pub type Refusal = (u8, &'static str, String);
+
+/// The collateral flags of the verify commands: a bundle's auditors, the cache or the network, and the SEV-SNP
+/// TCB baseline.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CollateralArgs {
+    /// Fetch missing collateral (VCEK, CRL, TCB Info, QE Identity) from KDS/PCS, through the cache. Without
+    /// it, `--cache` is read only: missing or stale entries are named failures.
+    #[arg(long)]
+    pub online: bool,
+    /// A trusted auditor's public key (Ed25519 PEM) for a `--collateral` bundle; repeat for each. With any,
+    /// the bundle must carry valid signatures by `--collateral-auditors-required` of them.
+    #[arg(long = "collateral-auditor-key", value_name = "KEY")]
+    pub collateral_auditor_key: Vec<PathBuf>,
+    /// How many distinct trusted auditors must have signed the bundle (default 1).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub collateral_auditors_required: u32,
+    /// SEV-SNP: a TCB baseline file (or `builtin`, the one shipped): the report's TCB must be at or above each
+    /// per-product floor; the output names each component below it, by how much, and the bulletin.
+    #[arg(long, value_name = "FILE")]
+    pub tcb_baseline: Option<PathBuf>,
+    /// Where to fetch from and the cache.
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+impl CollateralArgs {
+    /// Whether the cache or the network is to be used.
+    pub fn wants_cache_or_network(&self) -> bool {
+        self.online || self.source.cache.is_some()
+    }
+
+    /// Reads a `--collateral` bundle and checks its auditor signatures (k of n) when auditor keys are given.
+    /// `Err((exit, check, why))`.
+    pub fn open_bundle(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(Bundle, Vec<String>), (u8, &'static str, String)> {
+        let b = Bundle::from_json(bytes)
+            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        if self.collateral_auditor_key.is_empty() {
+            return Ok((b, Vec::new()));
+        }
+        let mut keys = Vec::new();
+        for k in &self.collateral_auditor_key {
+            let key =
+                measurements::set::load_public_key(k).map_err(|e| (2, "input", e.to_string()))?;
+            keys.push((k.display().to_string(), key));
+        }
+        match b.check_signatures(&keys, self.collateral_auditors_required as usize) {
+            Ok(c) => Ok((b, c.signers)),
+            Err(e) => Err((
+                1,
+                "collateral-signatures",
+                format!("{}: {e}", path.display()),
+            )),
+        }
+    }
+
+    /// The SEV-SNP certificates (and CRL) for `report` from the cache (offline) or KDS (`--online`).
+    pub fn snp_from_sources(
+        &self,
+        report: &AttestationReport,
+        with_crl: bool,
+        now: i64,
+    ) -> Result<crate::collateral::kds::SnpFetched, FetchError> {
+        let s = self.source.resolve().map_err(FetchError::Input)?;
+        if self.online {
+            return s.kds().for_report(report, s.product, with_crl, now);
+        }
+        let cache = s.cache.as_ref().ok_or_else(|| {
+            FetchError::Input("--no-cache without --online leaves no collateral source".into())
+        })?;
+        let product = crate::collateral::kds::product_of(report, s.product)?;
+        if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
+            return Err(crate::collateral::kds::vlek_error());
+        }
+        let chain = cache.get_offline(&format!("kds/{}/cert_chain", product.name()), now)?;
+        let hwid = if product == Product::Turin {
+            hex::encode(&report.chip_id[..8])
+        } else {
+            hex::encode(report.chip_id)
+        };
+        let vcek = cache.get_offline(
+            &format!(
+                "kds/{}/vcek/{hwid}-{:016x}",
+                product.name(),
+                report.reported_tcb.0
+            ),
+            now,
+        )?;
+        let crl = if with_crl {
+            Some(cache.get_offline(&format!("kds/{}/crl", product.name()), now)?)
+        } else {
+            None
+        };
+        let part = |e: &crate::collateral::cache::Entry, n: &str| {
+            e.part(n)
+                .ok_or_else(|| FetchError::Input(format!("cache entry {} lacks {n}", e.key)))
+        };
+        Ok(crate::collateral::kds::SnpFetched {
+            product,
+            ark: part(&chain, "ark")?,
+            ask: part(&chain, "ask")?,
+            vcek: part(&vcek, "vcek")?,
+            crl: crl.as_ref().map(|c| part(c, "crl")).transpose()?,
+            origins: vec![],
+        })
+    }
+
+    /// TDX `collateral.json` for a quote from the cache (offline) or PCS (`--online`).
+    pub fn tdx_from_sources(&self, quote: &[u8], now: i64) -> Result<Vec<u8>, FetchError> {
+        let s = self.source.resolve().map_err(FetchError::Input)?;
+        let needs = QuoteNeeds::of_quote(quote)?;
+        if self.online {
+            return s.pcs().for_quote(&needs, now).map(|f| f.json);
+        }
+        let cache = s.cache.as_ref().ok_or_else(|| {
+            FetchError::Input("--no-cache without --online leaves no collateral source".into())
+        })?;
+        let key = format!(
+            "pcs/tdx/{}-{}-{}",
+            needs.fmspc,
+            needs.ca.name(),
+            s.update.name()
+        );
+        let e = cache.get_offline(&key, now)?;
+        e.part("collateral.json")
+            .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks collateral.json")))
+    }
+
+    /// Loads the TCB baseline, if given.
+    pub fn baseline(&self) -> Result<Option<crate::collateral::baseline::Baseline>, String> {
+        self.tcb_baseline
+            .as_deref()
+            .map(crate::collateral::baseline::Baseline::load)
+            .transpose()
+    }
+}
+
+/// The TDX collateral a verify command uses: the `--collateral` file (a bundle, whose auditor signatures are
+/// checked, or a bare `collateral.json`), else the cache or PCS when asked. `Ok(None)`: none.
+/// `Err((exit, check, why))`: exit 1 for a rejection (unsigned bundle), 2 for unusable input.
+pub fn tdx_collateral(
+    args: &CollateralArgs,
+    flag: Option<&Path>,
+    quote: &[u8],
+    now: i64,
+) -> Result<Option<(Vec<u8>, serde_json::Value)>, Refusal> {
+    if let Some(path) = flag {
+        let bytes =
+            super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
+        if !Bundle::is_bundle(&bytes) {
+            return Ok(Some((bytes, serde_json::Value::Null)));
+        }
+        let (b, signers) = args.open_bundle(path, &bytes)?;
+        let tdx = b.content.tdx.ok_or_else(|| {
+            (
+                2,
+                "collateral-format",
+                format!("{}: the bundle has no TDX part", path.display()),
+            )
+        })?;
+        let json = serde_json::to_vec(&tdx).map_err(|e| (2, "collateral-format", e.to_string()))?;
+        return Ok(Some((
+            json,
+            serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers}),
+        )));
+    }
+    if !args.wants_cache_or_network() {
+        return Ok(None);
+    }
+    let json = args
+        .tdx_from_sources(quote, now)
+        .map_err(|e| (2, e.check(), e.to_string()))?;
+    Ok(Some((
+        json,
+        serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
+    )))
+}
