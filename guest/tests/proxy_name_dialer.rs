@@ -30,7 +30,10 @@ impl NameDialer for Recording {
                 return Err(std::io::Error::other("the far side refused: test"));
             }
             let s = tokio::net::TcpStream::connect(("127.0.0.1", self.to)).await?;
-            Ok((s, format!("the test dialer, which connected to 127.0.0.1:{}", self.to)))
+            Ok((
+                s,
+                format!("the test dialer, which connected to 127.0.0.1:{}", self.to),
+            ))
         })
     }
 }
@@ -63,7 +66,9 @@ fn allowlisted_names_go_to_the_name_dialer_unresolved_and_others_never_do() {
             let Ok(mut c) = c else { continue };
             let mut buf = [0u8; 2048];
             let _ = c.read(&mut buf);
-            let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nnamed-1");
+            let _ = c.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nnamed-1",
+            );
         }
     });
     let dir = tempfile::tempdir().expect("tmp");
@@ -85,7 +90,7 @@ fn allowlisted_names_go_to_the_name_dialer_unresolved_and_others_never_do() {
     .expect("proxy");
     let ok = request(
         &sock,
-        "GET http://registry.example/a HTTP/1.1\r\nHost: registry.example\r\n\r\n",
+        "GET http://registry.example/a HTTP/1.1\r\nHost: registry.example\r\nConnection: close\r\n\r\n",
     );
     assert!(ok.ends_with("named-1"), "{ok}");
     let no = request(
@@ -106,9 +111,24 @@ fn allowlisted_names_go_to_the_name_dialer_unresolved_and_others_never_do() {
             ("refused.example".to_string(), 80)
         ]
     );
-    assert_eq!(*resolver.0.lock().expect("lock"), 0, "the resolver was asked");
+    assert_eq!(
+        *resolver.0.lock().expect("lock"),
+        0,
+        "the resolver was asked"
+    );
     assert_eq!(log.len(), 3, "{log:?}");
-    assert!(log[0].allowed && log[0].reason.contains("the test dialer, which connected to"));
-    assert!(!log[1].allowed && log[1].reason.contains("not in the allowlist"), "{log:?}");
-    assert!(log[2].reason.contains("the far side refused: test"), "{log:?}");
+    assert!(
+        log[0].allowed
+            && log[0]
+                .reason
+                .contains("the test dialer, which connected to")
+    );
+    assert!(
+        !log[1].allowed && log[1].reason.contains("not in the allowlist"),
+        "{log:?}"
+    );
+    assert!(
+        log[2].reason.contains("the far side refused: test"),
+        "{log:?}"
+    );
 }

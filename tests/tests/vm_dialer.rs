@@ -94,7 +94,10 @@ fn the_dialer_reaches_only_the_mapped_loopback_server_refuses_inside_addresses_a
         .iter()
         .map(|r| (r.event.as_str(), r.request.as_str()))
         .collect();
-    assert_eq!(events[0], ("connect", format!("registry.example:{port}").as_str()));
+    assert_eq!(
+        events[0],
+        ("connect", format!("registry.example:{port}").as_str())
+    );
     assert_eq!(events[1].0, "close");
     assert!(log[1].bytes_down > 0 && log[1].bytes_up > 0, "{log:?}");
     let refused = log.iter().filter(|r| r.event == "refuse").count();

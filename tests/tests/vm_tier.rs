@@ -447,7 +447,10 @@ fn ctrl_c_during_the_test_phase_kills_the_vm_and_removes_its_files() {
     let reader = std::thread::spawn(move || {
         use std::io::BufRead;
         let mut all = String::new();
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             let _ = tx.send(line.clone());
             all.push_str(&line);
             all.push('\n');
@@ -603,7 +606,10 @@ fn the_install_phase_reaches_an_allowlisted_server_through_the_host_dialer_and_t
         .collect();
     assert_eq!(allowed.len(), 1, "{egress:?}");
     assert_eq!(allowed[0]["allowed"], true);
-    assert!(allowed[0]["bytes_down"].as_u64().unwrap_or(0) > 0, "{egress:?}");
+    assert!(
+        allowed[0]["bytes_down"].as_u64().unwrap_or(0) > 0,
+        "{egress:?}"
+    );
     assert!(
         allowed[0]["reason"]
             .as_str()
@@ -723,7 +729,10 @@ fn the_process_and_vm_tiers_give_the_same_outcomes_and_counts() {
         let process = outcome_and_counts("process", job, w.0.path());
         eprintln!("{name}: process {process:?}, vm {vm:?}");
         assert_eq!(process.0, *want, "{name} in the process tier");
-        assert_eq!(vm, process, "{name}: the vm tier differs from the process tier");
+        assert_eq!(
+            vm, process,
+            "{name}: the vm tier differs from the process tier"
+        );
     }
     w.assert_clean();
 }

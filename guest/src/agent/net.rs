@@ -97,7 +97,9 @@ impl NameDialer for HostDialer {
     ) -> BoxFuture<'a, io::Result<(TcpStream, String)>> {
         Box::pin(async move {
             let mut s = TcpStream::connect(DIALER_ADDR).await.map_err(|e| {
-                io::Error::other(format!("connecting to the host dialer at {DIALER_ADDR}: {e}"))
+                io::Error::other(format!(
+                    "connecting to the host dialer at {DIALER_ADDR}: {e}"
+                ))
             })?;
             s.set_nodelay(true)?;
             s.write_all(format!("{host}:{port}\n").as_bytes()).await?;
@@ -192,8 +194,9 @@ impl EgressProvider for VmEgress {
             },
             None => Arc::new(NoDevice),
         };
-        let proxy = EgressProxy::start(ProxyConfig::new(allow.to_vec(), socket).with_name_dialer(dialer))
-            .map_err(|e| e.to_string())?;
+        let proxy =
+            EgressProxy::start(ProxyConfig::new(allow.to_vec(), socket).with_name_dialer(dialer))
+                .map_err(|e| e.to_string())?;
         Ok(Box::new(VmEgressSession {
             proxy: Some(proxy),
             dev,

@@ -270,7 +270,11 @@ fn demo(args: &Args) -> Result<bool, String> {
         ));
     } else {
         for f in &v.failures {
-            say(format!("REJECTED    {}: {}", escape(&f.check), escape(&f.detail)));
+            say(format!(
+                "REJECTED    {}: {}",
+                escape(&f.check),
+                escape(&f.detail)
+            ));
         }
     }
     if args.json {

@@ -72,9 +72,7 @@ impl TestMap {
             .parse()
             .map_err(|_| format!("`{to}`: expected an IP address and port"))?;
         if !to.ip().is_loopback() {
-            return Err(format!(
-                "`{to}`: a test mapping may only point to loopback"
-            ));
+            return Err(format!("`{to}`: a test mapping may only point to loopback"));
         }
         Ok(TestMap {
             host: host.trim_end_matches('.').to_ascii_lowercase(),
@@ -112,7 +110,9 @@ pub fn parse_request(line: &str) -> Result<(String, u16), String> {
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b':' || b == b'_')
     {
-        return Err("the host has characters outside letters, digits, `.`, `-`, `_` and `:`".into());
+        return Err(
+            "the host has characters outside letters, digits, `.`, `-`, `_` and `:`".into(),
+        );
     }
     Ok((host.trim_end_matches('.').to_ascii_lowercase(), port))
 }
@@ -135,7 +135,11 @@ pub fn resolve_checked(host: &str, port: u16, map: &[TestMap]) -> Result<Vec<Soc
     }
     let bad: Vec<String> = addrs
         .iter()
-        .filter_map(|a| intake::addr::check(a.ip()).err().map(|r| format!("{}: {r}", a.ip())))
+        .filter_map(|a| {
+            intake::addr::check(a.ip())
+                .err()
+                .map(|r| format!("{}: {r}", a.ip()))
+        })
         .collect();
     if !bad.is_empty() {
         return Err(format!(
@@ -214,9 +218,10 @@ pub fn serve(cfg: &DialerConfig) -> u8 {
     use std::os::fd::AsFd;
     let pid = std::process::id();
     let dup = |fd: std::os::fd::BorrowedFd<'_>| fd.try_clone_to_owned().map(std::fs::File::from);
-    let (Ok(mut guest_in), Ok(mut guest_out)) =
-        (dup(std::io::stdin().as_fd()), dup(std::io::stdout().as_fd()))
-    else {
+    let (Ok(mut guest_in), Ok(mut guest_out)) = (
+        dup(std::io::stdin().as_fd()),
+        dup(std::io::stdout().as_fd()),
+    ) else {
         return 2;
     };
     if !cfg.state.is_dir() {
@@ -337,7 +342,10 @@ fn read_line(r: &mut std::fs::File) -> Result<String, String> {
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [nix::poll::PollFd::new(r.as_fd(), nix::poll::PollFlags::POLLIN)];
+        let mut fds = [nix::poll::PollFd::new(
+            r.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
         match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
             Ok(0) => return Err("no request line within 15 s".into()),
             Ok(_) => {}
@@ -351,7 +359,9 @@ fn read_line(r: &mut std::fs::File) -> Result<String, String> {
             Err(e) => return Err(format!("reading the request: {e}")),
         }
         if line.len() > MAX_REQUEST {
-            return Err(format!("the request line is longer than {MAX_REQUEST} bytes"));
+            return Err(format!(
+                "the request line is longer than {MAX_REQUEST} bytes"
+            ));
         }
     }
     String::from_utf8(line).map_err(|_| "the request line is not UTF-8".into())

@@ -181,7 +181,7 @@ mod tests {
             netdev,
             "user,id=net0,restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:'/opt/a,,b/fenced-run' vm-dialer --state '/tmp/it'\\''s'"
         );
-        let nic = a.iter().position(|x| x == "-device" ).map(|_| ());
+        let nic = a.iter().position(|x| x == "-device").map(|_| ());
         assert!(nic.is_some());
         assert!(a.iter().any(|x| x == "virtio-net-pci,netdev=net0,romfile="));
         assert_eq!(a.iter().filter(|x| x.as_str() == "-netdev").count(), 1);
