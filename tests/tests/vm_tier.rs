@@ -833,3 +833,84 @@ fn manifest_snp_digests_equal_sev_snp_measure_for_the_same_image() {
         );
     }
 }
+
+#[test]
+fn the_demo_runs_in_the_vm_tier_and_its_json_is_exactly_one_object() {
+    if missing().is_some() {
+        return;
+    }
+    let w = Work::new();
+    let o = Command::new(BIN)
+        .args(["demo", "--json", "--progress", "json", "--image"])
+        .arg(shared_image())
+        .env("TMPDIR", w.0.path())
+        .output()
+        .expect("demo");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    // stdout is one JSON object and nothing else.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&o.stdout));
+    });
+    assert!(v.is_object());
+    assert_eq!(v["isolation"], "vm", "{v}");
+    assert_eq!(v["verified"], true, "{v}");
+    assert_eq!(v["verdict"]["outcome"], "tests_passed", "{v}");
+    assert_eq!(v["verdict"]["isolation"], "vm", "{v}");
+    let m = Manifest::load(shared_image()).expect("manifest");
+    assert_eq!(
+        v["measurement"], m.measurements.vm,
+        "pinned to the manifest's vm measurement"
+    );
+    // The summary and the progress went to stderr.
+    assert!(err.starts_with("isolation   vm: "), "{err}");
+    assert!(err.contains(r#""step":"boot""#), "{err}");
+    w.assert_clean();
+}
+
+#[test]
+fn without_qemu_the_demo_runs_the_process_tier_and_its_first_line_says_why() {
+    if skip_fence() {
+        return;
+    }
+    // PATH with everything of /usr/bin and /bin but QEMU.
+    let t = tempfile::tempdir().expect("tmp");
+    let bin = t.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    for d in ["/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"] {
+        for e in std::fs::read_dir(d)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+        {
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with("qemu-system") || bin.join(&name).exists() {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(e.path(), bin.join(&name));
+        }
+    }
+    let o = Command::new(BIN)
+        .arg("demo")
+        .env("PATH", &bin)
+        .output()
+        .expect("demo");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let first = out.lines().next().unwrap_or_default();
+    assert_eq!(
+        first,
+        "isolation   process: the vm tier cannot run here: qemu-system-x86_64 is not installed (.ci/run, as root, \
+         installs it from bookworm-backports)"
+    );
+    assert!(out.contains("outcome     tests_passed"), "{out}");
+    assert!(out.contains("verified    SIMULATED"), "{out}");
+}
+
+fn skip_fence() -> bool {
+    fenced_run_tests::fence::skip()
+}
