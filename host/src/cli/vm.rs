@@ -113,7 +113,10 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
 
 /// The default image directory: `target/vm-image` of this workspace.
 pub fn default_image() -> PathBuf {
-    crate::image::agent::workspace_root().join("target/vm-image")
+    let root = crate::image::agent::workspace_root();
+    std::fs::canonicalize(&root)
+        .unwrap_or(root)
+        .join("target/vm-image")
 }
 
 /// Runs `args` in the `vm` tier with `nonce`.
