@@ -105,7 +105,7 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
         .memory_mib
         .max(l.memory_mib.saturating_add(l.disk_mib).saturating_add(512));
     // The network device only where the install phase may use it.
-    if !install.is_some_and(|i| !i.allow.is_empty()) {
+    if install.is_none_or(|i| i.allow.is_empty()) {
         opts.dialer = None;
     }
     vm::run(kind, &bytes, nonce, &opts).map(|r| HostRun::Ran(Box::new(r)))
