@@ -7,7 +7,7 @@
 use crate::verdict::{cbor_error_text, Verdict, VerdictError};
 use ciborium::Value;
 use coset::{iana, AsCborValue, CoseKey, CoseSign1, CoseSign1Builder, HeaderBuilder, Label};
-use p384::ecdsa::signature::{Signer, Verifier};
+use p384::ecdsa::signature::Signer;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -348,11 +348,19 @@ impl Evidence {
     /// verdict (strictly). This does not check the report, the binding or the nonce: the verifier does.
     pub fn verify_verdict_signature(&self) -> Result<Verdict, EvidenceError> {
         check_sign1_profile(&self.verdict)?;
-        let vk = p384::ecdsa::VerifyingKey::from(&self.key);
+        use p384::elliptic_curve::sec1::ToEncodedPoint;
+        let key = crate::sig::P384Key::from_sec1(self.key.to_encoded_point(false).as_bytes())
+            .map_err(|_| EvidenceError::BadSignature)?;
+        // ES384 signs the COSE Sig_structure, which coset rebuilds from the protected header bytes as received.
         self.verdict.verify_signature(b"", |sig, data| {
-            let sig =
-                p384::ecdsa::Signature::from_slice(sig).map_err(|_| EvidenceError::BadSignature)?;
-            vk.verify(data, &sig)
+            let (r, s) = match (sig.get(..48), sig.get(48..)) {
+                (Some(r), Some(s)) if sig.len() == 96 => (r, s),
+                _ => return Err(EvidenceError::BadSignature),
+            };
+            let (mut rb, mut sb) = ([0u8; 48], [0u8; 48]);
+            rb.copy_from_slice(r);
+            sb.copy_from_slice(s);
+            crate::sig::p384_sha384_scalars(&key, data, &rb, &sb)
                 .map_err(|_| EvidenceError::BadSignature)
         })?;
         let payload = self.verdict.payload.as_deref().unwrap_or_default();

@@ -68,6 +68,32 @@ fn real_report(c: &mut Criterion) {
             })
         },
     );
+    let verifier = verifier_lib::Verifier::new();
+    let input = verifier_lib::snp::SnpInput {
+        report: &bytes,
+        certs: &bundle,
+    };
+    assert!(verifier
+        .snp(&input, &opts, &policy)
+        .expect("parse")
+        .verified());
+    c.bench_function(
+        "snp real report: Verifier (chain signatures cached, every other check run)",
+        |b| {
+            b.iter(|| {
+                let input = verifier_lib::snp::SnpInput {
+                    report: black_box(&bytes),
+                    certs: &bundle,
+                };
+                black_box(
+                    verifier
+                        .snp(&input, &opts, &policy)
+                        .expect("parse")
+                        .verified(),
+                )
+            })
+        },
+    );
     c.bench_function("snp report parse + to_bytes", |b| {
         b.iter(|| {
             black_box(

@@ -53,6 +53,23 @@ fn bench(c: &mut Criterion) {
             assert!(r.verified());
         })
     });
+    g.bench_function("verifier_cached_chains_and_collateral", |b| {
+        // A Verifier that has seen this platform once: only the quote signature is verified again.
+        let opts = VerifyOptions {
+            collateral: Some(&coll),
+            at,
+            policy: &policy,
+            allow_simulated: false,
+        };
+        let verifier = verifier_lib::Verifier::new();
+        assert!(verifier.tdx(&quote, &opts).expect("parse").verified());
+        b.iter(|| {
+            let r = verifier
+                .tdx(std::hint::black_box(&quote), &opts)
+                .expect("parse");
+            assert!(r.verified());
+        })
+    });
     g.bench_function("verify_quote_with_collateral_parse", |b| {
         b.iter(|| {
             let coll = Collateral::from_json(&coll_json).expect("parse");

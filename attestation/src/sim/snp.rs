@@ -930,11 +930,10 @@ fn cert_issued_by_current_ask(vcek_der: &[u8], ask_der: &[u8]) -> bool {
     let Ok(tbs) = vcek.tbs_certificate.to_der() else {
         return false;
     };
-    let Ok(sig) = rsa::pss::Signature::try_from(vcek.signature.raw_bytes()) else {
+    let Ok(pkcs1) = rsa::pkcs1::EncodeRsaPublicKey::to_pkcs1_der(&public) else {
         return false;
     };
-    let verifier = rsa::pss::VerifyingKey::<Sha384>::new(public);
-    rsa::signature::Verifier::verify(&verifier, &tbs, &sig).is_ok()
+    crate::sig::rsa_pss_sha384(pkcs1.as_bytes(), &tbs, vcek.signature.raw_bytes()).is_ok()
 }
 
 fn remove_vceks(pdir: &Path) -> Result<(), SimError> {

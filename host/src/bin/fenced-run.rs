@@ -25,6 +25,8 @@ enum Command {
     /// The vm tier's host dialer, started by QEMU per install-phase connection (not for direct use).
     #[command(name = "vm-dialer", hide = true)]
     VmDialer(cli::vm::DialerArgs),
+    /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
+    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +51,6 @@ fn main() -> ExitCode {
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
         Command::VmDialer(args) => cli::vm::dialer_main(args),
+        Command::Doctor(args) => cli::doctor::run(args),
     }
 }

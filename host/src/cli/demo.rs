@@ -115,6 +115,7 @@ fn choose_tier(args: &Args) -> Result<Tier, String> {
             agent: None,
             busybox: None,
             ovmf: None,
+            tdx_ovmf: None,
             no_git: false,
         };
         if let Err(e) = super::image::build(&b) {

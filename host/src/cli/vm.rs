@@ -119,8 +119,8 @@ pub fn default_image() -> PathBuf {
         .join("target/vm-image")
 }
 
-/// Runs `args` in the `vm` tier with `nonce`.
-pub fn run(args: &Args, nonce: Vec<u8>) -> ExitCode {
+/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
+pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
     if let Some(p) = &args.operator_config {
         eprintln!(
             "fenced-run run: --operator-config {}: the vm tier runs the job in a guest that has neither this \
@@ -157,6 +157,7 @@ pub fn run(args: &Args, nonce: Vec<u8>) -> ExitCode {
         return ExitCode::from(2);
     }
     let mut opts = VmOptions::new(image);
+    opts.confidential = crate::vm::confidential::for_tier(tier, &opts.image);
     opts.progress = mode;
     opts.dialer = std::env::current_exe().ok();
     opts.dialer_map = map;

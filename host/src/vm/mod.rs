@@ -7,6 +7,7 @@
 //! socket, console log, dialer log) removed, by [`Vm`]'s `Drop`.
 
 pub mod bundle;
+pub mod confidential;
 pub mod dialer;
 pub mod progress;
 pub mod qemu;
@@ -105,6 +106,8 @@ pub struct VmOptions {
     pub dialer_map: Vec<dialer::TestMap>,
     /// How progress is shown on stderr.
     pub progress: progress::Mode,
+    /// An SEV-SNP or TDX launch (host::vm::confidential); `None` for the `vm` tier.
+    pub confidential: Option<confidential::Confidential>,
 }
 
 impl VmOptions {
@@ -122,6 +125,7 @@ impl VmOptions {
             dialer: None,
             dialer_map: Vec::new(),
             progress: progress::Mode::None,
+            confidential: None,
         }
     }
 }
@@ -343,11 +347,14 @@ fn run_steps(
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(&opts.qemu);
-    cmd.args(qemu::args(&launch))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.args(confidential::launch_args(
+        &launch,
+        opts.confidential.as_ref(),
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .process_group(0);
     {
         // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
         #[allow(unsafe_code)]
@@ -472,7 +479,14 @@ fn run_steps(
                         )))
                     }
                 };
-                match tee.get_report(&rd) {
+                // A confidential guest's report comes from its own PSP or TDX module, never from the sim.
+                let report = match opts.confidential {
+                    Some(_) => Err(attestation::tee::TeeError::Unsupported(
+                        "the host's sim PSP does not attest a confidential launch".into(),
+                    )),
+                    None => tee.get_report(&rd),
+                };
+                match report {
                     Ok(raw) => vm.send(
                         FrameType::Report,
                         &channel::encode_report(&raw.report, &raw.certs),

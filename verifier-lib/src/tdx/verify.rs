@@ -813,12 +813,17 @@ fn check_collateral(
             certs.push((cert_role(i, ch.len(), name), cert));
         }
     }
+    // Each CRL and each certificate is parsed once here (a PCK CRL lists dozens of serials).
+    let crls = [
+        ("root-ca-crl", coll.root_ca_crl.parsed()),
+        ("pck-crl", coll.pck_crl.parsed()),
+    ];
     for (role, cert) in certs {
-        for (crl_name, crl) in [
-            ("root-ca-crl", &coll.root_ca_crl),
-            ("pck-crl", &coll.pck_crl),
-        ] {
-            if crl.covers(cert) && crl.revokes(&cert.serial()) {
+        let parsed = cert.parsed();
+        for (crl_name, crl) in &crls {
+            if crl.issuer().as_raw() == parsed.issuer().as_raw()
+                && crate::pki::crl_revokes(crl, &parsed).is_some()
+            {
                 failures.push(Failure::seen_wanted(
                     format!("{role}-revoked"),
                     hex::encode(cert.serial()),

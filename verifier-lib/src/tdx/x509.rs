@@ -228,7 +228,8 @@ impl Crl {
         }
     }
 
-    fn parsed(&self) -> CertificateRevocationList<'_> {
+    /// The parsed view.
+    pub fn parsed(&self) -> CertificateRevocationList<'_> {
         match CertificateRevocationList::from_der(&self.der) {
             Ok((_, c)) => c,
             Err(_) => unreachable_parse(),
