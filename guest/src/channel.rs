@@ -4,8 +4,8 @@
 //! frame with a per-type size limit and treat a short read, an unknown type or an oversized length as an error
 //! naming what arrived. The exchange, in order (docs/vm.md):
 //! `Hello` (guest) -> `JobHeader` (host) -> `ReportRequest`/`Report` (sim only) -> `BundleRequest` (guest) ->
-//! `Bundle` (host) ->
-//! `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
+//! `Bundle` (host) -> [`InstallStart` (guest) -> `Cut` (guest) -> `CutDone` (host), for a job with an install
+//! phase] -> `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
 
 use std::io::{Read, Write};
 
@@ -43,6 +43,13 @@ pub enum FrameType {
     ReportFailure = 9,
     /// Guest -> host: the report is taken; send the bundle now (empty payload).
     BundleRequest = 10,
+    /// Guest -> host: the install phase starts (its egress proxy is up); empty payload.
+    InstallStart = 11,
+    /// Guest -> host: the install phase is over and the guest has taken its network link down; the host must
+    /// cut the install network (refuse every further dialer connection) and answer `CutDone`. Empty payload.
+    Cut = 12,
+    /// Host -> guest: the install network is cut on the host's side; payload: what the host did (UTF-8).
+    CutDone = 13,
 }
 
 impl FrameType {
@@ -60,6 +67,9 @@ impl FrameType {
             8 => Failure,
             9 => ReportFailure,
             10 => BundleRequest,
+            11 => InstallStart,
+            12 => Cut,
+            13 => CutDone,
             _ => return None,
         })
     }

@@ -142,7 +142,15 @@ fn auditors_pin_the_process_binary_and_the_founder_verifies_the_demo() {
         "fenced-run demo",
         &run(
             FENCED_RUN,
-            &["demo", "--evidence", s(&evidence), "--nonce", NONCE],
+            &[
+                "demo",
+                "--isolation",
+                "process",
+                "--evidence",
+                s(&evidence),
+                "--nonce",
+                NONCE,
+            ],
         ),
     );
     assert!(out.contains(&format!("nonce       {NONCE}")), "{out}");

@@ -7,17 +7,17 @@
 //! prints the reason on the console. A panic prints its message on the console and powers the VM off.
 
 pub mod init;
+pub mod net;
 pub mod tee;
 
 use crate::channel::{self, ChannelError, FrameType, JobHeader};
-use crate::fence::run::{run_input, EgressProvider, EgressSession, RunOptions, AGENT_VERSION};
+use crate::fence::run::{run_input, RunOptions, AGENT_VERSION};
 use attestation::session::Session;
 use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
-use intake::job::AllowEntry;
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The argument `/init` is re-executed with once it runs from the tmpfs root.
@@ -96,19 +96,6 @@ fn open_port() -> Result<File, String> {
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The install phase's egress in the `vm` tier: none yet (docs/vm.md), said in a finding.
-struct NoNetwork;
-
-impl EgressProvider for NoNetwork {
-    fn start(
-        &self,
-        _allow: &[AllowEntry],
-        _socket: &Path,
-    ) -> Result<Box<dyn EgressSession>, String> {
-        Err("the vm tier has no install-phase network yet (docs/vm.md); the install phase had loopback only".into())
     }
 }
 
@@ -255,14 +242,32 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     drop(bundle);
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
-    opts.proxy = Some(Arc::new(NoNetwork));
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    match rd.try_clone() {
+        Ok(port) => opts.proxy = Some(Arc::new(net::VmEgress::new(port, notes.clone()))),
+        Err(e) => {
+            opts.proxy = None;
+            notes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(format!("no install-phase network: job channel: {e}"));
+        }
+    }
     opts.home = Some(PathBuf::from("/root"));
     // Intake again in here: the guest trusts no host.
-    let v = match run_input(&path, &opts) {
+    let mut v = match run_input(&path, &opts) {
         Ok(v) => v,
         Err(why) => refused(inputs, "receive", &format!("the bundle is unusable: {why}")),
     };
     let _ = std::fs::remove_file(&path);
+    for n in notes.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        v.findings.push(Finding {
+            stage: "install".into(),
+            path: String::new(),
+            kind: "network".into(),
+            detail: n,
+        });
+    }
     v
 }
 

@@ -22,6 +22,9 @@ enum Command {
     Intake(cli::intake::Args),
     /// Build the vm tier's guest image (kernel, initramfs with guest-agent as /init, manifest).
     Image(cli::image::Args),
+    /// The vm tier's host dialer, started by QEMU per install-phase connection (not for direct use).
+    #[command(name = "vm-dialer", hide = true)]
+    VmDialer(cli::vm::DialerArgs),
     /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
     Doctor(cli::doctor::Args),
 }
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(args),
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
+        Command::VmDialer(args) => cli::vm::dialer_main(args),
         Command::Doctor(args) => cli::doctor::run(args),
     }
 }

@@ -1,6 +1,8 @@
 //! `fenced-run demo`: the main job on an embedded bundle, end to end on this machine. A tiny shell repository with
-//! a bug, and a patch that claims to fix it, go through intake, the fence (the best isolation this machine offers),
-//! evidence bound to a sim attestation report, and the founder's verification of that evidence.
+//! a bug, and a patch that claims to fix it, go through intake, the fence in the best tier this machine offers
+//! (the `vm` tier where QEMU, the kernel and the guest image are there, the image built on first use; else the
+//! `process` tier, saying why on the first line), evidence bound to a sim attestation report, and the founder's
+//! verification of that evidence against the image manifest's (or the process's) measurement.
 
 use attestation::text::{escape, shown};
 use attestation::verdict::{Isolation, Verdict};
@@ -32,9 +34,19 @@ pub struct Args {
     /// Write the evidence here as well (it is verified either way).
     #[arg(long, value_name = "OUT")]
     pub evidence: Option<PathBuf>,
-    /// Print the verdict as JSON after the summary.
+    /// Print exactly one JSON object on stdout (tier, why, nonce, measurement, verification, verdict); the
+    /// summary and progress go to stderr.
     #[arg(long)]
     pub json: bool,
+    /// `auto` (the vm tier where it can run, else process), `vm` or `process`.
+    #[arg(long, default_value = "auto", value_name = "TIER")]
+    pub isolation: String,
+    /// The vm tier's guest image (default target/vm-image of this workspace, built there when missing).
+    #[arg(long, value_name = "DIR")]
+    pub image: Option<PathBuf>,
+    /// Progress of a vm run on stderr: `auto`, `json` or `none`.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    pub progress: String,
     /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
     /// `verify-attestation evidence --nonce`.
     #[arg(long, value_name = "HEX")]
@@ -53,14 +65,64 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// The isolation tier this machine offers for the demo, and why.
-fn best_isolation() -> (Isolation, &'static str) {
-    // The vm, sev-snp and tdx tiers need the guest image and the VM launcher, which are not built yet; the
-    // process tier runs the same fence code in Linux namespaces on this host.
-    (
-        Isolation::Process,
-        "Linux namespaces on this host (the VM tiers need the guest image launcher, not built yet)",
-    )
+/// Where the demo runs.
+enum Tier {
+    /// The vm tier with this image.
+    Vm(PathBuf),
+    /// The process tier, and why not the vm tier.
+    Process(String),
+}
+
+/// The vm tier if it can run here (building the image when only it is missing), else why not.
+fn choose_tier(args: &Args) -> Result<Tier, String> {
+    let image = args.image.clone().unwrap_or_else(super::vm::default_image);
+    match args.isolation.as_str() {
+        "process" => return Ok(Tier::Process("asked for with --isolation process".into())),
+        "vm" | "auto" => {}
+        other => {
+            return Err(format!(
+                "--isolation {}: expected auto, vm or process",
+                escape(other)
+            ))
+        }
+    }
+    let forced = args.isolation == "vm";
+    let missing = |why: String| -> Result<Tier, String> {
+        if forced {
+            Err(format!("--isolation vm: {why}"))
+        } else {
+            Ok(Tier::Process(format!("the vm tier cannot run here: {why}")))
+        }
+    };
+    if let Err(why) = super::vm::qemu_available() {
+        return missing(why);
+    }
+    if !image.join(crate::image::MANIFEST_FILE).is_file() {
+        let Some(_) = super::image::default_kernel() else {
+            return missing(format!(
+                "no guest image in {} and no kernel under target/vm-kernel to build one (.ci/run fetches it)",
+                image.display()
+            ));
+        };
+        // Progress, on stderr: stdout's first line stays the tier and why.
+        eprintln!(
+            "image       building the guest image into {} (first run only)",
+            image.display()
+        );
+        let b = super::image::BuildArgs {
+            out: image.clone(),
+            kernel: None,
+            agent: None,
+            busybox: None,
+            ovmf: None,
+            tdx_ovmf: None,
+            no_git: false,
+        };
+        if let Err(e) = super::image::build(&b) {
+            return missing(format!("building the guest image failed: {e}"));
+        }
+    }
+    Ok(Tier::Vm(image))
 }
 
 fn write_bundle(dir: &Path) -> Result<(), String> {
@@ -86,48 +148,105 @@ fn demo(args: &Args) -> Result<bool, String> {
         Some(h) => super::parse_nonce(h).map_err(|e| format!("--nonce: {e}"))?,
         None => guest::fence::run::random_nonce(),
     };
-    let (isolation, why) = best_isolation();
+    let mode =
+        crate::vm::progress::Mode::parse(&args.progress).map_err(|e| format!("--progress {e}"))?;
+    // With --json, stdout carries the one JSON object only.
+    let json = args.json;
+    let say = move |line: String| {
+        if json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let tier = choose_tier(args)?;
     let tmp = tempfile::Builder::new()
         .prefix("fenced-run-demo-")
         .tempdir()
         .map_err(|e| format!("creating a temporary directory: {e}"))?;
     let bundle = tmp.path().join("bundle");
     write_bundle(&bundle)?;
-    println!("bundle      embedded demo (calc.sh with a bug, fix.patch claims to fix it)");
-    println!("isolation   {}: {why}", isolation_name(isolation));
+    let (isolation, why) = match &tier {
+        Tier::Vm(image) => (
+            Isolation::Vm,
+            format!(
+                "a QEMU guest booted from {} (sim PSP: no SEV-SNP/TDX here)",
+                image.display()
+            ),
+        ),
+        Tier::Process(why) => (Isolation::Process, why.clone()),
+    };
+    say(format!("isolation   {}: {why}", isolation_name(isolation)));
+    say("bundle      embedded demo (calc.sh with a bug, fix.patch claims to fix it)".into());
+    say(format!("nonce       {}", hex::encode(&nonce)));
 
-    // The attestation session begins before any untrusted code runs.
-    println!("nonce       {}", hex::encode(&nonce));
-    let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
-
-    // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
-    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
-    opts.isolation = isolation;
-    let verdict = run_input(&bundle, &opts).map_err(|e| format!("intake: {e}"))?;
+    let (verdict, bytes, measurement) = match &tier {
+        Tier::Vm(image) => {
+            let manifest = crate::image::Manifest::load(image)?;
+            let pin: [u8; 48] = hex::decode(&manifest.measurements.vm)
+                .ok()
+                .and_then(|v| v.try_into().ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{}: measurements.vm is not 48 bytes of hex",
+                        image.join(crate::image::MANIFEST_FILE).display()
+                    )
+                })?;
+            let mut opts = crate::vm::VmOptions::new(image.clone());
+            opts.progress = mode;
+            opts.dialer = std::env::current_exe().ok();
+            crate::vm::install_interrupt_handler();
+            match super::vm::run_job(&bundle, &nonce, opts)? {
+                super::vm::HostRun::Refused(r) => {
+                    return Err(format!("intake on the host refused the demo bundle: {r}"))
+                }
+                super::vm::HostRun::Ran(out) => {
+                    say(format!(
+                        "vm          {} (agent ready after {:.2} s, VM exited after {:.2} s)",
+                        out.accel.as_str(),
+                        out.ready.as_secs_f64(),
+                        out.total.as_secs_f64()
+                    ));
+                    (out.verdict, out.evidence_bytes, pin)
+                }
+            }
+        }
+        Tier::Process(_) => {
+            // The attestation session begins before any untrusted code runs.
+            let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
+            // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
+            let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
+            opts.isolation = isolation;
+            let verdict = run_input(&bundle, &opts).map_err(|e| format!("intake: {e}"))?;
+            let evidence = session
+                .seal(&verdict)
+                .map_err(|e| format!("sealing the verdict: {e}"))?;
+            let bytes = evidence
+                .to_cbor()
+                .map_err(|e| format!("encoding the evidence: {e}"))?;
+            (verdict, bytes, measurement)
+        }
+    };
+    drop(tmp);
     for f in &verdict.findings {
-        println!(
+        say(format!(
             "finding     [{}] {} {}: {}",
             escape(&f.stage),
             escape(&f.kind),
             escape(&f.path),
             escape(&f.detail)
-        );
+        ));
     }
-    print_verdict(&verdict);
-
-    let evidence = session
-        .seal(&verdict)
-        .map_err(|e| format!("sealing the verdict: {e}"))?;
-    let bytes = evidence
-        .to_cbor()
-        .map_err(|e| format!("encoding the evidence: {e}"))?;
+    for l in verdict_lines(&verdict) {
+        say(l);
+    }
     if let Some(out) = &args.evidence {
         std::fs::write(out, &bytes).map_err(|e| format!("writing {}: {e}", out.display()))?;
-        println!(
+        say(format!(
             "evidence    {} ({} bytes)",
             shown(out.display()),
             bytes.len()
-        );
+        ));
     }
 
     // The founder's side: verify what came back, pinning the measurement and the nonce.
@@ -136,26 +255,45 @@ fn demo(args: &Args) -> Result<bool, String> {
             allow_simulated: true,
             ..ChainOptions::default()
         },
-        nonce: Some(nonce),
+        nonce: Some(nonce.clone()),
         ..EvidenceOptions::default()
     };
     vopts.policy.measurements = vec![verifier_lib::snp::policy::HexBytes(measurement)];
     let v = verify_evidence_bytes(&bytes, &vopts).map_err(|e| format!("decoding evidence: {e}"))?;
+    let pinned = match isolation {
+        Isolation::Vm => "the image manifest's vm measurement",
+        _ => "this process's measurement",
+    };
     if v.verified() {
-        println!(
-            "verified    SIMULATED: chain, report signature, policy, measurement {}, key binding, verdict signature, nonce",
+        say(format!(
+            "verified    SIMULATED: chain, report signature, policy, measurement {} ({pinned}), key binding, verdict signature, nonce",
             &hex::encode(measurement)[..16]
-        );
+        ));
     } else {
         for f in &v.failures {
-            println!("REJECTED    {}: {}", escape(&f.check), escape(&f.detail));
+            say(format!(
+                "REJECTED    {}: {}",
+                escape(&f.check),
+                escape(&f.detail)
+            ));
         }
     }
     if args.json {
-        println!(
-            "{}",
-            attestation::text::json_safe(&verdict.to_json_pretty())
-        );
+        let failures: Vec<serde_json::Value> = v
+            .failures
+            .iter()
+            .map(|f| serde_json::json!({"check": f.check, "detail": f.detail}))
+            .collect();
+        let obj = serde_json::json!({
+            "isolation": isolation_name(isolation),
+            "why": why,
+            "nonce": hex::encode(&nonce),
+            "measurement": hex::encode(measurement),
+            "verified": v.verified(),
+            "failures": failures,
+            "verdict": verdict.to_json_value(),
+        });
+        println!("{}", attestation::text::json_safe(&obj.to_string()));
     }
     Ok(verdict.judged && v.verified())
 }
@@ -167,31 +305,36 @@ fn isolation_name(i: Isolation) -> String {
         .unwrap_or_else(|| format!("{i:?}"))
 }
 
-fn print_verdict(v: &Verdict) {
-    println!("outcome     {}", v.outcome.as_str());
+fn verdict_lines(v: &Verdict) -> Vec<String> {
+    let mut out = vec![format!("outcome     {}", v.outcome.as_str())];
     if let Some(r) = &v.refusal {
-        println!("refused     at {}: {}", escape(&r.stage), escape(&r.reason));
+        out.push(format!(
+            "refused     at {}: {}",
+            escape(&r.stage),
+            escape(&r.reason)
+        ));
     }
     if let Some(t) = &v.test {
-        println!(
-            "test        `{}` ({}), exit {:?}, {} ms, network none",
+        out.push(format!(
+            "test        `{}` ({}), exit {}, {} ms, network none",
             escape(&t.command),
             escape(&t.source),
-            t.exit_code,
+            t.exit_code.map_or("none".to_string(), |c| c.to_string()),
             t.duration_ms
-        );
+        ));
     }
     if let Some(c) = &v.tests {
-        println!(
+        out.push(format!(
             "counts      {} passed, {} failed, {} skipped (parser: {})",
             c.passed,
             c.failed,
             c.skipped,
             escape(&c.parser)
-        );
+        ));
     }
-    println!(
+    out.push(format!(
         "processes   {} started, {} running at end, {} left after teardown",
         v.processes.started, v.processes.running_at_end, v.processes.left_after_teardown
-    );
+    ));
+    out
 }

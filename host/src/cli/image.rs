@@ -103,7 +103,8 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
+/// Builds the image `b` describes.
+pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
     let kernel = match &b.kernel {
         Some(k) => k.clone(),
         None => default_kernel().ok_or(

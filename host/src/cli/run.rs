@@ -35,6 +35,14 @@ pub struct Args {
     /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
     #[arg(long, value_name = "FILE")]
     pub operator_config: Option<PathBuf>,
+    /// Progress of a `vm` run on stderr: `auto` (a spinner on a terminal), `json` (one JSON object per line per
+    /// step) or `none`.
+    #[arg(long, default_value = "auto", value_name = "MODE")]
+    pub progress: String,
+    /// Tests only: the vm tier's host dialer sends this allowlisted NAME:PORT to a loopback ADDRESS:PORT
+    /// instead of resolving it (everything else is still resolved and checked). Repeatable.
+    #[arg(long, value_name = "NAME:PORT=ADDR:PORT", hide = true)]
+    pub test_dialer_map: Vec<String>,
 }
 
 /// Runs the subcommand.

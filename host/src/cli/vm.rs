@@ -1,49 +1,78 @@
 //! `fenced-run run JOB|BUNDLE --isolation vm [--image DIR]`: intake on the host (to refuse early and learn the
 //! job's time budget), then the bundle in a QEMU guest (host::vm), the verdict printed and the evidence written.
-//! Exit 0 judged, 1 refused, 2 unusable input or a VM that did not produce evidence.
+//! Exit 0 judged, 1 refused, 2 unusable input or a VM that did not produce evidence. Also the hidden
+//! `fenced-run vm-dialer` that QEMU starts per install-phase connection (host::vm::dialer).
 
 use super::run::Args;
-use crate::vm::{self, VmOptions};
-use std::path::PathBuf;
+use crate::vm::{self, dialer, progress, VmOptions, VmRun};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// The default image directory: `target/vm-image` of this workspace.
-pub fn default_image() -> PathBuf {
-    crate::image::agent::workspace_root().join("target/vm-image")
+/// Arguments of the hidden `fenced-run vm-dialer` (started by QEMU's guestfwd, one per guest connection).
+#[derive(clap::Args, Debug)]
+pub struct DialerArgs {
+    /// The VM's directory (dialer log, cut marker, pid files).
+    #[arg(long, value_name = "DIR")]
+    pub state: PathBuf,
+    /// Tests only: NAME:PORT=LOOPBACK-ADDR:PORT.
+    #[arg(long, value_name = "MAP")]
+    pub test_map: Vec<String>,
 }
 
-/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
-pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
-    let image = args.image.clone().unwrap_or_else(default_image);
-    if !image.join(crate::image::MANIFEST_FILE).is_file() {
-        eprintln!(
-            "fenced-run run: --image {}: no guest image there; build one with `fenced-run image build --out {}`",
-            image.display(),
-            image.display()
-        );
-        return ExitCode::from(2);
+/// Runs the dialer on stdin/stdout.
+pub fn dialer_main(args: DialerArgs) -> ExitCode {
+    let mut map = Vec::new();
+    for m in &args.test_map {
+        match dialer::TestMap::parse(m) {
+            Ok(m) => map.push(m),
+            // stdout is the guest's connection: the refusal goes there.
+            Err(e) => {
+                println!("ERR --test-map {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
-    // Intake on the host first: nothing is launched for a bundle intake refuses.
-    let work = match tempfile::Builder::new()
+    ExitCode::from(dialer::serve(&dialer::DialerConfig {
+        state: args.state,
+        map,
+    }))
+}
+
+/// Whether `qemu-system-x86_64` is on PATH, or why the vm tier cannot run.
+pub fn qemu_available() -> Result<(), String> {
+    let qemu = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
+        .unwrap_or(false);
+    if qemu {
+        Ok(())
+    } else {
+        Err("qemu-system-x86_64 is not installed (.ci/run, as root, installs it from bookworm-backports)".into())
+    }
+}
+
+/// The verdict of a VM run on the host's side: intake's refusal before launch, or the run.
+pub enum HostRun {
+    /// Intake on the host refused; nothing was launched.
+    Refused(String),
+    /// The VM ran and brought back evidence.
+    Ran(Box<VmRun>),
+}
+
+/// Intake on the host, then the job in the VM with `opts` filled from the job's budgets.
+pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<HostRun, String> {
+    let work = tempfile::Builder::new()
         .prefix("fenced-run-intake-vm-")
         .tempdir()
-    {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("fenced-run run: cannot create intake's work directory: {e}");
-            return ExitCode::from(2);
-        }
-    };
+        .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
     let mut report = intake::run_stages(
-        &args.job,
+        job_path,
         &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
             .with_work_parent(work.path()),
     );
     if let Some(why) = report.unusable.clone() {
         let _ = report.cleanup();
-        eprintln!("fenced-run run: {}: {why}", args.job.display());
-        return ExitCode::from(2);
+        return Err(format!("{}: {why}", job_path.display()));
     }
     let job = match (report.accepted, report.job.take()) {
         (true, Some(job)) => job,
@@ -54,28 +83,92 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
                 .map(|r| format!("{}: {}", r.stage.name(), r.reason))
                 .unwrap_or_else(|| "intake did not accept the job".into());
             let _ = report.cleanup();
-            println!("outcome: refused");
-            println!("refused by intake on the host before launch: {reason}");
-            return ExitCode::from(1);
+            return Ok(HostRun::Refused(reason));
         }
     };
     let _ = report.cleanup();
     drop(work);
-    let (kind, bytes) = match vm::bundle::pack(&args.job) {
-        Ok(b) => b,
+    let (kind, bytes) = vm::bundle::pack(job_path)?;
+    let install = job.install.as_ref();
+    let mut t = vm::Timeouts::for_job(
+        install.map(|i| i.timeout_seconds),
+        job.test.timeout_seconds,
+        Duration::from_secs(60),
+    );
+    t.boot = opts.timeouts.boot;
+    opts.timeouts = t;
+    opts.install = install.is_some();
+    // The guest holds the job's memory and its tmpfs scratch, plus the agent and the kernel: the job's own limit
+    // is reached before the guest runs out.
+    let l = &job.limits;
+    opts.memory_mib = opts
+        .memory_mib
+        .max(l.memory_mib.saturating_add(l.disk_mib).saturating_add(512));
+    // The network device only where the install phase may use it.
+    if install.is_none_or(|i| i.allow.is_empty()) {
+        opts.dialer = None;
+    }
+    vm::run(kind, &bytes, nonce, &opts).map(|r| HostRun::Ran(Box::new(r)))
+}
+
+/// The default image directory: `target/vm-image` of this workspace.
+pub fn default_image() -> PathBuf {
+    let root = crate::image::agent::workspace_root();
+    std::fs::canonicalize(&root)
+        .unwrap_or(root)
+        .join("target/vm-image")
+}
+
+/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
+pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
+    if let Some(p) = &args.operator_config {
+        eprintln!(
+            "fenced-run run: --operator-config {}: the vm tier runs the job in a guest that has neither this \
+             host's environment nor its files, so passthrough names and read paths cannot apply there; \
+             run without it (the guest applies the built-in defaults) or use --isolation process",
+            p.display()
+        );
+        return ExitCode::from(2);
+    }
+    let mode = match progress::Mode::parse(&args.progress) {
+        Ok(m) => m,
         Err(e) => {
-            eprintln!("fenced-run run: {e}");
+            eprintln!("fenced-run run: --progress {e}");
             return ExitCode::from(2);
         }
     };
+    let mut map = Vec::new();
+    for m in &args.test_dialer_map {
+        match dialer::TestMap::parse(m) {
+            Ok(m) => map.push(m),
+            Err(e) => {
+                eprintln!("fenced-run run: --test-dialer-map {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let image = args.image.clone().unwrap_or_else(default_image);
+    if !image.join(crate::image::MANIFEST_FILE).is_file() {
+        eprintln!(
+            "fenced-run run: --image {}: no guest image there; build one with `fenced-run image build --out {}`",
+            image.display(),
+            image.display()
+        );
+        return ExitCode::from(2);
+    }
     let mut opts = VmOptions::new(image);
     opts.confidential = crate::vm::confidential::for_tier(tier, &opts.image);
-    // The run's deadline: the job's own phase budgets plus room for intake, the fence and TCG.
-    let phases = job.test.timeout_seconds + job.install.as_ref().map_or(0, |i| i.timeout_seconds);
-    opts.timeouts.run = Duration::from_secs(phases + 120);
+    opts.progress = mode;
+    opts.dialer = std::env::current_exe().ok();
+    opts.dialer_map = map;
     vm::install_interrupt_handler();
-    let out = match vm::run(kind, &bytes, &nonce, &opts) {
-        Ok(o) => o,
+    let out = match run_job(&args.job, &nonce, opts) {
+        Ok(HostRun::Ran(o)) => o,
+        Ok(HostRun::Refused(reason)) => {
+            println!("outcome: refused");
+            println!("refused by intake on the host before launch: {reason}");
+            return ExitCode::from(1);
+        }
         Err(e) => {
             eprintln!("fenced-run run --isolation vm: {e}");
             return ExitCode::from(2);
@@ -90,6 +183,7 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
             hex::encode(out.measurement)
         );
     }
+    print_dialer_log(&out.dialer_log);
     super::run::print_verdict(&out.verdict, args.json);
     if let Some(path) = &args.evidence {
         if let Err(e) = std::fs::write(path, &out.evidence_bytes) {
@@ -101,5 +195,17 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+/// The host dialer's log on stderr, one line per connection attempt (the guest's egress log is in the verdict).
+pub fn print_dialer_log(log: &[dialer::DialerRecord]) {
+    for r in log.iter().filter(|r| r.event != "close") {
+        eprintln!(
+            "host dialer {} {}: {}",
+            r.event,
+            attestation::text::escape(&r.request),
+            attestation::text::escape(&r.reason)
+        );
     }
 }

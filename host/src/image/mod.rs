@@ -28,6 +28,10 @@ pub const MODULES: &[&str] = &[
     "kernel/drivers/virt/coco/tsm.ko.xz",
     "kernel/drivers/virt/coco/sev-guest/sev-guest.ko.xz",
     "kernel/drivers/virt/coco/tdx-guest/tdx-guest.ko.xz",
+    // The install phase's network device (virtio_net needs net_failover, which needs failover).
+    "kernel/net/core/failover.ko.xz",
+    "kernel/drivers/net/net_failover.ko.xz",
+    "kernel/drivers/net/virtio_net.ko.xz",
 ];
 
 /// vCPU counts the manifest lists SNP launch digests for.

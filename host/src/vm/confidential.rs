@@ -742,6 +742,7 @@ mod tests {
             vcpus: 2,
             memory_mib: 2048,
             accel: super::super::qemu::Accel::Tcg,
+            dialer: None,
         })
     }
 

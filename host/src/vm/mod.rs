@@ -1,12 +1,15 @@
 //! The `vm` tier's launcher: boots the guest image in QEMU, speaks the host side of the job channel
 //! (guest::channel), answers the guest's report request with the host's sim PSP, and brings the evidence back.
 //!
-//! Every phase has a deadline (boot to the agent's hello, the attestation exchange, the run, the shutdown);
-//! whatever happens (error, timeout, Ctrl-C) the QEMU process is killed and waited for, and its directory
-//! (channel socket, console log) removed, by [`Vm`]'s `Drop`.
+//! Every step has a deadline (boot to the agent's hello, the attestation exchange, intake, the install phase,
+//! the cut, the test phase, the shutdown) and is shown by [`progress`]; whatever happens (error, timeout,
+//! Ctrl-C) the QEMU process and every host dialer are killed and waited for, and the VM's directory (channel
+//! socket, console log, dialer log) removed, by [`Vm`]'s `Drop`.
 
 pub mod bundle;
 pub mod confidential;
+pub mod dialer;
+pub mod progress;
 pub mod qemu;
 
 use attestation::evidence::Evidence;
@@ -31,8 +34,12 @@ pub struct Timeouts {
     pub boot: Duration,
     /// From the job header to the guest asking for the bundle (the report exchange).
     pub attest: Duration,
-    /// From sending the bundle to the evidence.
-    pub run: Duration,
+    /// From sending the bundle to the install phase's start (the guest's intake and repository preparation).
+    pub intake: Duration,
+    /// From the install phase's start to the guest's `Cut`.
+    pub install: Duration,
+    /// From the cut (or, without an install phase, the end of intake's budget) to the evidence.
+    pub test: Duration,
     /// From the acknowledgement to QEMU's exit.
     pub shutdown: Duration,
 }
@@ -42,8 +49,21 @@ impl Default for Timeouts {
         Timeouts {
             boot: Duration::from_secs(90),
             attest: Duration::from_secs(60),
-            run: Duration::from_secs(600),
+            intake: Duration::from_secs(120),
+            install: Duration::from_secs(660),
+            test: Duration::from_secs(660),
             shutdown: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Timeouts {
+    /// The job's own phase budgets plus `slack` each for the fence's set-up and teardown under TCG.
+    pub fn for_job(install_s: Option<u64>, test_s: u64, slack: Duration) -> Timeouts {
+        Timeouts {
+            install: Duration::from_secs(install_s.unwrap_or(0)) + slack,
+            test: Duration::from_secs(test_s) + slack,
+            ..Timeouts::default()
         }
     }
 }
@@ -77,6 +97,15 @@ pub struct VmOptions {
     pub fault: Fault,
     /// Where the VM's directory is made (the system's temporary directory when `None`).
     pub work_parent: Option<PathBuf>,
+    /// The job has an install phase (its deadlines and the `Cut` are expected).
+    pub install: bool,
+    /// The install phase's network: the program run as the host dialer (`fenced-run`, which has the hidden
+    /// `vm-dialer` subcommand); `None` gives the VM no network device.
+    pub dialer: Option<PathBuf>,
+    /// Test-only mappings the dialer applies (allowlisted `*.example` names to a loopback server).
+    pub dialer_map: Vec<dialer::TestMap>,
+    /// How progress is shown on stderr.
+    pub progress: progress::Mode,
     /// An SEV-SNP or TDX launch (host::vm::confidential); `None` for the `vm` tier.
     pub confidential: Option<confidential::Confidential>,
 }
@@ -92,6 +121,10 @@ impl VmOptions {
             qemu: PathBuf::from("qemu-system-x86_64"),
             fault: Fault::None,
             work_parent: None,
+            install: false,
+            dialer: None,
+            dialer_map: Vec::new(),
+            progress: progress::Mode::None,
             confidential: None,
         }
     }
@@ -112,6 +145,10 @@ pub struct VmRun {
     pub total: Duration,
     /// The accelerator used.
     pub accel: qemu::Accel,
+    /// Every connection the host dialer saw (empty without an install-phase network).
+    pub dialer_log: Vec<dialer::DialerRecord>,
+    /// Each step and how long it took.
+    pub steps: Vec<(&'static str, Duration)>,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -152,6 +189,10 @@ impl Drop for Vm {
             let _ = self.child.kill();
         }
         let _ = self.child.wait();
+        if let Some(d) = &self.dir {
+            // Dialers are QEMU's children but not in its process group (slirp starts each in a new session).
+            dialer::cut(d.path());
+        }
         if let Some(d) = self.dir.take() {
             let _ = d.close();
         }
@@ -217,6 +258,42 @@ pub fn run(
     nonce: &[u8],
     opts: &VmOptions,
 ) -> Result<VmRun, String> {
+    let mut p = progress::Progress::new(opts.progress);
+    let r = run_steps(kind, bytes, nonce, opts, &mut p);
+    match &r {
+        Ok(_) => p.finish(None),
+        Err(e) => p.finish(Some(e.lines().next().unwrap_or_default())),
+    }
+    r.map(|mut out| {
+        out.steps = p.done.clone();
+        out
+    })
+}
+
+/// The host dialer's command line for QEMU's guestfwd.
+fn dialer_command(program: &Path, dir: &Path, map: &[dialer::TestMap]) -> String {
+    let mut cmd = format!(
+        "{} vm-dialer --state {}",
+        qemu::quote_cmd_word(&program.display().to_string()),
+        qemu::quote_cmd_word(&dir.display().to_string())
+    );
+    for m in map {
+        cmd.push_str(&format!(
+            " --test-map {}",
+            qemu::quote_cmd_word(&format!("{}:{}={}", m.host, m.port, m.to))
+        ));
+    }
+    cmd
+}
+
+fn run_steps(
+    kind: BundleKind,
+    bytes: &[u8],
+    nonce: &[u8],
+    opts: &VmOptions,
+    progress: &mut progress::Progress,
+) -> Result<VmRun, String> {
+    progress.step("boot", "starting QEMU");
     let manifest = crate::image::Manifest::load(&opts.image)?;
     let kernel_path = opts.image.join(crate::image::KERNEL_FILE);
     let initrd_path = opts.image.join(crate::image::INITRAMFS_FILE);
@@ -252,6 +329,7 @@ pub fn run(
         .set_nonblocking(true)
         .map_err(|e| format!("{}: {e}", sock.display()))?;
     let accel = qemu::choose_accel(Path::new("/sys/module"), Path::new("/dev/kvm"));
+    let network = opts.install && opts.dialer.is_some();
     let launch = qemu::Launch {
         kernel: kernel_path,
         initrd: initrd_path,
@@ -261,6 +339,10 @@ pub fn run(
         vcpus: opts.vcpus,
         memory_mib: opts.memory_mib,
         accel,
+        dialer: match (&opts.dialer, network) {
+            (Some(d), true) => Some(dialer_command(d, dir.path(), &opts.dialer_map)),
+            _ => None,
+        },
     };
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
@@ -356,13 +438,16 @@ pub fn run(
     let hello = vm.recv(boot_deadline, opts.timeouts.boot, "the agent's hello")?;
     if hello.kind != FrameType::Hello || hello.payload != channel::PROTOCOL {
         return Err(vm.fail(format!(
-            "the guest's first frame is {:?} {:?}, not the hello of {}",
+            "the guest's first frame is {:?} {}, not the hello of {}",
             hello.kind,
-            String::from_utf8_lossy(&hello.payload[..hello.payload.len().min(64)]),
+            attestation::text::escape(&String::from_utf8_lossy(
+                &hello.payload[..hello.payload.len().min(64)]
+            )),
             String::from_utf8_lossy(channel::PROTOCOL)
         )));
     }
     let ready = start.elapsed();
+    progress.step("attest", "the guest's report request");
     let header = JobHeader {
         kind,
         nonce: nonce.to_vec(),
@@ -376,9 +461,11 @@ pub fn run(
     } else {
         vm.send(FrameType::JobHeader, &header.encode())?;
     }
-    let mut deadline = Instant::now() + opts.timeouts.attest;
-    let mut budget = opts.timeouts.attest;
+    let t = opts.timeouts;
+    let mut deadline = Instant::now() + t.attest;
+    let mut budget = t.attest;
     let mut what = "the report request or bundle request";
+    let mut cut_done = false;
     let evidence_bytes = loop {
         let f = vm.recv(deadline, budget, what)?;
         match f.kind {
@@ -421,15 +508,48 @@ pub fn run(
                 } else {
                     vm.send(FrameType::Bundle, bytes)?;
                 }
-                deadline = Instant::now() + opts.timeouts.run;
-                budget = opts.timeouts.run;
+                if opts.install {
+                    progress.step("intake", "intake and repository preparation in the guest");
+                    budget = t.intake;
+                    what = "the install phase's start";
+                } else {
+                    progress.step("test", "intake, then the test phase in the guest");
+                    budget = t.intake + t.test;
+                    what = "the evidence";
+                }
+                deadline = Instant::now() + budget;
+            }
+            FrameType::InstallStart if opts.install && what == "the install phase's start" => {
+                progress.step(
+                    "install",
+                    if network {
+                        "the install phase, network through the host dialer"
+                    } else {
+                        "the install phase, no network device"
+                    },
+                );
+                budget = t.install;
+                deadline = Instant::now() + budget;
+                what = "the end of the install phase";
+            }
+            FrameType::Cut if !cut_done => {
+                progress.step("cut", "cutting the install network");
+                let killed = vm.dir.as_ref().map_or(0, |d| dialer::cut(d.path()));
+                cut_done = true;
+                let said = format!(
+                    "the host refuses every further dialer connection; {killed} running dialer(s) killed"
+                );
+                vm.send(FrameType::CutDone, said.as_bytes())?;
+                progress.step("test", "the test phase in the guest, no network");
+                budget = t.test;
+                deadline = Instant::now() + budget;
                 what = "the evidence";
             }
             FrameType::Evidence => break f.payload,
             FrameType::Failure => {
                 return Err(vm.fail(format!(
                     "the guest agent could not produce evidence: {}",
-                    String::from_utf8_lossy(&f.payload)
+                    attestation::text::escape(&String::from_utf8_lossy(&f.payload))
                 )))
             }
             other => {
@@ -438,6 +558,15 @@ pub fn run(
                 )))
             }
         }
+    };
+    progress.step("shutdown", "checking the evidence, the guest powers off");
+    // Whatever the guest did, the install network is over once the evidence is here.
+    let dialer_log = match &vm.dir {
+        Some(d) => {
+            dialer::cut(d.path());
+            dialer::read_log(d.path())
+        }
+        None => Vec::new(),
     };
     let evidence = Evidence::from_cbor(&evidence_bytes)
         .map_err(|e| vm.fail(format!("the guest's evidence does not parse: {e}")))?;
@@ -471,5 +600,7 @@ pub fn run(
         ready,
         total,
         accel,
+        dialer_log,
+        steps: Vec::new(),
     })
 }

@@ -1,7 +1,9 @@
 //! The QEMU command line of the `vm` tier and the accelerator choice.
 //!
-//! q35 (microvm does not boot Debian's kernel reliably), direct kernel boot, no default devices, no network,
-//! one virtio-serial port for the job channel and the serial console into a file. TCG where `/dev/kvm` is the
+//! q35 (microvm does not boot Debian's kernel reliably), direct kernel boot, no default devices, one
+//! virtio-serial port for the job channel and the serial console into a file; for a job with an install phase
+//! also one virtio-net device on QEMU user networking with `restrict=on` (no way out but the one `guestfwd`,
+//! which starts the host dialer per connection). [`args`] is a function of the plain [`Launch`] struct only. TCG where `/dev/kvm` is the
 //! `kvm_pvm` module (an ordinary kernel hangs under it, and a probe would only burn its timeout), KVM elsewhere.
 
 use std::path::{Path, PathBuf};
@@ -55,6 +57,17 @@ pub struct Launch {
     pub memory_mib: u64,
     /// The accelerator.
     pub accel: Accel,
+    /// The install phase's network: the host dialer's command line (`None`: no network device at all).
+    pub dialer: Option<String>,
+}
+
+/// Where the guest reaches the host dialer (QEMU user networking's guestfwd).
+pub const GUESTFWD: &str = "tcp:10.0.2.100:3128";
+
+/// Quotes `s` for the shell-like parsing QEMU's `guestfwd=...-cmd:` applies (single quotes), with commas doubled
+/// for QEMU's option parser.
+pub fn quote_cmd_word(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''")).replace(',', ",,")
 }
 
 /// The QEMU arguments for `l` (after the program name).
@@ -105,6 +118,14 @@ pub fn args(l: &Launch) -> Vec<String> {
             guest::channel::PORT_NAME
         ),
     ]);
+    if let Some(cmd) = &l.dialer {
+        a.extend([
+            "-netdev".into(),
+            format!("user,id=net0,restrict=on,guestfwd={GUESTFWD}-cmd:{cmd}"),
+            "-device".into(),
+            "virtio-net-pci,netdev=net0,romfile=".into(),
+        ]);
+    }
     a
 }
 
@@ -126,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn arguments_have_no_network_and_one_named_port() {
+    fn arguments_have_a_network_only_with_a_dialer_and_one_named_port() {
         let l = Launch {
             kernel: "/k".into(),
             initrd: "/i".into(),
@@ -136,6 +157,7 @@ mod tests {
             vcpus: 2,
             memory_mib: 1024,
             accel: Accel::Tcg,
+            dialer: None,
         };
         let a = args(&l);
         let pos = |s: &str| a.iter().position(|x| x == s).expect(s);
@@ -145,5 +167,22 @@ mod tests {
         assert!(a.contains(&"-nodefaults".to_string()));
         assert!(a.iter().any(|x| x.ends_with("name=fenced-run.job")));
         assert!(!a.iter().any(|x| x.contains("netdev")));
+
+        // With an install phase: one restricted user network whose only way out is the dialer.
+        let mut l = l;
+        l.dialer = Some(format!(
+            "{} vm-dialer --state {}",
+            quote_cmd_word("/opt/a,b/fenced-run"),
+            quote_cmd_word("/tmp/it's")
+        ));
+        let b = args(&l);
+        let at = b.iter().position(|x| x == "-netdev").expect("-netdev");
+        let netdev = &b[at + 1];
+        assert_eq!(
+            netdev,
+            "user,id=net0,restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:'/opt/a,,b/fenced-run' vm-dialer --state '/tmp/it'\\''s'"
+        );
+        assert!(b.iter().any(|x| x == "virtio-net-pci,netdev=net0,romfile="));
+        assert_eq!(b.iter().filter(|x| x.as_str() == "-netdev").count(), 1);
     }
 }

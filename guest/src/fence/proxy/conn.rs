@@ -14,13 +14,14 @@ use tokio::sync::Semaphore;
 
 use super::sni;
 use super::wire::{self, BufIn, HeadError, RequestHead};
-use super::{Counters, Dialer, Log, ProxyLimits, Resolver};
+use super::{Counters, Dialer, Log, NameDialer, ProxyLimits, Resolver};
 
 /// State shared by every connection.
 pub(crate) struct Shared {
     pub allow: Vec<AllowEntry>,
     pub resolver: Arc<dyn Resolver>,
     pub dialer: Arc<dyn Dialer>,
+    pub name_dialer: Option<Arc<dyn NameDialer>>,
     pub loopback_for_tests: bool,
     pub limits: ProxyLimits,
     pub log: Arc<Log>,
@@ -203,6 +204,15 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
     };
     let addrs = match &host {
         HostName::Ip(ip) => vec![*ip],
+        // Resolution happens on the name dialer's side, which applies its own address policy.
+        HostName::Name(_) if shared.name_dialer.is_some() => {
+            return Ok(Allowed {
+                name: host,
+                host: shown,
+                entry: entry.to_string(),
+                addrs: Vec::new(),
+            })
+        }
         HostName::Name(name) => {
             match tokio::time::timeout(shared.limits.resolve_timeout, shared.resolver.resolve(name))
                 .await
@@ -275,17 +285,38 @@ fn check_addr(ip: IpAddr, loopback_for_tests: bool) -> Result<(), String> {
     }
 }
 
-/// Dials the checked addresses in order, each with the connect timeout; the first that answers is used.
+/// Dials the checked addresses in order, each with the connect timeout; the first that answers is used. With a
+/// name dialer, the judged host and port go to it instead (IP literals too: the far side checks them again).
+/// Returns the stream and what it is connected to, for the log.
 async fn dial(
     shared: &Shared,
-    addrs: &[IpAddr],
+    allowed: &Allowed,
     port: u16,
-) -> Result<(TcpStream, SocketAddr), String> {
+) -> Result<(TcpStream, String), String> {
+    if let Some(nd) = &shared.name_dialer {
+        let target = match &allowed.name {
+            HostName::Ip(IpAddr::V6(v6)) => format!("[{v6}]"),
+            _ => allowed.host.clone(),
+        };
+        return match tokio::time::timeout(
+            shared.limits.connect_timeout,
+            nd.dial_name(&target, port),
+        )
+        .await
+        {
+            Ok(Ok((s, via))) => Ok((s, via)),
+            Ok(Err(e)) => Err(format!("{target}:{port}: {e}")),
+            Err(_) => Err(format!(
+                "{target}:{port}: no answer from the dialer within {:?}",
+                shared.limits.connect_timeout
+            )),
+        };
+    }
     let mut errors = Vec::new();
-    for ip in addrs {
+    for ip in &allowed.addrs {
         let sa = SocketAddr::new(*ip, port);
         match tokio::time::timeout(shared.limits.connect_timeout, shared.dialer.dial(sa)).await {
-            Ok(Ok(s)) => return Ok((s, sa)),
+            Ok(Ok(s)) => return Ok((s, sa.to_string())),
             Ok(Err(e)) => errors.push(format!("{sa}: {e}")),
             Err(_) => errors.push(format!(
                 "{sa}: no answer within {:?}",
@@ -317,7 +348,7 @@ async fn connect(
         Ok(a) => a,
         Err((host, r)) => return refuse(&mut wr, &shared.log, &host, port, r).await,
     };
-    let (upstream, sa) = match dial(shared, &allowed.addrs, port).await {
+    let (upstream, sa) = match dial(shared, &allowed, port).await {
         Ok(x) => x,
         Err(e) => {
             let reason = format!(
@@ -630,7 +661,7 @@ async fn forward(
             return Err(());
         }
     };
-    let (upstream, sa) = match dial(shared, &allowed.addrs, uri_port).await {
+    let (upstream, sa) = match dial(shared, &allowed, uri_port).await {
         Ok(x) => x,
         Err(e) => {
             let reason = format!(

@@ -10,6 +10,7 @@ pub mod sni;
 pub mod wire;
 
 use std::io;
+use std::net::IpAddr;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use std::time::Duration;
 use attestation::verdict::EgressRecord;
 use intake::job::AllowEntry;
 
-pub use net::{BoxFuture, Dialer, Resolver, SystemResolver, TcpDialer};
+pub use net::{BoxFuture, Dialer, NameDialer, Resolver, SystemResolver, TcpDialer};
 
 /// The egress log: every attempt, allowed or refused, in the order the requests arrived.
 pub type EgressLog = Vec<EgressRecord>;
@@ -69,6 +70,10 @@ pub struct ProxyConfig {
     pub resolver: Option<Arc<dyn Resolver>>,
     /// Dialing; `None` means a plain TCP connect.
     pub dialer: Option<Arc<dyn Dialer>>,
+    /// Dialing by name (the `vm` tier): when set, allowlisted names are not resolved here but handed as
+    /// `host:port` to this dialer, which resolves and checks addresses on its side; IP literals are still
+    /// checked against the address policy here first.
+    pub name_dialer: Option<Arc<dyn NameDialer>>,
     /// Tests only: accept plain loopback answers (`127.0.0.0/8`, `::1`) for allowlisted names and listed
     /// literals, so that a test registry on loopback can be allowed explicitly. Never set from a job file.
     pub allow_loopback_for_tests: bool,
@@ -84,6 +89,7 @@ impl ProxyConfig {
             socket_path: socket_path.into(),
             resolver: None,
             dialer: None,
+            name_dialer: None,
             allow_loopback_for_tests: false,
             limits: ProxyLimits::default(),
         }
@@ -98,6 +104,12 @@ impl ProxyConfig {
     /// Injects a dialer.
     pub fn with_dialer(mut self, dialer: Arc<dyn Dialer>) -> Self {
         self.dialer = Some(dialer);
+        self
+    }
+
+    /// Injects a name dialer (see [`ProxyConfig::name_dialer`]).
+    pub fn with_name_dialer(mut self, dialer: Arc<dyn NameDialer>) -> Self {
+        self.name_dialer = Some(dialer);
         self
     }
 
@@ -259,6 +271,19 @@ fn clip(s: &str, max: usize) -> String {
     format!("{}...", &s[..end])
 }
 
+/// The resolver of a proxy with a name dialer: never asked (names are not resolved on this side).
+struct NoResolver;
+
+impl Resolver for NoResolver {
+    fn resolve<'a>(&'a self, name: &'a str) -> BoxFuture<'a, io::Result<Vec<IpAddr>>> {
+        Box::pin(async move {
+            Err(io::Error::other(format!(
+                "{name}: this proxy does not resolve names (its name dialer does)"
+            )))
+        })
+    }
+}
+
 /// The egress proxy.
 pub struct EgressProxy;
 
@@ -301,9 +326,13 @@ impl EgressProxy {
                     source,
                 }
             })?;
-            let resolver: Arc<dyn Resolver> = match config.resolver {
-                Some(r) => r,
-                None => Arc::new(SystemResolver::from_system_conf().map_err(ProxyError::Resolver)?),
+            let resolver: Arc<dyn Resolver> = match (config.resolver, &config.name_dialer) {
+                (Some(r), _) => r,
+                // Names go to the name dialer unresolved; there may be no resolver configuration here at all.
+                (None, Some(_)) => Arc::new(NoResolver),
+                (None, None) => {
+                    Arc::new(SystemResolver::from_system_conf().map_err(ProxyError::Resolver)?)
+                }
             };
             (listener, resolver)
         };
@@ -313,6 +342,7 @@ impl EgressProxy {
             allow: config.allow,
             resolver,
             dialer,
+            name_dialer: config.name_dialer,
             loopback_for_tests: config.allow_loopback_for_tests,
             limits: config.limits,
             log: log.clone(),

@@ -1,6 +1,7 @@
-//! The proxy's two ways out to the network, behind traits so that tests can inject their own: name resolution
+//! The proxy's ways out to the network, behind traits so that tests can inject their own: name resolution
 //! (default: hickory from the system configuration) and dialing (default: a plain TCP connect to exactly the
-//! address given). The proxy decides everything; these only carry out what it decided.
+//! address given), or, where this side cannot resolve (the `vm` tier's guest), a [`NameDialer`] that hands the
+//! judged `host:port` to a dialer that resolves and checks addresses on its own side.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +24,18 @@ pub trait Resolver: Send + Sync + 'static {
 pub trait Dialer: Send + Sync + 'static {
     /// Connects to `addr`; must never resolve or substitute another address in production.
     fn dial(&self, addr: SocketAddr) -> BoxFuture<'_, io::Result<TcpStream>>;
+}
+
+/// Opens a TCP connection to an allowlisted `host:port` through a dialer that resolves the name itself and applies
+/// its own address policy (the `vm` tier: the host's dialer behind QEMU's guestfwd). The proxy has judged the
+/// name against the allowlist first; no resolution happens on this side.
+pub trait NameDialer: Send + Sync + 'static {
+    /// Connects to `host:port`; the `String` says what the far side connected to (for the egress log).
+    fn dial_name<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, io::Result<(TcpStream, String)>>;
 }
 
 /// The default resolver: hickory with the system configuration (`/etc/resolv.conf`, `/etc/hosts`).
