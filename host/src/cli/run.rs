@@ -33,6 +33,9 @@ pub struct Args {
     /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
     #[arg(long, value_name = "FILE")]
     pub operator_config: Option<PathBuf>,
+    /// After the run, verify the evidence written with --evidence and serve it on loopback (`fenced-run view`).
+    #[arg(long, requires = "evidence")]
+    pub view: bool,
 }
 
 /// Runs the subcommand.
@@ -62,7 +65,11 @@ pub fn run(args: Args) -> ExitCode {
         None => guest::fence::run::random_nonce(),
     };
     if args.isolation == "vm" {
-        return super::vm::run(&args, nonce);
+        let code = super::vm::run(&args, nonce.clone());
+        return match (&args.evidence, args.view && code != ExitCode::from(2)) {
+            (Some(out), true) => super::view::after_run_file(out, &nonce, false).err().unwrap_or(code),
+            _ => code,
+        };
     }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     let session = match &args.evidence {
@@ -101,6 +108,11 @@ pub fn run(args: Args) -> ExitCode {
         if let Err(e) = written {
             eprintln!("fenced-run run: --evidence: {}", escape(&e));
             return ExitCode::from(2);
+        }
+    }
+    if let (true, Some(out)) = (args.view, &args.evidence) {
+        if let Err(code) = super::view::after_run_file(out, &verdict.inputs.nonce, true) {
+            return code;
         }
     }
     if verdict.judged {

@@ -200,45 +200,42 @@ impl std::str::FromStr for NonceArg {
     }
 }
 
-/// Runs the subcommand.
-pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_input(&args.evidence) {
-        Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("evidence: {e}")),
+/// Why the flags could not be made into [`EvidenceOptions`].
+#[derive(Debug)]
+pub enum OptionsError {
+    /// An input is unusable (exit 2): the check name and what is wrong.
+    Unusable(&'static str, String),
+    /// The measurement set is readable but not signed by enough trusted auditors (exit 1).
+    Rejected(String),
+}
+
+/// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
+/// used by `fenced-run view`, which flattens these [`Args`]).
+pub fn options(args: &Args) -> Result<(Vec<u8>, EvidenceOptions), OptionsError> {
+    use OptionsError::Unusable;
+    let bytes = super::read_input(&args.evidence)
+        .map_err(|e| Unusable("input", format!("evidence: {e}")))?;
+    let flag_file = |flag: &str, path: Option<&std::path::Path>| -> Result<Option<Vec<u8>>, OptionsError> {
+        path.map(|p| super::read_input(p).map_err(|e| Unusable("input", format!("{flag}: {e}"))))
+            .transpose()
     };
-    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
-        Ok(b) => b,
-        Err(exit) => return exit,
-    };
+    let crl = flag_file("--crl", args.crl.as_deref())?;
     let at = super::at_or_now(args.at);
-    let tdx_collateral =
-        match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
-            Ok(b) => b,
-            Err(exit) => return exit,
-        };
+    let tdx_collateral = flag_file("--collateral", args.collateral.as_deref())?;
     let measurement_set = match &args.measurements {
-        Some(set) => match load_set(set, &args) {
+        Some(set) => match load_set(set, args) {
             Ok(t) => Some(std::sync::Arc::new(t)),
-            Err((code, e)) => {
-                return if code == 1 {
-                    rejected(args.json, e)
-                } else {
-                    unusable(args.json, "measurement-set", e)
-                }
-            }
+            Err((1, e)) => return Err(OptionsError::Rejected(e)),
+            Err((_, e)) => return Err(Unusable("measurement-set", e)),
         },
         None => None,
     };
-    let pins = match run_pins(&args.pins) {
-        Ok(p) => p,
-        Err(e) => return unusable(args.json, "input", e),
-    };
+    let pins = run_pins(&args.pins).map_err(|e| Unusable("input", e))?;
     if let Some(dup) = duplicate_rtmr(&args.tdx.rtmr) {
-        return unusable(
-            args.json,
+        return Err(Unusable(
             "input",
             format!("--rtmr {dup}= given twice with different values"),
-        );
+        ));
     }
     let opts = EvidenceOptions {
         chain: ChainOptions {
@@ -255,6 +252,16 @@ pub fn run(args: Args) -> ExitCode {
         tdx_policy: args.tdx.to_policy(),
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
+    };
+    Ok((bytes, opts))
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    let (bytes, opts) = match options(&args) {
+        Ok(x) => x,
+        Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
+        Err(OptionsError::Rejected(e)) => return rejected(args.json, e),
     };
     let v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
