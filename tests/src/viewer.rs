@@ -3,7 +3,7 @@
 //! will not send (a foreign `Host`, no `Host`).
 
 use attestation::verdict::{
-    EgressRecord, Finding, InstallPhase, Inputs, Isolation, Outcome, TestCounts, TestNetwork,
+    EgressRecord, Finding, Inputs, InstallPhase, Isolation, Outcome, TestCounts, TestNetwork,
     TestPhase, Verdict,
 };
 use std::io::{Read, Write};
@@ -22,9 +22,16 @@ pub fn verdict(outcome: Outcome, s: &str) -> Verdict {
         patch_sha256: Some("aa".repeat(32)),
         job_sha256: Some("bb".repeat(32)),
         nonce: NONCE.to_vec(),
+        ..Inputs::default()
     };
     let mut v = if outcome == Outcome::Refused {
-        Verdict::refused(&f("stage"), &f("reason"), Isolation::Process, inputs, &f("agent"))
+        Verdict::refused(
+            &f("stage"),
+            &f("reason"),
+            Isolation::Process,
+            inputs,
+            &f("agent"),
+        )
     } else {
         Verdict::new(outcome, Isolation::Process, inputs, &f("agent"))
     };

@@ -18,7 +18,10 @@ struct Headers(Vec<(String, String)>);
 
 impl Headers {
     fn header(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -32,14 +35,20 @@ fn get(url: &str) -> (u16, String, Headers) {
     let headers = Headers(
         r.headers_names()
             .into_iter()
-            .filter_map(|k| r.header(&k).map(|v| (k.to_ascii_lowercase(), v.to_string())))
+            .filter_map(|k| {
+                r.header(&k)
+                    .map(|v| (k.to_ascii_lowercase(), v.to_string()))
+            })
             .collect(),
     );
     let body = r.into_string().expect("body");
     (code, body, headers)
 }
 
-fn page_of(outcome: Outcome, opts_for: impl Fn([u8; 48]) -> verifier_lib::evidence::EvidenceOptions) -> Page {
+fn page_of(
+    outcome: Outcome,
+    opts_for: impl Fn([u8; 48]) -> verifier_lib::evidence::EvidenceOptions,
+) -> Page {
     let (bytes, m) = evidence(&verdict(outcome, "plain"));
     Page::from_bytes("run.evidence", &bytes, &opts_for(m)).expect("a page")
 }
@@ -51,17 +60,26 @@ fn a_passing_run_says_so_first_with_counts_and_simulated() {
     let (code, body, r) = get(v.url());
     assert_eq!(code, 200);
     let csp = r.header("content-security-policy").expect("CSP");
-    assert!(csp.starts_with("default-src 'none'; style-src 'sha256-"), "{csp}");
+    assert!(
+        csp.starts_with("default-src 'none'; style-src 'sha256-"),
+        "{csp}"
+    );
     assert!(!csp.contains("unsafe"), "{csp}");
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(r.header("referrer-policy"), Some("no-referrer"));
     // The answer comes first: status, outcome, meaning, counts, before the inputs and phases.
-    let at = |s: &str| body.find(s).unwrap_or_else(|| panic!("{s} missing:\n{body}"));
+    let at = |s: &str| {
+        body.find(s)
+            .unwrap_or_else(|| panic!("{s} missing:\n{body}"))
+    };
     assert!(at(">SIMULATED<") < at("Outcome: <code>tests_passed</code>"));
     assert!(at("Outcome: <code>tests_passed</code>") < at("the patch broke none"));
     assert!(at("3 passed, 0 failed, 1 skipped") < at("id=\"inputs\""));
     assert!(at("id=\"inputs\"") < at("id=\"phase-install\""));
-    assert!(!body.contains(">VERIFIED<") && !body.contains(">REJECTED<"), "sim evidence is never VERIFIED");
+    assert!(
+        !body.contains(">VERIFIED<") && !body.contains(">REJECTED<"),
+        "sim evidence is never VERIFIED"
+    );
     // Inputs, phases, egress with the denied row marked, processes, the chain drawn, the measurement pinned.
     for s in [
         "0123456789abcdef0123456789abcdef01234567",
@@ -84,13 +102,19 @@ fn a_passing_run_says_so_first_with_counts_and_simulated() {
     }
     // Every claim links to its check and to the docs section that explains it, served here.
     assert!(body.contains("href=\"docs/verification#authenticity-checks-verifier-lib-snp-chain\""));
-    assert!(body.contains("<code>report-signature</code>") && body.contains("<code>key-binding</code>"));
+    assert!(
+        body.contains("<code>report-signature</code>") && body.contains("<code>key-binding</code>")
+    );
     let (code, docs, _) = get(&format!("{}docs/verification", v.url()));
     assert_eq!(code, 200);
     assert!(docs.contains("id=\"authenticity-checks-verifier-lib-snp-chain\""));
     // Nothing is fetched from elsewhere: no script, no external URL in src/href.
     assert!(!body.contains("<script"));
-    assert!(!body.contains("src=\"http") && !body.contains("href=\"http") && !body.contains("href=\"//"));
+    assert!(
+        !body.contains("src=\"http")
+            && !body.contains("href=\"http")
+            && !body.contains("href=\"//")
+    );
     v.stop().expect("stops");
 }
 
@@ -110,7 +134,10 @@ fn a_failing_run_blames_the_patch_and_a_refused_run_does_not() {
     assert!(body.contains("<code>refused</code>"));
     assert!(body.contains("says nothing about the patch"));
     assert!(!body.contains("at fault"));
-    assert!(body.contains("Refused at <code>stage plain</code>: reason plain"), "{body}");
+    assert!(
+        body.contains("Refused at <code>stage plain</code>: reason plain"),
+        "{body}"
+    );
     assert!(body.contains("No test phase ran"));
 }
 
@@ -147,13 +174,17 @@ fn rejected_evidence_shows_the_failed_checks_where_their_claims_are() {
 #[test]
 fn a_verdict_json_alone_is_shown_not_verified() {
     let j = verdict(Outcome::TestsPassed, "plain").to_json_pretty();
-    let page = Page::from_bytes("verdict.json", j.as_bytes(), &founder_options([0; 48])).expect("page");
+    let page =
+        Page::from_bytes("verdict.json", j.as_bytes(), &founder_options([0; 48])).expect("page");
     let v = serve(&page);
     let (_, body, _) = get(v.url());
     assert!(body.contains(">NOT VERIFIED<") && body.contains("tests_passed"));
     assert!(!body.contains("✓ checked"));
     let e = Page::from_bytes("x", b"\x00\x01 not evidence", &founder_options([0; 48])).unwrap_err();
-    assert!(e.to_string().starts_with("x: not fenced-run evidence"), "{e}");
+    assert!(
+        e.to_string().starts_with("x: not fenced-run evidence"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -164,9 +195,14 @@ fn binds_beyond_loopback_are_refused_without_a_credential() {
             extra: vec![a.parse().expect("ip")],
             ..ServeConfig::default()
         };
-        let e = viewer::start(&page, cfg).err().unwrap_or_else(|| panic!("{a} must be refused"));
+        let e = viewer::start(&page, cfg)
+            .err()
+            .unwrap_or_else(|| panic!("{a} must be refused"));
         let msg = e.to_string();
-        assert!(msg.starts_with(&format!("refusing to listen on {a}")), "{msg}");
+        assert!(
+            msg.starts_with(&format!("refusing to listen on {a}")),
+            "{msg}"
+        );
         assert!(msg.contains(viewer::bind::CREDENTIAL_PATH), "{msg}");
     }
 }
@@ -176,7 +212,11 @@ fn a_credential_must_be_roots_and_private() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("tmp");
     let p = dir.path().join("viewer-bind.toml");
-    std::fs::write(&p, "format = \"fenced-run-viewer-bind/1\"\naddresses = [\"192.0.2.10\"]\n").expect("write");
+    std::fs::write(
+        &p,
+        "format = \"fenced-run-viewer-bind/1\"\naddresses = [\"192.0.2.10\"]\n",
+    )
+    .expect("write");
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let root = nix::unistd::geteuid().is_root();
     let e = viewer::bind::Credential::load(&p).unwrap_err().to_string();
@@ -192,13 +232,18 @@ fn a_credential_must_be_roots_and_private() {
         let e = viewer::bind::Credential::load(&p).unwrap_err().to_string();
         assert!(e.contains("owned by uid 65534"), "{e}");
         nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
-        let c = viewer::bind::Credential::load(&p).expect("accepted").expect("present");
+        let c = viewer::bind::Credential::load(&p)
+            .expect("accepted")
+            .expect("present");
         assert!(viewer::bind::check_bind("192.0.2.10".parse().expect("ip"), Some(&c)).is_ok());
         assert!(viewer::bind::check_bind("0.0.0.0".parse().expect("ip"), Some(&c)).is_err());
     } else {
         println!("skipped: the root-owned half of this test needs root");
     }
-    assert_eq!(viewer::bind::Credential::load(&dir.path().join("absent")), Ok(None));
+    assert_eq!(
+        viewer::bind::Credential::load(&dir.path().join("absent")),
+        Ok(None)
+    );
 }
 
 #[test]
@@ -207,7 +252,11 @@ fn a_foreign_or_missing_host_is_refused() {
     let v = serve(&page);
     let port = v.port();
     let path = format!("/{}/", v.token());
-    let good = [format!("Host: 127.0.0.1:{port}"), format!("Host: localhost:{port}"), format!("Host: [::1]:{port}")];
+    let good = [
+        format!("Host: 127.0.0.1:{port}"),
+        format!("Host: localhost:{port}"),
+        format!("Host: [::1]:{port}"),
+    ];
     for h in &good {
         let (code, body) = raw_get(port, &path, &[h]);
         assert_eq!(code, 200, "{h}");
@@ -222,10 +271,16 @@ fn a_foreign_or_missing_host_is_refused() {
     ] {
         let (code, body) = raw_get(port, &path, &[&h]);
         assert_eq!(code, 421, "{h}: {body}");
-        assert!(!body.contains("tests_passed") && !body.contains(&hex::encode(NONCE)), "{h}");
+        assert!(
+            !body.contains("tests_passed") && !body.contains(&hex::encode(NONCE)),
+            "{h}"
+        );
     }
     let (code, body) = raw_get(port, &path, &[]);
-    assert!(code == 421 || code == 400, "no Host at all is refused: {body}");
+    assert!(
+        code == 421 || code == 400,
+        "no Host at all is refused: {body}"
+    );
 }
 
 #[test]
@@ -235,11 +290,24 @@ fn a_missing_or_wrong_token_is_a_404_about_nothing() {
     let base = format!("http://127.0.0.1:{}", v.port());
     let mut wrong = v.token().to_string();
     wrong.replace_range(0..1, if wrong.starts_with('0') { "1" } else { "0" });
-    for path in ["/".to_string(), format!("/{wrong}/"), format!("/{}/", &v.token()[..63]), "/favicon.ico".into(), format!("/{wrong}/docs/verification")] {
+    for path in [
+        "/".to_string(),
+        format!("/{wrong}/"),
+        format!("/{}/", &v.token()[..63]),
+        "/favicon.ico".into(),
+        format!("/{wrong}/docs/verification"),
+    ] {
         let (code, body, r) = get(&format!("{base}{path}"));
         assert_eq!(code, 404, "{path}");
         assert!(r.header("content-security-policy").is_some());
-        for secret in ["tests_passed", "passed", "0123456789abcdef", &hex::encode(NONCE), "SIMULATED", "install-command"] {
+        for secret in [
+            "tests_passed",
+            "passed",
+            "0123456789abcdef",
+            &hex::encode(NONCE),
+            "SIMULATED",
+            "install-command",
+        ] {
             assert!(!body.contains(secret), "{path} leaks {secret}: {body}");
         }
     }
@@ -255,13 +323,33 @@ fn hostile_strings_in_every_field_render_as_text() {
     let v = serve(&page);
     let (_, body, _) = get(v.url());
     let lower = body.to_ascii_lowercase();
-    assert!(!lower.contains("<script") && !lower.contains("<img") && !lower.contains("<b>"), "markup got through");
-    assert!(!body.contains('\x1b') && !body.contains('\x07') && !body.contains('\u{202e}'), "a control character got through");
+    assert!(
+        !lower.contains("<script") && !lower.contains("<img") && !lower.contains("<b>"),
+        "markup got through"
+    );
+    assert!(
+        !body.contains('\x1b') && !body.contains('\x07') && !body.contains('\u{202e}'),
+        "a control character got through"
+    );
     // Each field is there, as text.
     for field in [
-        "install-command", "install-source", "allowed-host", "allowed-reason", "denied-reason", "ENV", "sandbox-line",
-        "test-command", "test-source", "TESTENV", "test-sandbox-line", "parser", "finding-stage", "finding-path",
-        "finding-kind", "finding-detail", "RLIMIT",
+        "install-command",
+        "install-source",
+        "allowed-host",
+        "allowed-reason",
+        "denied-reason",
+        "ENV",
+        "sandbox-line",
+        "test-command",
+        "test-source",
+        "TESTENV",
+        "test-sandbox-line",
+        "parser",
+        "finding-stage",
+        "finding-path",
+        "finding-kind",
+        "finding-detail",
+        "RLIMIT",
     ] {
         let shown = format!("{field} &lt;script&gt;alert(1)&lt;/script&gt;&quot;'&gt;&lt;img src=x onerror=alert(2)&gt;\\x1b[31mRED");
         assert!(body.contains(&shown), "{field} not shown as text");
@@ -279,7 +367,14 @@ fn view_once_prints_one_url_and_exits_after_the_first_load() {
     let ev = dir.path().join("run.evidence");
     std::fs::write(&ev, &bytes).expect("write");
     let mut child = std::process::Command::new(BIN)
-        .args(["view", ev.to_str().expect("utf8"), "--once", "--allow-simulated", "--nonce", &hex::encode(NONCE)])
+        .args([
+            "view",
+            ev.to_str().expect("utf8"),
+            "--once",
+            "--allow-simulated",
+            "--nonce",
+            &hex::encode(NONCE),
+        ])
         .args(["--measurement", &hex::encode(m)])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -289,12 +384,18 @@ fn view_once_prints_one_url_and_exits_after_the_first_load() {
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");
     let url = line.trim();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with('/'), "{line:?}");
+    assert!(
+        url.starts_with("http://127.0.0.1:") && url.ends_with('/'),
+        "{line:?}"
+    );
     let token = url.trim_end_matches('/').rsplit('/').next().expect("token");
     assert_eq!(token.len(), 64, "a 256-bit token");
     let (code, body, _) = get(url);
     assert_eq!(code, 200);
-    assert!(body.contains(">SIMULATED<") && body.contains("tests_passed"), "{body}");
+    assert!(
+        body.contains(">SIMULATED<") && body.contains("tests_passed"),
+        "{body}"
+    );
     let status = child.wait().expect("exits after the first load");
     assert!(status.success(), "{status}");
     let mut rest = String::new();
@@ -303,11 +404,21 @@ fn view_once_prints_one_url_and_exits_after_the_first_load() {
 
     // Unusable input: a clear message, exit 2, no Debug text.
     let o = std::process::Command::new(BIN)
-        .args(["view", dir.path().join("missing.evidence").to_str().expect("utf8"), "--once"])
+        .args([
+            "view",
+            dir.path().join("missing.evidence").to_str().expect("utf8"),
+            "--once",
+        ])
         .output()
         .expect("run");
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.starts_with("fenced-run view: input: evidence:") && err.contains("missing.evidence"), "{err}");
-    assert!(!err.contains("Some(") && !err.contains("Error {") && !err.contains("kind:"), "{err}");
+    assert!(
+        err.starts_with("fenced-run view: input: evidence:") && err.contains("missing.evidence"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("Some(") && !err.contains("Error {") && !err.contains("kind:"),
+        "{err}"
+    );
 }

@@ -99,7 +99,10 @@ impl Credential {
         }
         if let Some(dir) = path.parent() {
             let d = std::fs::metadata(dir).map_err(|e| {
-                bad(format!("its directory {} cannot be read: {e}", dir.display()))
+                bad(format!(
+                    "its directory {} cannot be read: {e}",
+                    dir.display()
+                ))
             })?;
             if d.uid() != 0 || d.permissions().mode() & 0o022 != 0 {
                 return Err(bad(format!(
@@ -114,9 +117,10 @@ impl Credential {
                 meta.len()
             )));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
-        let f: CredentialFile =
-            toml::from_str(&text).map_err(|e| bad(format!("not the credential format: {}", e.message())))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
+        let f: CredentialFile = toml::from_str(&text)
+            .map_err(|e| bad(format!("not the credential format: {}", e.message())))?;
         if f.format != CREDENTIAL_FORMAT {
             return Err(bad(format!(
                 "format is {:?}, expected {CREDENTIAL_FORMAT:?}",

@@ -129,7 +129,16 @@ impl Docs {
                 return s.clone();
             }
         }
-        let tdx = ["quote", "pck", "qe", "tcb", "header", "td", "collateral", "root-ca"];
+        let tdx = [
+            "quote",
+            "pck",
+            "qe",
+            "tcb",
+            "header",
+            "td",
+            "collateral",
+            "root-ca",
+        ];
         if tdx.iter().any(|t| kebab.starts_with(t)) {
             if let Some((s, _)) = self.sections.iter().find(|(s, _)| s == "tdx-evidence") {
                 return s.clone();
@@ -138,7 +147,10 @@ impl Docs {
         if self.sections.iter().any(|(s, _)| s == FALLBACK_SECTION) {
             FALLBACK_SECTION.to_string()
         } else {
-            self.sections.first().map(|(s, _)| s.clone()).unwrap_or_default()
+            self.sections
+                .first()
+                .map(|(s, _)| s.clone())
+                .unwrap_or_default()
         }
     }
 }
@@ -150,9 +162,20 @@ mod tests {
     #[test]
     fn every_section_has_an_id_and_checks_map_to_their_section() {
         let d = Docs::verification();
-        assert!(d.html.contains("<h2 id=\"authenticity-checks-verifier-lib-snp-chain\">"), "{:?}", d.sections);
-        assert_eq!(d.section_for("root"), "authenticity-checks-verifier-lib-snp-chain");
-        assert_eq!(d.section_for("debug"), "policy-verifier-lib-snp-policy-policy");
+        assert!(
+            d.html
+                .contains("<h2 id=\"authenticity-checks-verifier-lib-snp-chain\">"),
+            "{:?}",
+            d.sections
+        );
+        assert_eq!(
+            d.section_for("root"),
+            "authenticity-checks-verifier-lib-snp-chain"
+        );
+        assert_eq!(
+            d.section_for("debug"),
+            "policy-verifier-lib-snp-policy-policy"
+        );
         assert_eq!(d.section_for("key-binding"), FALLBACK_SECTION);
         assert_eq!(d.section_for("pin-commit"), FALLBACK_SECTION);
         for (s, _) in &d.sections {
@@ -163,7 +186,11 @@ mod tests {
     #[test]
     fn raw_html_in_a_document_is_text() {
         let d = Docs::render("# T\n\n<script>alert(1)</script>\n\nx <b>y</b>\n");
-        assert!(!d.html.contains("<script>") && !d.html.contains("<b>"), "{}", d.html);
+        assert!(
+            !d.html.contains("<script>") && !d.html.contains("<b>"),
+            "{}",
+            d.html
+        );
         assert!(d.html.contains("&lt;script&gt;"), "{}", d.html);
     }
 }

@@ -3,7 +3,9 @@
 
 use attestation::evidence::Evidence;
 use attestation::verdict::{Outcome, Verdict};
-use verifier_lib::evidence::{verify_evidence, EvidenceOptions, EvidenceVerification, PinCheck, ReportVerification};
+use verifier_lib::evidence::{
+    verify_evidence, EvidenceOptions, EvidenceVerification, PinCheck, ReportVerification,
+};
 use verifier_lib::output::{evidence_notes, evidence_tee};
 
 /// The overall result, shown on every section where it applies.
@@ -163,7 +165,11 @@ pub fn meaning(o: Outcome) -> &'static str {
 
 impl Page {
     /// A page for `bytes`: evidence (CBOR) verified with `opts`, or a verdict JSON shown unverified.
-    pub fn from_bytes(source: &str, bytes: &[u8], opts: &EvidenceOptions) -> Result<Page, PageError> {
+    pub fn from_bytes(
+        source: &str,
+        bytes: &[u8],
+        opts: &EvidenceOptions,
+    ) -> Result<Page, PageError> {
         let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'{') {
             return Page::from_verdict_json(source, bytes);
@@ -239,13 +245,29 @@ impl Page {
         let mut registers = Vec::new();
         let mut tcb = Vec::new();
         let mut policy = Vec::new();
-        let pinned = |r: &str| v.pinned_registers.iter().any(|p| p == r || (p == "sim-measurement" && (r == "measurement" || r == "mrtd")));
+        let pinned = |r: &str| {
+            v.pinned_registers
+                .iter()
+                .any(|p| p == r || (p == "sim-measurement" && (r == "measurement" || r == "mrtd")))
+        };
         match &v.report {
             ReportVerification::Snp(s) => {
                 let roles = [
-                    ("ARK", vec!["root", "ark-signature"], s.chain.ark_self_signed),
-                    ("ASK / ASVK", vec!["intermediate-signature"], s.chain.intermediate_signed_by_ark),
-                    ("VCEK / VLEK", vec!["leaf-signature", "tcb-extensions", "hwid"], s.chain.leaf_signed_by_intermediate),
+                    (
+                        "ARK",
+                        vec!["root", "ark-signature"],
+                        s.chain.ark_self_signed,
+                    ),
+                    (
+                        "ASK / ASVK",
+                        vec!["intermediate-signature"],
+                        s.chain.intermediate_signed_by_ark,
+                    ),
+                    (
+                        "VCEK / VLEK",
+                        vec!["leaf-signature", "tcb-extensions", "hwid"],
+                        s.chain.leaf_signed_by_intermediate,
+                    ),
                 ];
                 // certs are leaf first; the chain is drawn root first.
                 for (i, (role, checks, signed)) in roles.into_iter().enumerate() {
@@ -255,8 +277,14 @@ impl Page {
                     let names: Vec<&str> = checks.iter().map(String::as_str).collect();
                     let valid_at = cert.map(|c| c.valid_at(at));
                     chain.push(ChainNode {
-                        role: if i == 0 && s.simulated() { "ARK (not AMD's: simulated)".into() } else { role.into() },
-                        subject: cert.map(|c| c.subject.clone()).unwrap_or_else(|| "(no certificate)".into()),
+                        role: if i == 0 && s.simulated() {
+                            "ARK (not AMD's: simulated)".into()
+                        } else {
+                            role.into()
+                        },
+                        subject: cert
+                            .map(|c| c.subject.clone())
+                            .unwrap_or_else(|| "(no certificate)".into()),
                         validity: cert.map(|c| (c.not_before.clone(), c.not_after.clone())),
                         valid_at,
                         ok: signed && valid_at == Some(true) && !failed(&names),
@@ -266,11 +294,26 @@ impl Page {
                 let r = &s.report;
                 chain.push(ChainNode {
                     role: "report".into(),
-                    subject: format!("SEV-SNP attestation report v{} (signed by the {})", r.version, r.key_info.signing_key.name()),
+                    subject: format!(
+                        "SEV-SNP attestation report v{} (signed by the {})",
+                        r.version,
+                        r.key_info.signing_key.name()
+                    ),
                     validity: None,
                     valid_at: None,
-                    checks: vec!["report-signature".into(), "signing-key".into(), "signature-algo".into(), "product".into()],
-                    ok: s.signature_valid && !failed(&["report-signature", "signing-key", "signature-algo", "product"]),
+                    checks: vec![
+                        "report-signature".into(),
+                        "signing-key".into(),
+                        "signature-algo".into(),
+                        "product".into(),
+                    ],
+                    ok: s.signature_valid
+                        && !failed(&[
+                            "report-signature",
+                            "signing-key",
+                            "signature-algo",
+                            "product",
+                        ]),
                 });
                 registers.push(Register {
                     name: "measurement".into(),
@@ -282,7 +325,12 @@ impl Page {
                     Some(p) => format!("{t} ({})", t.decode(p)),
                     None => t.to_string(),
                 };
-                tcb.push(("product".into(), product.map(|p| p.name().to_string()).unwrap_or_else(|| "unknown".into())));
+                tcb.push((
+                    "product".into(),
+                    product
+                        .map(|p| p.name().to_string())
+                        .unwrap_or_else(|| "unknown".into()),
+                ));
                 tcb.push(("reported TCB".into(), decode(r.reported_tcb)));
                 tcb.push(("current TCB".into(), decode(r.current_tcb)));
                 tcb.push(("committed TCB".into(), decode(r.committed_tcb)));
@@ -291,10 +339,16 @@ impl Page {
                 tcb.push(("committed firmware".into(), r.committed_fw.to_string()));
                 policy.push(("guest policy".into(), format!("{:#018x}", r.policy.0)));
                 policy.push(("debug allowed".into(), r.policy.debug_allowed().to_string()));
-                policy.push(("migration agent allowed".into(), r.policy.migrate_ma_allowed().to_string()));
+                policy.push((
+                    "migration agent allowed".into(),
+                    r.policy.migrate_ma_allowed().to_string(),
+                ));
                 policy.push(("SMT allowed".into(), r.policy.smt_allowed().to_string()));
                 policy.push(("single socket".into(), r.policy.single_socket().to_string()));
-                policy.push(("minimum ABI".into(), format!("{}.{}", r.policy.abi_major(), r.policy.abi_minor())));
+                policy.push((
+                    "minimum ABI".into(),
+                    format!("{}.{}", r.policy.abi_major(), r.policy.abi_minor()),
+                ));
                 policy.push(("VMPL".into(), r.vmpl.to_string()));
                 policy.push(("guest SVN".into(), r.guest_svn.to_string()));
                 policy.push(("host data".into(), hex::encode(r.host_data)));
@@ -310,12 +364,21 @@ impl Page {
                     let valid_at = cert.map(|c| c.valid_at(at));
                     let root = i == 0 && t.simulated;
                     chain.push(ChainNode {
-                        role: if root { "root (not Intel's: simulated)".into() } else { (*role).into() },
-                        subject: cert.map(|c| c.subject.clone()).unwrap_or_else(|| "(no certificate)".into()),
+                        role: if root {
+                            "root (not Intel's: simulated)".into()
+                        } else {
+                            (*role).into()
+                        },
+                        subject: cert
+                            .map(|c| c.subject.clone())
+                            .unwrap_or_else(|| "(no certificate)".into()),
                         validity: cert.map(|c| (c.not_before.clone(), c.not_after.clone())),
                         valid_at,
                         checks: vec!["pck-chain".into()],
-                        ok: a.pck_chain_signatures && a.pck_chain_time && a.pck_chain_path && !failed(&["pck-chain"]),
+                        ok: a.pck_chain_signatures
+                            && a.pck_chain_time
+                            && a.pck_chain_path
+                            && !failed(&["pck-chain"]),
                     });
                 }
                 chain.push(ChainNode {
@@ -324,7 +387,9 @@ impl Page {
                     validity: None,
                     valid_at: None,
                     checks: vec!["qe-report".into(), "qe-identity".into()],
-                    ok: a.qe_report_signature && a.qe_report_data_binding && !failed(&["qe-report", "qe-identity"]),
+                    ok: a.qe_report_signature
+                        && a.qe_report_data_binding
+                        && !failed(&["qe-report", "qe-identity"]),
                 });
                 chain.push(ChainNode {
                     role: "quote".into(),
@@ -335,12 +400,25 @@ impl Page {
                     ok: a.quote_signature && !failed(&["quote"]),
                 });
                 let td = t.quote.td();
-                registers.push(Register { name: "mrtd".into(), value: hex::encode(td.mrtd), pinned: pinned("mrtd") });
+                registers.push(Register {
+                    name: "mrtd".into(),
+                    value: hex::encode(td.mrtd),
+                    pinned: pinned("mrtd"),
+                });
                 for (i, r) in td.rtmr.iter().enumerate() {
                     let name = format!("rtmr{i}");
-                    registers.push(Register { pinned: pinned(&name), name, value: hex::encode(r) });
+                    registers.push(Register {
+                        pinned: pinned(&name),
+                        name,
+                        value: hex::encode(r),
+                    });
                 }
-                tcb.push(("TCB status".into(), t.tcb_status().map(|s| s.to_string()).unwrap_or_else(|| "not evaluated (no collateral)".into())));
+                tcb.push((
+                    "TCB status".into(),
+                    t.tcb_status()
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "not evaluated (no collateral)".into()),
+                ));
                 tcb.push(("TEE TCB SVN".into(), hex::encode(td.tee_tcb_svn)));
                 policy.push(("TD attributes".into(), hex::encode(td.td_attributes)));
                 policy.push(("XFAM".into(), hex::encode(td.xfam)));
@@ -356,7 +434,11 @@ impl Page {
             ..MeasurementPin::default()
         };
         for m in &opts.policy.measurements {
-            let reg = if matches!(v.report, ReportVerification::Tdx(_)) { "mrtd" } else { "measurement" };
+            let reg = if matches!(v.report, ReportVerification::Tdx(_)) {
+                "mrtd"
+            } else {
+                "measurement"
+            };
             mp.flags.push((reg.into(), hex::encode(m.0)));
         }
         for m in &opts.tdx_policy.mrtd {
@@ -372,10 +454,22 @@ impl Page {
             mp.required = None;
             let tier = v.verdict.as_ref().map(|d| d.isolation.as_str());
             mp.entry = match &v.report {
-                ReportVerification::Snp(s) if v.simulated => set.match_sim_tier(&s.report.measurement, tier).ok().map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
-                ReportVerification::Tdx(t) if v.simulated => set.match_sim_tier(&t.quote.td().mrtd, tier).ok().map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
-                ReportVerification::Snp(s) => set.match_snp_policy(&s.report.measurement, s.report.policy.0).ok().map(|e| e.to_string()),
-                ReportVerification::Tdx(t) => set.match_tdx(&t.quote.td().mrtd, &t.quote.td().rtmr).ok().map(|e| format!("tdx mrtd={}", e.mrtd)),
+                ReportVerification::Snp(s) if v.simulated => set
+                    .match_sim_tier(&s.report.measurement, tier)
+                    .ok()
+                    .map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
+                ReportVerification::Tdx(t) if v.simulated => set
+                    .match_sim_tier(&t.quote.td().mrtd, tier)
+                    .ok()
+                    .map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
+                ReportVerification::Snp(s) => set
+                    .match_snp_policy(&s.report.measurement, s.report.policy.0)
+                    .ok()
+                    .map(|e| e.to_string()),
+                ReportVerification::Tdx(t) => set
+                    .match_tdx(&t.quote.td().mrtd, &t.quote.td().rtmr)
+                    .ok()
+                    .map(|e| format!("tdx mrtd={}", e.mrtd)),
                 _ => None,
             };
         }
@@ -410,7 +504,11 @@ impl Page {
 /// Whether failure name `failed` belongs to check `name`: equal, or a child of it once dots and underscores
 /// are read as dashes (`pck_chain.root.pin` belongs to `pck-chain`).
 pub fn same_check(failed: &str, name: &str) -> bool {
-    let norm = |s: &str| -> String { s.chars().map(|c| if c == '.' || c == '_' { '-' } else { c }).collect() };
+    let norm = |s: &str| -> String {
+        s.chars()
+            .map(|c| if c == '.' || c == '_' { '-' } else { c })
+            .collect()
+    };
     let (f, n) = (norm(failed), norm(name));
     f == n || f.starts_with(&format!("{n}-"))
 }

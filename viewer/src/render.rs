@@ -144,7 +144,11 @@ impl<'a> Renderer<'a> {
     /// The whole page.
     pub fn page(&self) -> String {
         let p = self.page;
-        let outcome = p.verdict.as_ref().map(|v| v.outcome.as_str()).unwrap_or("unknown");
+        let outcome = p
+            .verdict
+            .as_ref()
+            .map(|v| v.outcome.as_str())
+            .unwrap_or("unknown");
         let doc = html! {
             (DOCTYPE)
             html lang="en" {
@@ -241,17 +245,26 @@ impl<'a> Renderer<'a> {
             return html! { section #inputs { h2 { "Inputs" } p { "Unknown: the verdict did not verify." } } };
         };
         let i = &v.inputs;
-        let rows: [(&str, Option<String>, &str); 6] = [
+        let rows: [(&str, Option<String>, &str); 7] = [
             ("commit", i.commit.clone(), "pin-commit"),
             ("tree", i.tree.clone(), "pin-tree"),
+            (
+                "protected test tree",
+                i.test_tree.clone(),
+                "pin-protect-tree",
+            ),
             ("patch SHA-256", i.patch_sha256.clone(), "pin-patch"),
             ("job SHA-256", i.job_sha256.clone(), "pin-job"),
             ("nonce", Some(hex::encode(&i.nonce)), "nonce"),
-            ("isolation", Some(v.isolation.as_str().to_string()), "pin-isolation"),
+            (
+                "isolation",
+                Some(v.isolation.as_str().to_string()),
+                "pin-isolation",
+            ),
         ];
         html! {
             section #inputs {
-                h2 { "Inputs " (self.badge(&["verdict-signature", "pin-commit", "pin-tree", "pin-patch", "pin-job", "pin-isolation", "nonce"])) }
+                h2 { "Inputs " (self.badge(&["verdict-signature", "pin-commit", "pin-tree", "pin-protect-tree", "pin-patch", "pin-job", "pin-isolation", "nonce"])) }
                 div.scroll { table {
                     thead { tr { th { "input" } th { "value in the verdict" } th { "founder's pin" } th { "check" } } }
                     tbody {
@@ -287,7 +300,16 @@ impl<'a> Renderer<'a> {
         }
     }
 
-    fn phase_common(&self, command: &str, source: &str, exit: Option<i32>, signal: Option<i32>, ms: u64, env: &[String], sandbox: &[String]) -> Markup {
+    fn phase_common(
+        &self,
+        command: &str,
+        source: &str,
+        exit: Option<i32>,
+        signal: Option<i32>,
+        ms: u64,
+        env: &[String],
+        sandbox: &[String],
+    ) -> Markup {
         html! {
             dl {
                 dt { "command" } dd { code { (t(command)) } }
@@ -380,7 +402,10 @@ impl<'a> Renderer<'a> {
     }
 
     fn limits(&self, l: &AppliedLimits) -> Markup {
-        let n = |x: Option<u64>| x.map(|v| v.to_string()).unwrap_or_else(|| "not applied".into());
+        let n = |x: Option<u64>| {
+            x.map(|v| v.to_string())
+                .unwrap_or_else(|| "not applied".into())
+        };
         html! {
             section #limits {
                 h2 { "Limits " (self.badge(&["verdict-signature"])) }
@@ -418,7 +443,11 @@ impl<'a> Renderer<'a> {
 
     fn attestation(&self) -> Markup {
         let p = self.page;
-        let chain_checks: Vec<&str> = p.chain.iter().flat_map(|n| n.checks.iter().map(String::as_str)).collect();
+        let chain_checks: Vec<&str> = p
+            .chain
+            .iter()
+            .flat_map(|n| n.checks.iter().map(String::as_str))
+            .collect();
         let mp = &p.measurement_pin;
         html! {
             section #attestation {

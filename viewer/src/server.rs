@@ -123,7 +123,8 @@ struct App {
 }
 
 fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
-    let l = std::net::TcpListener::bind(addr).map_err(|source| ServeError::Listen { addr, source })?;
+    let l =
+        std::net::TcpListener::bind(addr).map_err(|source| ServeError::Listen { addr, source })?;
     l.set_nonblocking(true)
         .map_err(|source| ServeError::Listen { addr, source })?;
     Ok(l)
@@ -194,9 +195,7 @@ pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
                         }
                     });
                 }
-                let router = axum::Router::new()
-                    .fallback(handle)
-                    .with_state(app);
+                let router = axum::Router::new().fallback(handle).with_state(app);
                 let mut tasks = Vec::new();
                 for l in listeners {
                     let l = tokio::net::TcpListener::from_std(l).map_err(|e| e.to_string())?;
@@ -211,7 +210,9 @@ pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
                     }));
                 }
                 for t in tasks {
-                    t.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+                    t.await
+                        .map_err(|e| e.to_string())?
+                        .map_err(|e| e.to_string())?;
                 }
                 Ok(())
             })
@@ -232,18 +233,34 @@ fn respond(app: &App, status: StatusCode, body: String) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
     h.insert(header::CONTENT_SECURITY_POLICY, app.csp.clone());
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert("cross-origin-resource-policy", HeaderValue::from_static("same-origin"));
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
     r
 }
 
 fn not_found(app: &App) -> Response {
-    respond(app, StatusCode::NOT_FOUND, plain_page("404 Not Found", "Nothing here."))
+    respond(
+        app,
+        StatusCode::NOT_FOUND,
+        plain_page("404 Not Found", "Nothing here."),
+    )
 }
 
 /// The one handler: Host, then token, then the two documents.
@@ -254,13 +271,19 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .map(|h| h.to_ascii_lowercase());
-    let authority = req.uri().authority().map(|a| a.as_str().to_ascii_lowercase());
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str().to_ascii_lowercase());
     let ours = |h: &Option<String>| h.as_ref().is_some_and(|h| app.hosts.iter().any(|a| a == h));
     if !ours(&host) || (authority.is_some() && !ours(&authority)) {
         return respond(
             &app,
             StatusCode::MISDIRECTED_REQUEST,
-            plain_page("421 Misdirected Request", "This server answers only requests addressed to its loopback address and port."),
+            plain_page(
+                "421 Misdirected Request",
+                "This server answers only requests addressed to its loopback address and port.",
+            ),
         );
     }
     let path = req.uri().path();
@@ -273,8 +296,13 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
         return not_found(&app);
     }
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        let mut r = respond(&app, StatusCode::METHOD_NOT_ALLOWED, plain_page("405 Method Not Allowed", "Only GET."));
-        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        let mut r = respond(
+            &app,
+            StatusCode::METHOD_NOT_ALLOWED,
+            plain_page("405 Method Not Allowed", "Only GET."),
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         return r;
     }
     match tail {

@@ -67,7 +67,9 @@ pub fn run(args: Args) -> ExitCode {
     if args.isolation == "vm" {
         let code = super::vm::run(&args, nonce.clone());
         return match (&args.evidence, args.view && code != ExitCode::from(2)) {
-            (Some(out), true) => super::view::after_run_file(out, &nonce, false).err().unwrap_or(code),
+            (Some(out), true) => super::view::after_run_file(out, &nonce, false)
+                .err()
+                .unwrap_or(code),
             _ => code,
         };
     }

@@ -219,7 +219,9 @@ pub fn options(args: &Args) -> Result<(Vec<u8>, EvidenceOptions), OptionsError> 
     use OptionsError::Unusable;
     let bytes = super::read_input(&args.evidence)
         .map_err(|e| Unusable("input", format!("evidence: {e}")))?;
-    let flag_file = |flag: &str, path: Option<&std::path::Path>| -> Result<Option<Vec<u8>>, OptionsError> {
+    let flag_file = |flag: &str,
+                     path: Option<&std::path::Path>|
+     -> Result<Option<Vec<u8>>, OptionsError> {
         path.map(|p| super::read_input(p).map_err(|e| Unusable("input", format!("{flag}: {e}"))))
             .transpose()
     };
