@@ -180,7 +180,8 @@ fn a_verdict_json_alone_is_shown_not_verified() {
     let (_, body, _) = get(v.url());
     assert!(body.contains(">NOT VERIFIED<") && body.contains("tests_passed"));
     assert!(!body.contains("✓ checked"));
-    let e = Page::from_bytes("x", b"\x00\x01 not evidence", &founder_options([0; 48])).unwrap_err();
+    let e = Page::from_bytes("x", b"\x00\x01 not evidence", &founder_options([0; 48]))
+        .expect_err("refused");
     assert!(
         e.to_string().starts_with("x: not fenced-run evidence"),
         "{e}"
@@ -219,7 +220,9 @@ fn a_credential_must_be_roots_and_private() {
     .expect("write");
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
     let root = nix::unistd::geteuid().is_root();
-    let e = viewer::bind::Credential::load(&p).unwrap_err().to_string();
+    let e = viewer::bind::Credential::load(&p)
+        .expect_err("refused")
+        .to_string();
     if root {
         assert!(e.contains("mode 644"), "{e}");
     } else {
@@ -229,7 +232,9 @@ fn a_credential_must_be_roots_and_private() {
     if root {
         // Owned by someone else: refused.
         nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(65534)), None).expect("chown");
-        let e = viewer::bind::Credential::load(&p).unwrap_err().to_string();
+        let e = viewer::bind::Credential::load(&p)
+            .expect_err("refused")
+            .to_string();
         assert!(e.contains("owned by uid 65534"), "{e}");
         nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
         let c = viewer::bind::Credential::load(&p)

@@ -167,10 +167,10 @@ mod tests {
 
     #[test]
     fn loopback_is_allowed_and_wildcards_are_not() {
-        assert!(check_bind("127.0.0.1".parse().unwrap(), None).is_ok());
-        assert!(check_bind("::1".parse().unwrap(), None).is_ok());
+        assert!(check_bind("127.0.0.1".parse().expect("ip"), None).is_ok());
+        assert!(check_bind("::1".parse().expect("ip"), None).is_ok());
         for a in ["0.0.0.0", "::", "192.0.2.7", "10.1.2.3", "::ffff:127.0.0.1"] {
-            let e = check_bind(a.parse().unwrap(), None).unwrap_err();
+            let e = check_bind(a.parse().expect("ip"), None).expect_err("refused");
             assert!(matches!(e, BindError::NotLoopback { .. }), "{a}: {e}");
         }
     }
@@ -179,10 +179,10 @@ mod tests {
     fn a_credential_allows_only_what_it_lists() {
         let c = Credential {
             path: "/x".into(),
-            addresses: vec!["192.0.2.7".parse().unwrap()],
+            addresses: vec!["192.0.2.7".parse().expect("ip")],
         };
-        assert!(check_bind("192.0.2.7".parse().unwrap(), Some(&c)).is_ok());
-        let e = check_bind("0.0.0.0".parse().unwrap(), Some(&c)).unwrap_err();
+        assert!(check_bind("192.0.2.7".parse().expect("ip"), Some(&c)).is_ok());
+        let e = check_bind("0.0.0.0".parse().expect("ip"), Some(&c)).expect_err("refused");
         assert!(matches!(e, BindError::NotListed { .. }), "{e}");
     }
 }

@@ -87,6 +87,17 @@ fn status_class(s: Status) -> &'static str {
     }
 }
 
+/// What the install and the test phase have in common, for [`Renderer::phase_common`].
+struct Phase<'a> {
+    command: &'a str,
+    source: &'a str,
+    exit: Option<i32>,
+    signal: Option<i32>,
+    ms: u64,
+    env: &'a [String],
+    sandbox: &'a [String],
+}
+
 /// The renderer: the model plus the docs for check links.
 pub struct Renderer<'a> {
     page: &'a Page,
@@ -300,16 +311,16 @@ impl<'a> Renderer<'a> {
         }
     }
 
-    fn phase_common(
-        &self,
-        command: &str,
-        source: &str,
-        exit: Option<i32>,
-        signal: Option<i32>,
-        ms: u64,
-        env: &[String],
-        sandbox: &[String],
-    ) -> Markup {
+    fn phase_common(&self, ph: Phase<'_>) -> Markup {
+        let Phase {
+            command,
+            source,
+            exit,
+            signal,
+            ms,
+            env,
+            sandbox,
+        } = ph;
         html! {
             dl {
                 dt { "command" } dd { code { (t(command)) } }
@@ -338,7 +349,7 @@ impl<'a> Renderer<'a> {
                 @match &v.install {
                     None => p { "No install phase ran." }
                     Some(ph) => {
-                        (self.phase_common(&ph.command, &ph.source, ph.exit_code, ph.signal, ph.duration_ms, &ph.env_names, &ph.sandbox))
+                        (self.phase_common(Phase { command: &ph.command, source: &ph.source, exit: ph.exit_code, signal: ph.signal, ms: ph.duration_ms, env: &ph.env_names, sandbox: &ph.sandbox }))
                         h3 { "Egress (" (ph.egress.len()) " attempt(s), every one in order)" }
                         (self.egress(&ph.egress))
                         h3 { "Output tail" }
@@ -376,7 +387,7 @@ impl<'a> Renderer<'a> {
                 @match &v.test {
                     None => p { "No test phase ran (the run was refused before it)." }
                     Some(ph) => {
-                        (self.phase_common(&ph.command, &ph.source, ph.exit_code, ph.signal, ph.duration_ms, &ph.env_names, &ph.sandbox))
+                        (self.phase_common(Phase { command: &ph.command, source: &ph.source, exit: ph.exit_code, signal: ph.signal, ms: ph.duration_ms, env: &ph.env_names, sandbox: &ph.sandbox }))
                         p { "Network: " strong { "none" } " (the test phase has no network)." }
                         h3 { "Output tail" }
                         pre.tail { (strip_ansi(&v.output_tail.test)) }

@@ -28,7 +28,7 @@ pub struct Args {
     pub once: bool,
     /// The flags of `verify-attestation evidence`; EVIDENCE may also be a verdict JSON (shown NOT VERIFIED).
     #[command(flatten)]
-    pub verify: verifier_lib::cli::evidence::Args,
+    pub verify: Box<verifier_lib::cli::evidence::Args>,
 }
 
 /// Runs the subcommand.
