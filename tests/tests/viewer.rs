@@ -427,3 +427,116 @@ fn view_once_prints_one_url_and_exits_after_the_first_load() {
         "{err}"
     );
 }
+
+#[test]
+fn demo_view_serves_the_demo_until_interrupted() {
+    use std::io::BufRead;
+    if fenced_run_tests::fence::skip() {
+        return;
+    }
+    let mut child = std::process::Command::new(BIN)
+        .args(["demo", "--view"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = out.lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("http://127.0.0.1:"))
+        .expect("the demo prints the viewer's URL");
+    let (code, body, _) = get(&url);
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(">SIMULATED<"),
+        "the demo's evidence verifies as simulated"
+    );
+    assert!(body.contains("Outcome: <code>"), "{body}");
+    // Served until SIGINT, then a clean exit.
+    let (code, _, _) = get(&url);
+    assert_eq!(code, 200, "still served after a load without --once");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = child.wait().expect("exits on SIGINT");
+    assert!(
+        status.code().is_some(),
+        "exited by itself, not killed: {status}"
+    );
+}
+
+#[test]
+fn view_without_pins_shows_why_it_is_rejected() {
+    use std::io::BufRead;
+    let (bytes, _) = evidence(&verdict(Outcome::TestsPassed, "plain"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let ev = dir.path().join("run.evidence");
+    std::fs::write(&ev, &bytes).expect("write");
+    let mut child = std::process::Command::new(BIN)
+        .args(["view", ev.to_str().expect("utf8"), "--once", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("a line");
+    let j: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+    let (_, body, _) = get(j["url"].as_str().expect("url"));
+    assert!(body.contains(">REJECTED<"));
+    for check in ["measurement-unpinned", "nonce-unpinned", "simulated"] {
+        assert!(body.contains(&format!("<code>{check}</code>")), "{check}");
+    }
+    assert!(child.wait().expect("exit").success());
+}
+
+#[test]
+fn run_view_serves_the_run_it_just_made() {
+    use std::io::BufRead;
+    if fenced_run_tests::fence::skip() {
+        return;
+    }
+    let c = fenced_run_tests::fence::Case::new(BIN);
+    c.repo_file("test.sh", "echo '2 passed, 1 failed'; exit 1\n");
+    let job = c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n");
+    let out = c.path().join("run.evidence");
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "run",
+            job.to_str().expect("utf8"),
+            "--evidence",
+            out.to_str().expect("utf8"),
+            "--view",
+        ])
+        .env("TMPDIR", c.tmp())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let url = lines
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("http://127.0.0.1:"))
+        .expect("the run prints the viewer's URL");
+    let (code, body, _) = get(&url);
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("Outcome: <code>tests_failed</code>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(">SIMULATED<") && !body.contains(">REJECTED<"),
+        "nonce and measurement pinned: {body}"
+    );
+    assert!(body.contains("2 passed, 1 failed"));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let status = child.wait().expect("exits on SIGINT");
+    assert_eq!(status.code(), Some(0), "the run judged: exit 0");
+}
