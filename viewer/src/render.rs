@@ -504,12 +504,20 @@ impl<'a> Renderer<'a> {
                         p { "Trusted because signed by: " @if mp.auditors.is_empty() { strong { "no trusted auditor" } } @for (i, a) in mp.auditors.iter().enumerate() { @if i > 0 { ", " } code { (t(a)) } } }
                     }
                     @if mp.any { p.warn { "--any-measurement: the launch measurement was NOT pinned; any guest code could have produced this verdict." } }
-                    p { "The measurement check: " (self.claim(&["measurement", "measurement-set", "measurement-unpinned", "measurement-incomplete"])) }
+                    @let tdx = p.registers.iter().any(|r| r.name == "mrtd");
+                    @let mut mchecks: Vec<&str> = Vec::new();
+                    @if !mp.flags.is_empty() { @let _ = mchecks.push(if tdx { "mrtd" } else { "measurement" }); }
+                    @if mp.set.is_some() { @let _ = mchecks.push("measurement-set"); }
+                    @if tdx && !mp.any { @let _ = mchecks.push("measurement-incomplete"); }
+                    @if mp.flags.is_empty() && mp.set.is_none() && !mp.any { @let _ = mchecks.push("measurement-unpinned"); }
+                    @if !mchecks.is_empty() { p { "The measurement checks: " (self.claim(&mchecks)) } }
                     h3 #tcb { "TCB" }
                     (rows_dl(&p.tcb))
                     h3 #policy { "Policy" }
                     (rows_dl(&p.policy))
-                    p { "The policy checks: " (self.claim(&["guest-policy", "debug", "migration-agent", "smt", "min-tcb", "vmpl"])) }
+                    @if !tdx && !p.policy.is_empty() {
+                        p { "The guest policy checks always made: " (self.claim(&["guest-policy", "debug", "migration-agent"])) " (a policy flag given adds its own check, and a failed one is listed at the top)" }
+                    }
                 }
             }
         }
