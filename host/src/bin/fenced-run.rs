@@ -24,6 +24,8 @@ enum Command {
     Image(cli::image::Args),
     /// Verify evidence and show the run as a page in a browser, on loopback only (docs/viewer.md).
     View(cli::view::Args),
+    /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
+    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,5 +50,6 @@ fn main() -> ExitCode {
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
         Command::View(args) => cli::view::run(args),
+        Command::Doctor(args) => cli::doctor::run(args),
     }
 }
