@@ -505,11 +505,7 @@ impl<'a> Renderer<'a> {
                     }
                     @if mp.any { p.warn { "--any-measurement: the launch measurement was NOT pinned; any guest code could have produced this verdict." } }
                     @let tdx = p.registers.iter().any(|r| r.name == "mrtd");
-                    @let mut mchecks: Vec<&str> = Vec::new();
-                    @if !mp.flags.is_empty() { @let _ = mchecks.push(if tdx { "mrtd" } else { "measurement" }); }
-                    @if mp.set.is_some() { @let _ = mchecks.push("measurement-set"); }
-                    @if tdx && !mp.any { @let _ = mchecks.push("measurement-incomplete"); }
-                    @if mp.flags.is_empty() && mp.set.is_none() && !mp.any { @let _ = mchecks.push("measurement-unpinned"); }
+                    @let mchecks = measurement_checks(mp, tdx);
                     @if !mchecks.is_empty() { p { "The measurement checks: " (self.claim(&mchecks)) } }
                     h3 #tcb { "TCB" }
                     (rows_dl(&p.tcb))
@@ -522,6 +518,24 @@ impl<'a> Renderer<'a> {
             }
         }
     }
+}
+
+/// The measurement checks that ran: the flag pin, the set, the TDX completeness rule, or the unpinned failure.
+fn measurement_checks(mp: &crate::model::MeasurementPin, tdx: bool) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if !mp.flags.is_empty() {
+        out.push(if tdx { "mrtd" } else { "measurement" });
+    }
+    if mp.set.is_some() {
+        out.push("measurement-set");
+    }
+    if tdx && !mp.any {
+        out.push("measurement-incomplete");
+    }
+    if mp.flags.is_empty() && mp.set.is_none() && !mp.any {
+        out.push("measurement-unpinned");
+    }
+    out
 }
 
 fn rows_dl(rows: &[(String, String)]) -> Markup {
