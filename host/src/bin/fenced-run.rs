@@ -25,6 +25,8 @@ enum Command {
     /// The vm tier's host dialer, started by QEMU per install-phase connection (not for direct use).
     #[command(name = "vm-dialer", hide = true)]
     VmDialer(cli::vm::DialerArgs),
+    /// Verify evidence and show the run as a page in a browser, on loopback only (docs/viewer.md).
+    View(cli::view::Args),
     /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
     Doctor(cli::doctor::Args),
 }
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
         Command::VmDialer(args) => cli::vm::dialer_main(args),
+        Command::View(args) => cli::view::run(args),
         Command::Doctor(args) => cli::doctor::run(args),
     }
 }

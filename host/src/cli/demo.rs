@@ -51,6 +51,9 @@ pub struct Args {
     /// `verify-attestation evidence --nonce`.
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<String>,
+    /// After the demo, serve its verified evidence on loopback (`fenced-run view`) until Ctrl-C.
+    #[arg(long)]
+    pub view: bool,
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -294,6 +297,11 @@ fn demo(args: &Args) -> Result<bool, String> {
             "verdict": verdict.to_json_value(),
         });
         println!("{}", attestation::text::json_safe(&obj.to_string()));
+    }
+    if args.view {
+        let nonce = vopts.nonce.clone().unwrap_or_default();
+        super::view::after_run(&bytes, "fenced-run demo", &nonce, Some(measurement))
+            .map_err(|_| "--view: the viewer could not start".to_string())?;
     }
     Ok(verdict.judged && v.verified())
 }

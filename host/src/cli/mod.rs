@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod image;
 pub mod intake;
 pub mod run;
+pub mod view;
 pub mod vm;
 
 /// The operator's configuration named by `--operator-config` (the built-in defaults without one), or a

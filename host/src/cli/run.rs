@@ -43,6 +43,9 @@ pub struct Args {
     /// instead of resolving it (everything else is still resolved and checked). Repeatable.
     #[arg(long, value_name = "NAME:PORT=ADDR:PORT", hide = true)]
     pub test_dialer_map: Vec<String>,
+    /// After the run, verify the evidence written with --evidence and serve it on loopback (`fenced-run view`).
+    #[arg(long, requires = "evidence")]
+    pub view: bool,
 }
 
 /// Runs the subcommand.
@@ -79,7 +82,13 @@ pub fn run(args: Args) -> ExitCode {
         None => guest::fence::run::random_nonce(),
     };
     if tier != crate::vm::confidential::Tier::Process {
-        return super::vm::run(&args, nonce, tier);
+        let code = super::vm::run(&args, nonce.clone(), tier);
+        return match (&args.evidence, args.view && code != ExitCode::from(2)) {
+            (Some(out), true) => super::view::after_run_file(out, &nonce, false)
+                .err()
+                .unwrap_or(code),
+            _ => code,
+        };
     }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     let session = match &args.evidence {
@@ -118,6 +127,11 @@ pub fn run(args: Args) -> ExitCode {
         if let Err(e) = written {
             eprintln!("fenced-run run: --evidence: {}", escape(&e));
             return ExitCode::from(2);
+        }
+    }
+    if let (true, Some(out)) = (args.view, &args.evidence) {
+        if let Err(code) = super::view::after_run_file(out, &verdict.inputs.nonce, true) {
+            return code;
         }
     }
     if verdict.judged {

@@ -208,21 +208,36 @@ impl std::str::FromStr for NonceArg {
     }
 }
 
-/// Runs the subcommand.
-pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_input(&args.evidence) {
-        Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("evidence: {e}")),
+/// Why the flags could not be made into [`EvidenceOptions`].
+#[derive(Debug)]
+pub enum OptionsError {
+    /// An input is unusable (exit 2): the check name and what is wrong.
+    Unusable(&'static str, String),
+    /// The check refused before the evidence was looked at (exit 1): the measurement set is readable but not
+    /// signed by enough trusted auditors, or the collateral is refused; the check name and why.
+    Rejected(&'static str, String),
+}
+
+/// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
+/// used by `fenced-run view`, which flattens these [`Args`]).
+pub fn options(
+    args: &Args,
+) -> Result<(Vec<u8>, EvidenceOptions, Option<crate::collateral::baseline::Baseline>), OptionsError> {
+    use OptionsError::Unusable;
+    let bytes = super::read_input(&args.evidence)
+        .map_err(|e| Unusable("input", format!("evidence: {e}")))?;
+    let flag_file = |flag: &str,
+                     path: Option<&std::path::Path>|
+     -> Result<Option<Vec<u8>>, OptionsError> {
+        path.map(|p| super::read_input(p).map_err(|e| Unusable("input", format!("{flag}: {e}"))))
+            .transpose()
     };
-    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
-        Ok(b) => b,
-        Err(exit) => return exit,
-    };
+    let crl = flag_file("--crl", args.crl.as_deref())?;
     let at = super::at_or_now(args.at);
-    let baseline = match args.collateral_args.baseline() {
-        Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", e),
-    };
+    let baseline = args
+        .collateral_args
+        .baseline()
+        .map_err(|e| Unusable("input", e))?;
     // TDX evidence: the founder's collateral (file or bundle), else the cache or PCS when asked for.
     let quote = attestation::evidence::Evidence::from_cbor(&bytes)
         .ok()
@@ -230,44 +245,35 @@ pub fn run(args: Args) -> ExitCode {
         .map(|e| e.report);
     let tdx_collateral = match (&quote, args.collateral.as_deref()) {
         (None, None) => None,
-        (None, Some(_)) => {
-            match super::read_flag_file(args.json, "--collateral", args.collateral.as_deref()) {
-                Ok(b) => b,
-                Err(exit) => return exit,
-            }
-        }
+        (None, Some(_)) => flag_file("--collateral", args.collateral.as_deref())?,
         (Some(q), flag) => {
             match super::fetch::tdx_collateral(&args.collateral_args, flag, q, at.unix_timestamp())
             {
                 Ok(c) => c.map(|(b, _)| b),
-                Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
-                Err((_, check, why)) => return unusable(args.json, check, why),
+                Err((1, check, why)) => return Err(OptionsError::Rejected(check, why)),
+                Err((_, check, why)) => return Err(Unusable(check, why)),
             }
         }
     };
     let measurement_set = match &args.measurements {
-        Some(set) => match load_set(set, &args) {
+        Some(set) => match load_set(set, args) {
             Ok(t) => Some(std::sync::Arc::new(t)),
-            Err((code, e)) => {
-                return if code == 1 {
-                    rejected(args.json, e)
-                } else {
-                    unusable(args.json, "measurement-set", e)
-                }
+            Err((1, e)) => {
+                return Err(OptionsError::Rejected(
+                    crate::evidence::checks::MEASUREMENT_SET,
+                    e,
+                ))
             }
+            Err((_, e)) => return Err(Unusable("measurement-set", e)),
         },
         None => None,
     };
-    let pins = match run_pins(&args.pins) {
-        Ok(p) => p,
-        Err(e) => return unusable(args.json, "input", e),
-    };
+    let pins = run_pins(&args.pins).map_err(|e| Unusable("input", e))?;
     if let Some(dup) = duplicate_rtmr(&args.tdx.rtmr) {
-        return unusable(
-            args.json,
+        return Err(Unusable(
             "input",
             format!("--rtmr {dup}= given twice with different values"),
-        );
+        ));
     }
     let opts = EvidenceOptions {
         chain: ChainOptions {
@@ -284,6 +290,16 @@ pub fn run(args: Args) -> ExitCode {
         tdx_policy: args.tdx.to_policy(),
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
+    };
+    Ok((bytes, opts, baseline))
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    let (bytes, opts, baseline) = match options(&args) {
+        Ok(x) => x,
+        Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
+        Err(OptionsError::Rejected(check, e)) => return rejected(args.json, check, e),
     };
     let mut v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
@@ -378,20 +394,17 @@ fn load_set(
     })
 }
 
-/// A rejection before the evidence was looked at (the set is not trusted): exit 1, naming why.
-fn rejected(json: bool, why: String) -> ExitCode {
+/// A rejection before the evidence was looked at (the set or the collateral is not trusted): exit 1, naming
+/// the check and why.
+fn rejected(json: bool, check: &'static str, why: String) -> ExitCode {
     if json {
         let v = serde_json::json!({
             "verified": false,
-            "failures": [{"check": crate::evidence::checks::MEASUREMENT_SET, "detail": why}],
+            "failures": [{"check": check, "detail": why}],
         });
         println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
-        println!(
-            "REJECTED  {}: {}",
-            crate::evidence::checks::MEASUREMENT_SET,
-            attestation::text::escape(&why)
-        );
+        println!("REJECTED  {}: {}", check, attestation::text::escape(&why));
     }
     ExitCode::from(1)
 }

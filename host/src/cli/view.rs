@@ -1,0 +1,150 @@
+//! `fenced-run view EVIDENCE|VERDICT.json [--port N] [--once] [verify flags]`: verifies the evidence with
+//! `verifier_lib` (the flags of `verify-attestation evidence`) and serves the result as one page on loopback, at
+//! a URL with a random per-run token, printed on stdout. Also the `--view` of `fenced-run run` and `demo`.
+//! Exit 0 when the viewer stopped normally (Ctrl-C or `--once`), 1 for a rejected measurement set, 2 when the
+//! input is unusable or the viewer cannot listen.
+
+use attestation::text::{escape, shown};
+use std::path::Path;
+use std::process::ExitCode;
+use verifier_lib::cli::evidence::{options, OptionsError};
+use verifier_lib::evidence::EvidenceOptions;
+use viewer::bind::{Credential, CREDENTIAL_PATH};
+use viewer::{Page, ServeConfig};
+
+/// Arguments of `fenced-run view`.
+#[derive(clap::Args, Debug)]
+// A verdict JSON carries nothing to pin, so the verifier's "pin or skip on purpose" groups are not required
+// here: an evidence file viewed without pins is shown REJECTED with `measurement-unpinned` / `nonce-unpinned`.
+#[command(mut_group("launch", |g| g.required(false)), mut_group("freshness", |g| g.required(false)))]
+// The group clap derives for this struct gets its own id: the flattened struct is also called `Args`.
+#[group(id = "view-args")]
+pub struct Args {
+    /// The port on 127.0.0.1 and ::1 (default: a free one chosen by the system).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub port: u16,
+    /// Exit after the first load of the page (for scripts).
+    #[arg(long)]
+    pub once: bool,
+    /// The flags of `verify-attestation evidence`; EVIDENCE may also be a verdict JSON (shown NOT VERIFIED).
+    #[command(flatten)]
+    pub verify: Box<verifier_lib::cli::evidence::Args>,
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> ExitCode {
+    // A `--tcb-baseline` is applied by `verify-attestation evidence`; the page shows the verification itself.
+    let (bytes, opts, _baseline) = match options(&args.verify) {
+        Ok(x) => x,
+        Err(OptionsError::Unusable(check, e)) => {
+            eprintln!("fenced-run view: {check}: {}", escape(&e));
+            return ExitCode::from(2);
+        }
+        Err(OptionsError::Rejected(check, e)) => {
+            eprintln!("fenced-run view: REJECTED {check}: {}", escape(&e));
+            return ExitCode::from(1);
+        }
+    };
+    let source = args.verify.evidence.display().to_string();
+    match Page::from_bytes(&source, &bytes, &opts) {
+        Ok(page) => serve(&page, args.port, args.once, args.verify.json),
+        Err(e) => {
+            eprintln!("fenced-run view: {}", shown(e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Serves `page` until Ctrl-C (or the first load with `once`), printing the URL as one line on stdout (as
+/// `{"url": ...}` with `json`). The bind credential, when root installed one, adds the addresses it lists.
+pub fn serve(page: &Page, port: u16, once: bool, json: bool) -> ExitCode {
+    let credential = match Credential::load(Path::new(CREDENTIAL_PATH)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fenced-run view: {}", shown(e));
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = ServeConfig {
+        port,
+        once,
+        until_interrupt: true,
+        extra: credential
+            .as_ref()
+            .map(|c| c.addresses.clone())
+            .unwrap_or_default(),
+        credential,
+    };
+    let running = match viewer::start(page, cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("fenced-run view: {}", shown(e));
+            return ExitCode::from(2);
+        }
+    };
+    for w in running.warnings() {
+        eprintln!("fenced-run view: {}", shown(w));
+    }
+    if json {
+        println!("{}", serde_json::json!({ "url": running.url() }));
+    } else {
+        println!("{}", running.url());
+    }
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+    match running.wait() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fenced-run view: {}", shown(e));
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// The `--view` of `fenced-run run` and `demo`: verifies the evidence the run just wrote, pinning the nonce it
+/// sent and (`measurement`) the launch measurement it knows, accepting simulated evidence (the process and vm
+/// tiers are simulated), and serves it. `Err` carries the exit when the evidence cannot be read or shown.
+pub fn after_run(
+    evidence: &[u8],
+    source: &str,
+    nonce: &[u8],
+    measurement: Option<[u8; 48]>,
+) -> Result<(), ExitCode> {
+    let mut opts = EvidenceOptions {
+        nonce: Some(nonce.to_vec()),
+        any_measurement: measurement.is_none(),
+        ..EvidenceOptions::default()
+    };
+    opts.chain.allow_simulated = true;
+    opts.chain.at = time::OffsetDateTime::now_utc();
+    if let Some(m) = measurement {
+        opts.policy.measurements = vec![verifier_lib::snp::policy::HexBytes(m)];
+    }
+    let page = Page::from_bytes(source, evidence, &opts).map_err(|e| {
+        eprintln!("--view: {}", shown(e));
+        ExitCode::from(2)
+    })?;
+    let code = serve(&page, 0, false, false);
+    if code == ExitCode::SUCCESS {
+        Ok(())
+    } else {
+        Err(code)
+    }
+}
+
+/// [`after_run`] on the evidence file a run wrote (`--evidence OUT`); the launch measurement is this process's
+/// sim `process` measurement for the process tier, and left unpinned (shown so) for the vm tier.
+pub fn after_run_file(path: &Path, nonce: &[u8], process_tier: bool) -> Result<(), ExitCode> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        eprintln!("--view: {}: {e}", shown(path.display()));
+        ExitCode::from(2)
+    })?;
+    let measurement = if process_tier {
+        attestation::sim::current_process_launch_measurement().ok()
+    } else {
+        None
+    };
+    after_run(&bytes, &path.display().to_string(), nonce, measurement)
+}
