@@ -2,6 +2,7 @@
 //! written back, the report-data key binding, and the TEE backends (hardware and sim).
 
 pub mod binding;
+pub mod pool_nonce;
 pub mod cli_io;
 pub mod evidence;
 pub mod session;
