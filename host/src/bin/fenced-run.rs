@@ -22,6 +22,8 @@ enum Command {
     Intake(cli::intake::Args),
     /// Build the vm tier's guest image (kernel, initramfs with guest-agent as /init, manifest).
     Image(cli::image::Args),
+    /// The hosted pool (Temporal + PostgreSQL): runs `fenced-run-pool ARGS` (docs/pool.md).
+    Pool(cli::pool::Args),
 }
 
 fn main() -> ExitCode {
@@ -45,5 +47,6 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(args),
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
+        Command::Pool(args) => cli::pool::run(args),
     }
 }

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod image;
 pub mod intake;
+pub mod pool;
 pub mod run;
 pub mod vm;
 
