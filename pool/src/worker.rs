@@ -3,6 +3,10 @@
 //! process group and work directory), heartbeats while it goes, and kills the run at once when its lease is lost
 //! or the run is cancelled; the bookkeeping activities write what the workflow decided to the store.
 
+// The SDK's macros add a constant per workflow or activity method and leave it undocumented; every item written
+// here is documented.
+#![allow(missing_docs)]
+
 use crate::store::Store;
 use crate::workflow::{AttemptEnd, AttemptInput, AttemptResult, RunEnd};
 use std::path::PathBuf;
@@ -96,13 +100,31 @@ pub fn sweep_stale(work_dir: &std::path::Path) {
             continue;
         };
         if f.try_lock().is_ok() {
-            let _ = std::fs::remove_dir_all(&path);
+            remove_attempt_dir(&path);
         }
     }
 }
 
-// The SDK's macro adds a constant per method that it leaves undocumented; the methods themselves are documented.
-#[allow(missing_docs)]
+/// Removes an attempt's directory after its run was killed: first the mounts the fence made under it and could
+/// not take down itself (its size-limited scratch is a tmpfs in the host's mount namespace), deepest first and
+/// detached, then the files.
+pub fn remove_attempt_dir(dir: &std::path::Path) {
+    let prefix = format!("{}/", dir.display());
+    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        // mountinfo escapes space, tab, newline and backslash as octal; such paths are not ours.
+        .filter(|m| m.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[activities]
 impl PoolActivities {
     /// One attempt at a run: the bundle from the store, `fenced-run run` with the attempt's nonce, heartbeats
@@ -196,7 +218,7 @@ impl PoolActivities {
                     // Lease lost (no heartbeat reached the server in time, the deadline passed) or the run was
                     // cancelled: the run is no longer ours. Kill it now, remove its files, report nothing.
                     kill_run(&mut child).await;
-                    drop(dir);
+                    remove_attempt_dir(&dir.keep());
                     return Err(ActivityError::cancelled());
                 }
                 _ = beat.tick() => {
@@ -207,7 +229,7 @@ impl PoolActivities {
         let out = stdout.await.unwrap_or_default();
         let err = stderr.await.unwrap_or_default();
         if ctx.is_cancelled() {
-            drop(dir);
+            remove_attempt_dir(&dir.keep());
             return Err(ActivityError::cancelled());
         }
         let status = status.map_err(|e| failure(format!("waiting for the run: {e}")))?;

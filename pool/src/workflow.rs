@@ -3,6 +3,10 @@
 //! no server-side retry, so every attempt and why it ended is an event of the workflow's history and a line of
 //! `pool status`. A test outcome ends the run; a host failure starts the next attempt, up to a bound.
 
+// The SDK's macros add a constant per workflow or activity method and leave it undocumented; every item written
+// here is documented.
+#![allow(missing_docs)]
+
 use crate::worker::PoolActivities;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -154,8 +158,6 @@ fn bookkeeping() -> LocalActivityOptions {
         .build()
 }
 
-// The SDK's macro adds a constant per method that it leaves undocumented; the methods themselves are documented.
-#[allow(missing_docs)]
 #[workflow_methods]
 impl PoolRun {
     #[init]
