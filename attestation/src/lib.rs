@@ -2,9 +2,9 @@
 //! written back, the report-data key binding, and the TEE backends (hardware and sim).
 
 pub mod binding;
-pub mod pool_nonce;
 pub mod cli_io;
 pub mod evidence;
+pub mod pool_nonce;
 pub mod session;
 pub mod sim;
 pub mod snp;

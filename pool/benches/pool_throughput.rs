@@ -52,7 +52,16 @@ fn main() {
     for workers in 1..=3usize {
         let queue = format!("bench-{workers}");
         let ws: Vec<Worker> = (0..workers)
-            .map(|i| Worker::start(&t.addr, &admin, &queue, &format!("bench-{workers}-{i}"), 1, work.path()))
+            .map(|i| {
+                Worker::start(
+                    &t.addr,
+                    &admin,
+                    &queue,
+                    &format!("bench-{workers}-{i}"),
+                    1,
+                    work.path(),
+                )
+            })
             .collect();
         let t0 = Instant::now();
         let handles: Vec<_> = (0..n)
@@ -77,7 +86,10 @@ fn main() {
                 .map(|s| s.to_string())
                 .collect();
                 std::thread::spawn(move || {
-                    std::process::Command::new(POOL).args(&args).output().expect("submit")
+                    std::process::Command::new(POOL)
+                        .args(&args)
+                        .output()
+                        .expect("submit")
                 })
             })
             .collect();

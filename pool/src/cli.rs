@@ -224,10 +224,7 @@ pub fn main_with(cli: Cli) -> ExitCode {
                 store,
             } => status(&run_id, temporal, store).await,
             Command::Fetch {
-                run_id,
-                out,
-                store,
-                ..
+                run_id, out, store, ..
             } => fetch(&run_id, &out, store).await,
             Command::Cancel {
                 run_id,
@@ -324,7 +321,10 @@ async fn worker(a: WorkerArgs) -> ExitCode {
     if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
         return fail("worker", json, 2, &e);
     }
-    let fenced_run = a.fenced_run.clone().unwrap_or_else(|| beside_me("fenced-run"));
+    let fenced_run = a
+        .fenced_run
+        .clone()
+        .unwrap_or_else(|| beside_me("fenced-run"));
     if !fenced_run.is_file() {
         return fail(
             "worker",
@@ -400,9 +400,10 @@ async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Res
     let shutdown = worker.shutdown_handle();
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut int)) =
-            (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
-        {
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
@@ -472,8 +473,9 @@ fn intake_first(job: &Path, tier: &str) -> Result<u64, (u8, String)> {
         Err((2, format!("{}: {why}", job.display())))
     } else {
         match (report.accepted, report.job.as_ref()) {
-            (true, Some(j)) => Ok(j.test.timeout_seconds
-                + j.install.as_ref().map_or(0, |i| i.timeout_seconds)),
+            (true, Some(j)) => {
+                Ok(j.test.timeout_seconds + j.install.as_ref().map_or(0, |i| i.timeout_seconds))
+            }
             _ => Err((
                 1,
                 format!(
@@ -596,7 +598,10 @@ async fn submit(a: SubmitArgs) -> ExitCode {
                 json!({ "run_id": run_id, "bundle_digest": digest, "founder": founder, "queue": a.queue })
             );
         } else {
-            println!("submitted run {run_id} (bundle {digest}) to queue {}", a.queue);
+            println!(
+                "submitted run {run_id} (bundle {digest}) to queue {}",
+                a.queue
+            );
         }
         return ExitCode::SUCCESS;
     }
@@ -705,7 +710,10 @@ async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitC
             .unwrap_or_default()
         );
     } else {
-        println!("run {}: queue {}, isolation {}", run.run_id, run.queue, run.isolation);
+        println!(
+            "run {}: queue {}, isolation {}",
+            run.run_id, run.queue, run.isolation
+        );
         println!("workflow: {workflow}");
         println!(
             "outcome: {}",
@@ -760,7 +768,12 @@ async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-async fn cancel(run_id: &str, wait_seconds: u64, temporal: TemporalArgs, store: StoreArgs) -> ExitCode {
+async fn cancel(
+    run_id: &str,
+    wait_seconds: u64,
+    temporal: TemporalArgs,
+    store: StoreArgs,
+) -> ExitCode {
     let json = store.json;
     let s = match Store::connect(&store.store).await {
         Ok(s) => s,
@@ -797,10 +810,15 @@ async fn cancel(run_id: &str, wait_seconds: u64, temporal: TemporalArgs, store: 
     let why = match waited {
         Ok(Ok(r)) => r.why,
         Ok(Err(e)) => escape(&e.to_string()).into_owned(),
-        Err(_) => format!("cancellation requested; the workflow had not finished after {wait_seconds} s"),
+        Err(_) => {
+            format!("cancellation requested; the workflow had not finished after {wait_seconds} s")
+        }
     };
     if json {
-        println!("{}", json!({ "run_id": run_id, "cancelled": true, "why": why }));
+        println!(
+            "{}",
+            json!({ "run_id": run_id, "cancelled": true, "why": why })
+        );
     } else {
         println!("run {run_id}: {why}");
     }

@@ -14,4 +14,3 @@ use sha2::{Digest, Sha256};
 pub fn digest(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
-

@@ -470,7 +470,10 @@ impl Store {
     pub async fn verdict(&self, run_id: &str) -> Result<Option<serde_json::Value>, String> {
         let row = self
             .client
-            .query_opt("SELECT verdict FROM pool_runs WHERE run_id = $1", &[&run_id])
+            .query_opt(
+                "SELECT verdict FROM pool_runs WHERE run_id = $1",
+                &[&run_id],
+            )
             .await
             .map_err(|e| db_err("store: run", e))?
             .ok_or_else(|| not_found(run_id))?;

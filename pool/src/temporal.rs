@@ -52,9 +52,6 @@ pub async fn workflow_state(client: &Client, run_id: &str) -> String {
             }
             .to_owned()
         }
-        Err(e) => format!(
-            "unknown ({})",
-            attestation::text::escape(&e.to_string())
-        ),
+        Err(e) => format!("unknown ({})", attestation::text::escape(&e.to_string())),
     }
 }

@@ -177,7 +177,13 @@ impl PoolActivities {
         let mut cmd = tokio::process::Command::new(&cfg.fenced_run);
         cmd.arg("run")
             .arg(&bundle_path)
-            .args(["--isolation", &cfg.isolation, "--nonce", &input.nonce, "--json"])
+            .args([
+                "--isolation",
+                &cfg.isolation,
+                "--nonce",
+                &input.nonce,
+                "--json",
+            ])
             .arg("--evidence")
             .arg(&evidence_path);
         if let Some(image) = &cfg.image {
@@ -204,12 +210,15 @@ impl PoolActivities {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(|e| {
-            failure(format!("cannot start {}: {e}", cfg.fenced_run.display()))
-        })?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| failure(format!("cannot start {}: {e}", cfg.fenced_run.display())))?;
         let stdout = tokio::spawn(read_bounded(child.stdout.take(), MAX_STDOUT));
         let stderr = tokio::spawn(read_bounded(child.stderr.take(), MAX_STDERR));
-        let lease = ctx.info().heartbeat_timeout.unwrap_or(Duration::from_secs(10));
+        let lease = ctx
+            .info()
+            .heartbeat_timeout
+            .unwrap_or(Duration::from_secs(10));
         let mut beat = tokio::time::interval((lease / 3).max(Duration::from_millis(200)));
         let status = loop {
             tokio::select! {

@@ -237,8 +237,9 @@ impl PoolRun {
                     );
                 }
                 Err(ActivityExecutionError::Cancelled(_)) => {
-                    let why = "cancelled by request; the worker killed the run and removed its files"
-                        .to_owned();
+                    let why =
+                        "cancelled by request; the worker killed the run and removed its files"
+                            .to_owned();
                     ctx.execute_local_activity(
                         PoolActivities::record_attempt,
                         AttemptEnd {

@@ -29,9 +29,12 @@ fn json_of(o: &std::process::Output) -> Value {
 
 fn verify(evidence: &Path, nonce: &str, attempt: Option<u32>) -> std::process::Output {
     let mut c = std::process::Command::new(VERIFY);
-    c.arg("evidence")
-        .arg(evidence)
-        .args(["--allow-simulated", "--any-measurement", "--nonce", nonce]);
+    c.arg("evidence").arg(evidence).args([
+        "--allow-simulated",
+        "--any-measurement",
+        "--nonce",
+        nonce,
+    ]);
     if let Some(n) = attempt {
         c.args(["--pool-attempt", &n.to_string()]);
     }
@@ -39,12 +42,27 @@ fn verify(evidence: &Path, nonce: &str, attempt: Option<u32>) -> std::process::O
 }
 
 fn status(t: &Temporal, store: &str, run_id: &str) -> Value {
-    let o = pool(&["status", run_id, "--temporal", &t.addr, "--store", store, "--json"]);
+    let o = pool(&[
+        "status",
+        run_id,
+        "--temporal",
+        &t.addr,
+        "--store",
+        store,
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     json_of(&o)
 }
 
-fn submit(t: &Temporal, store: &str, job: &Job, nonce: &str, run_id: &str, extra: &[&str]) -> std::process::Output {
+fn submit(
+    t: &Temporal,
+    store: &str,
+    job: &Job,
+    nonce: &str,
+    run_id: &str,
+    extra: &[&str],
+) -> std::process::Output {
     let jobp = job.path();
     let mut args = vec![
         "submit",
@@ -65,7 +83,11 @@ fn submit(t: &Temporal, store: &str, job: &Job, nonce: &str, run_id: &str, extra
 }
 
 fn listing(dir: &Path) -> String {
-    let o = std::process::Command::new("find").arg(dir).args(["-maxdepth", "4", "-ls"]).output().expect("find");
+    let o = std::process::Command::new("find")
+        .arg(dir)
+        .args(["-maxdepth", "4", "-ls"])
+        .output()
+        .expect("find");
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -101,9 +123,21 @@ fn pool_end_to_end() {
     let alice = pg.url("alice");
     let bob = pg.url("bob");
 
-    let work = tempfile::Builder::new().prefix("pool-work-").tempdir().expect("work");
+    let work = tempfile::Builder::new()
+        .prefix("pool-work-")
+        .tempdir()
+        .expect("work");
     let mut workers: Vec<Worker> = (1..=3)
-        .map(|i| Worker::start(&t.addr, &admin, "process", &format!("worker-{i}"), 2, work.path()))
+        .map(|i| {
+            Worker::start(
+                &t.addr,
+                &admin,
+                "process",
+                &format!("worker-{i}"),
+                2,
+                work.path(),
+            )
+        })
         .collect();
 
     // --- passing, failing, timing out: three runs at once, on three workers ------------------------------------
@@ -140,7 +174,10 @@ fn pool_end_to_end() {
             .map(|s| s.to_string())
             .collect();
             std::thread::spawn(move || {
-                std::process::Command::new(POOL).args(&args).output().expect("submit")
+                std::process::Command::new(POOL)
+                    .args(&args)
+                    .output()
+                    .expect("submit")
             })
         })
         .collect();
@@ -150,7 +187,11 @@ fn pool_end_to_end() {
         assert_eq!(v["outcome"], *outcome, "{id}: {}", text(&o));
         let ev = dir.path().join(format!("{id}.evidence"));
         let ok = verify(&ev, nonce, Some(1));
-        assert!(ok.status.success(), "{id}: attempt 1's evidence must verify: {}", text(&ok));
+        assert!(
+            ok.status.success(),
+            "{id}: attempt 1's evidence must verify: {}",
+            text(&ok)
+        );
         // The evidence is bound to the attempt's derived nonce, not to the founder's nonce itself.
         let plain = verify(&ev, nonce, None);
         assert_eq!(plain.status.code(), Some(1), "{id}: {}", text(&plain));
@@ -160,18 +201,58 @@ fn pool_end_to_end() {
         assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
         // `fetch` gives the same evidence.
         let out = dir.path().join(format!("{id}.fetched"));
-        let o = pool(&["fetch", id, "--temporal", &t.addr, "--store", store, "--out", out.to_str().expect("utf8")]);
+        let o = pool(&[
+            "fetch",
+            id,
+            "--temporal",
+            &t.addr,
+            "--store",
+            store,
+            "--out",
+            out.to_str().expect("utf8"),
+        ]);
         assert!(o.status.success(), "{}", text(&o));
         assert_eq!(std::fs::read(&out).ok(), std::fs::read(&ev).ok());
     }
 
     // --- a founder reads only their own runs ------------------------------------------------------------------
-    let o = pool(&["status", "run-slow", "--temporal", &t.addr, "--store", &alice, "--json"]);
-    assert_eq!(o.status.code(), Some(1), "alice must not see bob's run: {}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("not found"), "{}", text(&o));
+    let o = pool(&[
+        "status",
+        "run-slow",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "alice must not see bob's run: {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not found"),
+        "{}",
+        text(&o)
+    );
     let out = dir.path().join("stolen.evidence");
-    let o = pool(&["fetch", "run-pass", "--temporal", &t.addr, "--store", &bob, "--out", out.to_str().expect("utf8")]);
-    assert_eq!(o.status.code(), Some(1), "bob must not fetch alice's evidence: {}", text(&o));
+    let o = pool(&[
+        "fetch",
+        "run-pass",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &bob,
+        "--out",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "bob must not fetch alice's evidence: {}",
+        text(&o)
+    );
     assert!(!out.exists());
     let s = status(&t, &admin, "run-slow");
     assert_eq!(s["outcome"], "budget_expired");
@@ -179,20 +260,48 @@ fn pool_end_to_end() {
     // --- a duplicate run ID is rejected, and says so ------------------------------------------------------------
     let o = submit(&t, &alice, &pass, NONCE_A, "run-pass", &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("already"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already"),
+        "{}",
+        text(&o)
+    );
 
     // --- a refused bundle never enters the pool -----------------------------------------------------------------
     let bad = Job::new("true\n", 60);
-    std::fs::write(bad.path(), "[repository]\npath = \"../../etc\"\n[test]\ncommand = \"true\"\n").expect("bad job");
+    std::fs::write(
+        bad.path(),
+        "[repository]\npath = \"../../etc\"\n[test]\ncommand = \"true\"\n",
+    )
+    .expect("bad job");
     let o = submit(&t, &alice, &bad, NONCE_A, "run-bad", &[]);
     assert_ne!(o.status.code(), Some(0), "{}", text(&o));
-    let o = pool(&["status", "run-bad", "--temporal", &t.addr, "--store", &admin, "--json"]);
-    assert_eq!(o.status.code(), Some(1), "a refused bundle must not be registered: {}", text(&o));
+    let o = pool(&[
+        "status",
+        "run-bad",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &admin,
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a refused bundle must not be registered: {}",
+        text(&o)
+    );
 
     // --- kill -9 of a worker mid-run ----------------------------------------------------------------------------
     let marker = "7.0317";
     let long = Job::new(&format!("sleep {marker}\necho '1 passed, 0 failed'\n"), 120);
-    let o = submit(&t, &alice, &long, NONCE_A, "run-kill", &["--heartbeat-seconds", "2"]);
+    let o = submit(
+        &t,
+        &alice,
+        &long,
+        NONCE_A,
+        "run-kill",
+        &["--heartbeat-seconds", "2"],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let first = wait_for(Duration::from_secs(60), "attempt 1 started", || {
         let s = status(&t, &admin, "run-kill");
@@ -215,7 +324,11 @@ fn pool_end_to_end() {
         "activity", "complete", "--workflow-id", "run-kill", "--activity-id", "attempt-1", "--result",
         r#"{"attempt":1,"worker":"worker-x","outcome":"tests_passed","verdict":{},"evidence_digest":"00","nonce":"00"}"#,
     ]);
-    assert!(!late.status.success(), "a late result must be rejected: {}", text(&late));
+    assert!(
+        !late.status.success(),
+        "a late result must be rejected: {}",
+        text(&late)
+    );
     let s = wait_for(Duration::from_secs(120), "run-kill final", || {
         let s = status(&t, &admin, "run-kill");
         s["outcome"].is_string().then_some(s)
@@ -225,25 +338,59 @@ fn pool_end_to_end() {
     assert_eq!(attempts.len(), 2, "{s}");
     assert_eq!(attempts[0]["worker"], first.as_str());
     assert_ne!(attempts[1]["worker"], first.as_str(), "{s}");
-    assert!(attempts[0]["why"].as_str().unwrap_or("").contains("lease lost"), "{s}");
+    assert!(
+        attempts[0]["why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("lease lost"),
+        "{s}"
+    );
     assert!(attempts[0]["outcome"].is_null(), "{s}");
     assert_eq!(s["accepted_attempt"], 2, "{s}");
     let ev = dir.path().join("run-kill.evidence");
-    let o = pool(&["fetch", "run-kill", "--temporal", &t.addr, "--store", &alice, "--out", ev.to_str().expect("utf8")]);
+    let o = pool(&[
+        "fetch",
+        "run-kill",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+        "--out",
+        ev.to_str().expect("utf8"),
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let ok = verify(&ev, NONCE_A, Some(2));
-    assert!(ok.status.success(), "attempt 2's evidence must verify with its nonce: {}", text(&ok));
+    assert!(
+        ok.status.success(),
+        "attempt 2's evidence must verify with its nonce: {}",
+        text(&ok)
+    );
     let wrong = verify(&ev, NONCE_A, Some(1));
     assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
     // Nothing of the killed attempt runs any more, and its directory was swept by a later attempt or worker.
-    assert!(processes_with(marker).is_empty(), "{:?}", processes_with(marker));
+    assert!(
+        processes_with(marker).is_empty(),
+        "{:?}",
+        processes_with(marker)
+    );
     workers.remove(idx);
-    workers.push(Worker::start(&t.addr, &admin, "process", "worker-4", 2, work.path()));
+    workers.push(Worker::start(
+        &t.addr,
+        &admin,
+        "process",
+        "worker-4",
+        2,
+        work.path(),
+    ));
     let swept = (0..150).any(|_| {
         std::thread::sleep(Duration::from_millis(200));
         attempt_dirs(work.path()).is_empty()
     });
-    assert!(swept, "stale attempt directories left: {}", listing(work.path()));
+    assert!(
+        swept,
+        "stale attempt directories left: {}",
+        listing(work.path())
+    );
 
     // --- cancellation kills the run's processes and removes its files -------------------------------------------
     let marker = "300.0213";
@@ -254,18 +401,42 @@ fn pool_end_to_end() {
         (!processes_with(marker).is_empty() && !attempt_dirs(work.path()).is_empty()).then_some(())
     });
     // Another founder cannot cancel it.
-    let o = pool(&["cancel", "run-cancel", "--temporal", &t.addr, "--store", &alice]);
+    let o = pool(&[
+        "cancel",
+        "run-cancel",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(!processes_with(marker).is_empty());
-    let o = pool(&["cancel", "run-cancel", "--temporal", &t.addr, "--store", &bob, "--json"]);
+    let o = pool(&[
+        "cancel",
+        "run-cancel",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &bob,
+        "--json",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
-    wait_for(Duration::from_secs(10), "the cancelled run's processes gone", || {
-        processes_with(marker).is_empty().then_some(())
-    });
-    assert!(attempt_dirs(work.path()).is_empty(), "{:?}", attempt_dirs(work.path()));
+    wait_for(
+        Duration::from_secs(10),
+        "the cancelled run's processes gone",
+        || processes_with(marker).is_empty().then_some(()),
+    );
+    assert!(
+        attempt_dirs(work.path()).is_empty(),
+        "{:?}",
+        attempt_dirs(work.path())
+    );
     let s = status(&t, &bob, "run-cancel");
     assert!(s["outcome"].is_null(), "{s}");
-    assert!(s["ended_why"].as_str().unwrap_or("").contains("cancelled"), "{s}");
+    assert!(
+        s["ended_why"].as_str().unwrap_or("").contains("cancelled"),
+        "{s}"
+    );
     drop(workers);
 }
 
@@ -274,19 +445,56 @@ fn fenced_run_tests_skip_reason() -> Option<String> {
     if is_root() {
         return None;
     }
-    Some("not root: the pool tests run the process tier's fence and a PostgreSQL owned by nobody".into())
+    Some(
+        "not root: the pool tests run the process tier's fence and a PostgreSQL owned by nobody"
+            .into(),
+    )
 }
 
 #[test]
 fn bad_input_is_named() {
-    let o = pool(&["status", "x", "--temporal", "127.0.0.1:1", "--store", "not a url", "--json"]);
+    let o = pool(&[
+        "status",
+        "x",
+        "--temporal",
+        "127.0.0.1:1",
+        "--store",
+        "not a url",
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let v = json_of(&o);
     assert!(v["error"].as_str().unwrap_or("").contains("--store"), "{v}");
-    let o = pool(&["submit", "/nonexistent/job.toml", "--temporal", "nohostport", "--store", "postgresql://x@/y?host=/nonexistent", "--nonce", NONCE_A]);
+    let o = pool(&[
+        "submit",
+        "/nonexistent/job.toml",
+        "--temporal",
+        "nohostport",
+        "--store",
+        "postgresql://x@/y?host=/nonexistent",
+        "--nonce",
+        NONCE_A,
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--temporal"), "{}", text(&o));
-    let o = pool(&["submit", "/nonexistent/job.toml", "--temporal", "127.0.0.1:7233", "--store", "postgresql://x@/y?host=/nonexistent", "--nonce", "abc"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--temporal"),
+        "{}",
+        text(&o)
+    );
+    let o = pool(&[
+        "submit",
+        "/nonexistent/job.toml",
+        "--temporal",
+        "127.0.0.1:7233",
+        "--store",
+        "postgresql://x@/y?host=/nonexistent",
+        "--nonce",
+        "abc",
+    ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--nonce"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--nonce"),
+        "{}",
+        text(&o)
+    );
 }

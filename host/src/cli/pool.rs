@@ -10,7 +10,11 @@ use std::process::ExitCode;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// The pool command and its arguments (`fenced-run pool --help` lists them).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
     pub args: Vec<OsString>,
 }
 

@@ -119,7 +119,14 @@ impl Postgres {
             as_postgres_user(&initdb)
                 .arg("-D")
                 .arg(&data)
-                .args(["-U", "pool_admin", "--auth=trust", "-E", "UTF8", "--no-sync"])
+                .args([
+                    "-U",
+                    "pool_admin",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ])
                 .current_dir(dir.path())
                 .output(),
         );
@@ -222,7 +229,14 @@ impl Temporal {
         loop {
             if TcpStream::connect(&t.addr).is_ok() {
                 let ok = Command::new(&t.bin)
-                    .args(["operator", "namespace", "describe", "default", "--address", &t.addr])
+                    .args([
+                        "operator",
+                        "namespace",
+                        "describe",
+                        "default",
+                        "--address",
+                        &t.addr,
+                    ])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
                     .status()
@@ -287,8 +301,21 @@ impl Worker {
         work_dir: &Path,
     ) -> Worker {
         let child = Command::new(POOL)
-            .args(["worker", "--temporal", temporal, "--queue", queue, "--store", store])
-            .args(["--isolation", "process", "--max-runs", &max_runs.to_string()])
+            .args([
+                "worker",
+                "--temporal",
+                temporal,
+                "--queue",
+                queue,
+                "--store",
+                store,
+            ])
+            .args([
+                "--isolation",
+                "process",
+                "--max-runs",
+                &max_runs.to_string(),
+            ])
             .args(["--identity", identity, "--fenced-run", FENCED_RUN])
             .arg("--work-dir")
             .arg(work_dir)
@@ -330,7 +357,10 @@ impl Drop for Worker {
 
 /// Runs the pool program with `args`.
 pub fn pool(args: &[&str]) -> Output {
-    Command::new(POOL).args(args).output().expect("fenced-run-pool")
+    Command::new(POOL)
+        .args(args)
+        .output()
+        .expect("fenced-run-pool")
 }
 
 /// A job in a temporary directory: `repo/test.sh` with `script`, and `job.toml` with the test's timeout.
@@ -370,7 +400,12 @@ pub fn processes_with(marker: &str) -> Vec<String> {
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
         .filter(|e| e.file_name().to_string_lossy() != me)
         .filter_map(|e| {
             let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
