@@ -6,6 +6,7 @@ pub mod cli_io;
 pub mod evidence;
 pub mod pool_nonce;
 pub mod session;
+pub mod sig;
 pub mod sim;
 pub mod snp;
 pub mod tdx;

@@ -7,7 +7,7 @@
 //! kernel, initramfs and command line), the verdict's counts against its outcome, and the founder's pins on the
 //! run itself (outcome, commit, tree, patch, job, isolation), each a check of its own.
 
-use crate::output::Failure;
+use crate::failure::Failure;
 use crate::snp::{self, CertBundle, ChainOptions, Policy, RootKind, SnpVerification};
 use attestation::binding;
 use attestation::evidence::{Evidence, EvidenceError, TeeLabel};
@@ -52,6 +52,8 @@ pub mod checks {
     pub const PIN_COMMIT: &str = "pin-commit";
     /// `--tree`: the verdict's tree hash after the patch is not the pinned one.
     pub const PIN_TREE: &str = "pin-tree";
+    /// `--protect-tree`: the tree of the protected paths the test phase ran is not the pinned one.
+    pub const PIN_PROTECT_TREE: &str = "pin-protect-tree";
     /// `--patch`/`--patch-sha256`: the verdict's patch SHA-256 is not the pinned one.
     pub const PIN_PATCH: &str = "pin-patch";
     /// `--job`/`--job-sha256`: the verdict's job SHA-256 is not the pinned one.
@@ -75,6 +77,9 @@ pub struct RunPins {
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch, the full object id, lower case.
     pub tree: Option<String>,
+    /// The git tree of the protected paths (`[test] protect`) as the test phase ran them, the full object id,
+    /// lower case.
+    pub protect_tree: Option<String>,
     /// SHA-256 of the patch bytes.
     pub patch_sha256: Option<[u8; 32]>,
     /// SHA-256 of the job file bytes.
@@ -639,6 +644,13 @@ fn check_pins(pins: &RunPins, verdict: Option<&Verdict>) -> Vec<PinCheck> {
         &mut out,
     );
     text(
+        checks::PIN_PROTECT_TREE,
+        &pins.protect_tree,
+        inputs.map(|i| &i.test_tree),
+        false,
+        &mut out,
+    );
+    text(
         checks::PIN_PATCH,
         &pins.patch_sha256.map(hex::encode),
         inputs.map(|i| &i.patch_sha256),
@@ -692,7 +704,18 @@ fn verify_snp_part(
         allow_simulated: true,
         ..opts.chain.clone()
     };
-    let mut v = snp::verify_report(&report, &bundle, &chain_opts, &opts.policy);
+    let input = snp::SnpInput {
+        report: &ev.report,
+        certs: &bundle,
+    };
+    // The report parsed above, so this parses too; the signature is checked over the bytes as received.
+    let mut v = match snp::verify_report_bytes(&input, &chain_opts, &opts.policy) {
+        Ok(v) => v,
+        Err(e) => {
+            failures.push(Failure::new(checks::REPORT_FORMAT, e.to_string()));
+            return (ReportVerification::Unverified, None, ev.tee.is_simulated());
+        }
+    };
     let simulated = v.chain.root == RootKind::Unpinned;
     if simulated && !opts.chain.allow_simulated {
         // First in both lists, so the report's own result is not "verified" either.
@@ -751,9 +774,7 @@ fn verify_tdx_part(
                     "SIMULATED evidence: the PCK chain does not end in the pinned Intel root (give --allow-simulated)",
                 ));
             }
-            for f in &v.failures {
-                failures.push(Failure::seen_wanted(f.check.clone(), &f.seen, &f.wanted));
-            }
+            failures.extend(v.failures.iter().cloned());
             let rd = v.quote.td().report_data;
             (ReportVerification::Tdx(Box::new(v)), Some(rd), simulated)
         }

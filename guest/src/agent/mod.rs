@@ -154,6 +154,8 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         patch_sha256: None,
         job_sha256: None,
         nonce: header.nonce.clone(),
+        protect: Vec::new(),
+        test_tree: None,
     };
     let verdict = match notes {
         Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),

@@ -3,9 +3,10 @@
 //!
 //! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
-use crate::output::{self, Failure};
+use crate::output;
 use crate::snp::policy::{AbiVersion, HexBytes, TcbMinimum};
 use crate::snp::{self, CertBundle, ChainOptions, Policy};
+use crate::Failure;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -170,7 +171,20 @@ pub fn run(args: Args) -> ExitCode {
         crl,
         allow_simulated: args.allow_simulated,
     };
-    let v = snp::verify_report(&report, &bundle, &opts, &args.policy.to_policy());
+    let input = snp::SnpInput {
+        report: &bytes,
+        certs: &bundle,
+    };
+    let v = match snp::verify_report_bytes(&input, &opts, &args.policy.to_policy()) {
+        Ok(v) => v,
+        Err(e) => {
+            return unusable(
+                args.json,
+                "report-format",
+                format!("{}: {e}", args.report.display()),
+            )
+        }
+    };
     if args.json {
         println!(
             "{}",
