@@ -29,6 +29,8 @@ enum Command {
     View(cli::view::Args),
     /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
     Doctor(cli::doctor::Args),
+    /// The hosted pool (Temporal + PostgreSQL): runs `fenced-run-pool ARGS` (docs/pool.md).
+    Pool(cli::pool::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,5 +57,6 @@ fn main() -> ExitCode {
         Command::VmDialer(args) => cli::vm::dialer_main(args),
         Command::View(args) => cli::view::run(args),
         Command::Doctor(args) => cli::doctor::run(args),
+        Command::Pool(args) => cli::pool::run(args),
     }
 }

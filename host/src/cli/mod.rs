@@ -4,6 +4,7 @@ pub mod demo;
 pub mod doctor;
 pub mod image;
 pub mod intake;
+pub mod pool;
 pub mod run;
 pub mod view;
 pub mod vm;

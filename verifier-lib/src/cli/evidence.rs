@@ -44,6 +44,10 @@ pub struct Args {
     /// Required unless --no-nonce.
     #[arg(long, value_name = "HEX")]
     pub nonce: Option<NonceArg>,
+    /// Evidence of attempt N of a hosted-pool run (docs/pool.md): the verdict's nonce must equal the nonce
+    /// derived from --nonce and N (`attestation::pool_nonce::attempt_nonce`), not --nonce itself.
+    #[arg(long, value_name = "N", requires = "nonce", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_attempt: Option<u32>,
     /// Skip the freshness check on purpose: the verdict may then be a replay of an older run, and the output
     /// says so.
     #[arg(long)]
@@ -282,7 +286,10 @@ pub fn options(
             allow_simulated: args.allow_simulated,
         },
         policy: args.policy.to_policy(),
-        nonce: args.nonce.as_ref().map(|n| n.0.clone()),
+        nonce: args.nonce.as_ref().map(|n| match args.pool_attempt {
+            Some(attempt) => attestation::pool_nonce::attempt_nonce(&n.0, attempt),
+            None => n.0.clone(),
+        }),
         any_measurement: args.any_measurement,
         measurement_set,
         tdx_collateral,

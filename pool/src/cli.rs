@@ -1,0 +1,826 @@
+//! The `fenced-run pool` commands (run as `fenced-run-pool`, which `fenced-run pool ...` executes): `init`,
+//! `founder add`, `worker`, `submit`, `status`, `fetch` and `cancel`. Exit 0 when the command did what it was
+//! asked (for `submit --wait`: the run judged), 1 when a run ended without a judged verdict or was refused, 2 on
+//! unusable input or an unreachable server.
+
+use crate::store::Store;
+use crate::worker::{PoolActivities, WorkerConfig};
+use crate::workflow::{PoolRun, RunInput, RunResult};
+use attestation::text::escape;
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The hosted pool: fenced runs across many hosts on Temporal, bundles and evidence in PostgreSQL.
+#[derive(Parser, Debug)]
+#[command(name = "fenced-run pool", version, about, long_about = None)]
+pub struct Cli {
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The Temporal server and namespace, taken by every command that talks to Temporal.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TemporalArgs {
+    /// The Temporal frontend, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub temporal: String,
+    /// The Temporal namespace.
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+}
+
+/// The store, taken by every command.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// The store: a PostgreSQL connection URL, e.g. `postgresql://user@/db?host=/run/socketdir`.
+    #[arg(long, value_name = "URL")]
+    pub store: String,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The pool's commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or upgrade the store's schema (workers also do this when they start).
+    Init {
+        /// The Temporal server (unused by `init`; accepted like every pool command).
+        #[arg(long, value_name = "HOST:PORT")]
+        temporal: Option<String>,
+        /// The store.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Founders' store roles.
+    Founder {
+        /// What to do.
+        #[command(subcommand)]
+        action: FounderCommand,
+    },
+    /// Take runs from a task queue and run them on this host, at most --max-runs at once.
+    Worker(WorkerArgs),
+    /// Intake a job or bundle, store it by its SHA-256 and start its run.
+    Submit(SubmitArgs),
+    /// A run and every attempt at it.
+    Status {
+        /// The run ID.
+        run_id: String,
+        /// Temporal.
+        #[command(flatten)]
+        temporal: TemporalArgs,
+        /// The store.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Write the evidence of the run's accepted attempt (for `verify-attestation evidence --pool-attempt N`).
+    Fetch {
+        /// The run ID.
+        run_id: String,
+        /// Where to write the evidence.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Temporal.
+        #[command(flatten)]
+        temporal: TemporalArgs,
+        /// The store.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Cancel a run: its processes or VM are killed and its files removed.
+    Cancel {
+        /// The run ID.
+        run_id: String,
+        /// How long to wait for the workflow to confirm, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        wait_seconds: u64,
+        /// Temporal.
+        #[command(flatten)]
+        temporal: TemporalArgs,
+        /// The store.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// `founder` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum FounderCommand {
+    /// Create a founder's login role: it reads (and submits) only its own runs.
+    Add {
+        /// The role name (a-z, 0-9, _).
+        name: String,
+        /// The Temporal server (unused; accepted like every pool command).
+        #[arg(long, value_name = "HOST:PORT")]
+        temporal: Option<String>,
+        /// The store.
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+}
+
+/// Arguments of `pool worker`.
+#[derive(clap::Args, Debug)]
+pub struct WorkerArgs {
+    /// Temporal.
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+    /// The task queue to take runs from (one per TEE class and CPU generation, docs/pool.md).
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: String,
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The isolation tier this host gives: `process` or `vm`.
+    #[arg(long, value_name = "TIER")]
+    pub isolation: String,
+    /// Most runs at once (free SEV ASIDs, TDX keys, memory).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_runs: u32,
+    /// The vm tier's guest image (passed to `fenced-run run --image`).
+    #[arg(long, value_name = "DIR")]
+    pub image: Option<PathBuf>,
+    /// The operator's configuration (passed to `fenced-run run --operator-config`).
+    #[arg(long, value_name = "FILE")]
+    pub operator_config: Option<PathBuf>,
+    /// Where attempts get their work directories (default: the system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// This worker's name in the run history (default: pool-worker-PID@HOSTNAME).
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
+    /// The `fenced-run` binary that runs each attempt (default: the one beside this program).
+    #[arg(long, value_name = "PATH")]
+    pub fenced_run: Option<PathBuf>,
+}
+
+/// Arguments of `pool submit`.
+#[derive(clap::Args, Debug)]
+pub struct SubmitArgs {
+    /// The job: a job file or a bundle, as for `fenced-run run`.
+    pub job: PathBuf,
+    /// Temporal.
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+    /// The store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The founder's nonce, hex, 16 to 64 bytes; attempt N runs with a nonce derived from it (docs/pool.md).
+    #[arg(long, value_name = "HEX")]
+    pub nonce: String,
+    /// The task queue.
+    #[arg(long, value_name = "QUEUE", default_value = "process")]
+    pub queue: String,
+    /// The isolation tier the run must get (intake checks the bundle for it).
+    #[arg(long, value_name = "TIER", default_value = "process")]
+    pub isolation: String,
+    /// The run ID (the workflow ID; used once). Default: a random one.
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// The founder the run belongs to (default: the store role connecting).
+    #[arg(long, value_name = "ROLE")]
+    pub founder: Option<String>,
+    /// Most attempts (host failures are retried on another worker up to this bound).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub max_attempts: u32,
+    /// The lease: seconds without a heartbeat after which an attempt is lost.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub heartbeat_seconds: u64,
+    /// Wait for the run, print its verdict and (with --evidence) write the evidence.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: write the accepted attempt's evidence here.
+    #[arg(long, value_name = "OUT", requires = "wait")]
+    pub evidence: Option<PathBuf>,
+}
+
+/// Runs the command line `args` (without the program name handled by clap).
+pub fn main_with(cli: Cli) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fenced-run pool: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Init { store, .. } => init(store).await,
+            Command::Founder {
+                action: FounderCommand::Add { name, store, .. },
+            } => founder_add(&name, store).await,
+            Command::Worker(a) => worker(a).await,
+            Command::Submit(a) => submit(a).await,
+            Command::Status {
+                run_id,
+                temporal,
+                store,
+            } => status(&run_id, temporal, store).await,
+            Command::Fetch {
+                run_id, out, store, ..
+            } => fetch(&run_id, &out, store).await,
+            Command::Cancel {
+                run_id,
+                wait_seconds,
+                temporal,
+                store,
+            } => cancel(&run_id, wait_seconds, temporal, store).await,
+        }
+    })
+}
+
+fn fail(cmd: &str, json: bool, code: u8, msg: &str) -> ExitCode {
+    if json {
+        println!("{}", json!({ "error": msg }));
+    } else {
+        eprintln!("fenced-run pool {cmd}: {msg}");
+    }
+    ExitCode::from(code)
+}
+
+async fn init(store: StoreArgs) -> ExitCode {
+    let mut s = match Store::connect(&store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("init", store.json, 2, &e),
+    };
+    match s.migrate().await {
+        Ok(before) => {
+            if store.json {
+                println!(
+                    "{}",
+                    json!({ "schema_before": before, "schema": crate::store::SCHEMA_VERSION })
+                );
+            } else {
+                println!(
+                    "store schema: version {} (was {before})",
+                    crate::store::SCHEMA_VERSION
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail("init", store.json, 2, &e),
+    }
+}
+
+async fn founder_add(name: &str, store: StoreArgs) -> ExitCode {
+    let mut s = match Store::connect(&store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("founder add", store.json, 2, &e),
+    };
+    if let Err(e) = s.migrate().await {
+        return fail("founder add", store.json, 2, &e);
+    }
+    match s.add_founder(name).await {
+        Ok(()) => {
+            if store.json {
+                println!("{}", json!({ "founder": name }));
+            } else {
+                println!("founder role {name} created");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail("founder add", store.json, 2, &e),
+    }
+}
+
+fn default_identity() -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into());
+    format!("pool-worker-{}@{host}", std::process::id())
+}
+
+fn beside_me(name: &str) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join(name)))
+        .unwrap_or_else(|| PathBuf::from(name))
+}
+
+async fn worker(a: WorkerArgs) -> ExitCode {
+    let json = a.store.json;
+    if a.isolation != "process" && a.isolation != "vm" {
+        return fail(
+            "worker",
+            json,
+            2,
+            &format!(
+                "--isolation {}: only `process` and `vm` run today (sev-snp and tdx hosts run the vm path once built)",
+                escape(&a.isolation)
+            ),
+        );
+    }
+    if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
+        return fail("worker", json, 2, &e);
+    }
+    let fenced_run = a
+        .fenced_run
+        .clone()
+        .unwrap_or_else(|| beside_me("fenced-run"));
+    if !fenced_run.is_file() {
+        return fail(
+            "worker",
+            json,
+            2,
+            &format!(
+                "--fenced-run {}: no such program (build `fenced-run` or name it)",
+                fenced_run.display()
+            ),
+        );
+    }
+    let work_dir = a.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    if !work_dir.is_dir() {
+        return fail(
+            "worker",
+            json,
+            2,
+            &format!("--work-dir {}: not a directory", work_dir.display()),
+        );
+    }
+    crate::worker::sweep_stale(&work_dir);
+    let mut store = match Store::connect(&a.store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("worker", json, 2, &e),
+    };
+    if let Err(e) = store.migrate().await {
+        return fail("worker", json, 2, &e);
+    }
+    drop(store);
+    let identity = a.identity.clone().unwrap_or_else(default_identity);
+    let config = WorkerConfig {
+        store_url: a.store.store.clone(),
+        fenced_run,
+        isolation: a.isolation.clone(),
+        image: a.image.clone(),
+        operator_config: a.operator_config.clone(),
+        work_dir,
+        identity: identity.clone(),
+    };
+    match run_worker(&a, config, &identity).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail("worker", json, 2, &e),
+    }
+}
+
+async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Result<(), String> {
+    use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
+    use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+    let runtime = Runtime::from_current_tokio(Default::default())
+        .map_err(|e| format!("Temporal runtime: {e}"))?;
+    let client =
+        crate::temporal::connect(&a.temporal.temporal, &a.temporal.namespace, identity).await?;
+    let max_runs = a.max_runs as usize;
+    let tuner = TunerHolder::builder()
+        .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(16))
+        .activity_task_slot_supplier(FixedSizeSlotSupplier::new(max_runs))
+        .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(16))
+        .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        .build();
+    let options = WorkerOptions::new(a.queue.clone())
+        .register_workflow::<PoolRun>()
+        .map_err(|e| format!("registering the run workflow: {e}"))?
+        .register_activities(PoolActivities { config })
+        .tuner(tuner)
+        // No workflow cache: a worker killed mid-run leaves no sticky queue for the others to wait on.
+        .max_cached_workflows(0)
+        // Runs are taken from the queue by polling only, within this worker's slots.
+        .max_eager_activity_reservations_per_workflow_task(0)
+        .client_identity_override(identity.to_owned())
+        .build();
+    let mut worker = Worker::new(&runtime, client, options)
+        .map_err(|e| format!("starting the worker on queue {}: {e}", a.queue))?;
+    let shutdown = worker.shutdown_handle();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            shutdown();
+        }
+    });
+    eprintln!(
+        "fenced-run pool worker {identity}: queue {}, isolation {}, at most {max_runs} run(s) at once",
+        a.queue, a.isolation
+    );
+    worker
+        .run()
+        .await
+        .map_err(|e| format!("worker stopped: {e}"))
+}
+
+fn random_run_id() -> String {
+    let mut b = [0u8; 12];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut b)
+    });
+    format!("run-{}", hex::encode(b))
+}
+
+fn check_run_id(id: &str) -> Result<(), String> {
+    if id.is_empty()
+        || id.len() > 200
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    {
+        return Err(format!(
+            "--run-id {}: use 1 to 200 of A-Z a-z 0-9 - _ . :",
+            escape(id)
+        ));
+    }
+    Ok(())
+}
+
+/// Intake stages 1-5 on `job` for `tier`: the job's own time budget (seconds) when accepted, the refusal or
+/// the unusable input otherwise (`Err((exit code, message))`).
+fn intake_first(job: &Path, tier: &str) -> Result<u64, (u8, String)> {
+    let isolation = match tier {
+        "process" => intake::normalise::Isolation::Process,
+        "vm" => intake::normalise::Isolation::Vm,
+        other => {
+            return Err((
+                2,
+                format!(
+                    "--isolation {}: only `process` and `vm` run today",
+                    escape(other)
+                ),
+            ))
+        }
+    };
+    let work = tempfile::Builder::new()
+        .prefix("fenced-run-pool-intake-")
+        .tempdir()
+        .map_err(|e| (2, format!("cannot create intake's work directory: {e}")))?;
+    let mut report = intake::run_stages(
+        job,
+        &intake::IntakeOptions::for_tier(isolation).with_work_parent(work.path()),
+    );
+    let result = if let Some(why) = report.unusable.clone() {
+        Err((2, format!("{}: {why}", job.display())))
+    } else {
+        match (report.accepted, report.job.as_ref()) {
+            (true, Some(j)) => {
+                Ok(j.test.timeout_seconds + j.install.as_ref().map_or(0, |i| i.timeout_seconds))
+            }
+            _ => Err((
+                1,
+                format!(
+                    "{}: refused by intake, so it never enters the pool: {}",
+                    job.display(),
+                    report
+                        .refusal
+                        .as_ref()
+                        .map(|r| format!("{}: {}", r.stage.name(), r.reason))
+                        .unwrap_or_else(|| "intake did not accept the job".into())
+                ),
+            )),
+        }
+    };
+    let _ = report.cleanup();
+    result
+}
+
+async fn submit(a: SubmitArgs) -> ExitCode {
+    let json = a.store.json;
+    let nonce = match host::cli::parse_nonce(&a.nonce) {
+        Ok(n) => n,
+        Err(e) => return fail("submit", json, 2, &format!("--nonce: {}", escape(&e))),
+    };
+    let run_id = a.run_id.clone().unwrap_or_else(random_run_id);
+    if let Err(e) = check_run_id(&run_id) {
+        return fail("submit", json, 2, &e);
+    }
+    if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
+        return fail("submit", json, 2, &e);
+    }
+    // Intake first: a refused bundle never enters the pool.
+    let budget = match intake_first(&a.job, &a.isolation) {
+        Ok(b) => b,
+        Err((code, e)) => return fail("submit", json, code, &e),
+    };
+    let (kind, bytes) = match host::vm::bundle::pack(&a.job) {
+        Ok(b) => b,
+        Err(e) => return fail("submit", json, 2, &escape(&e)),
+    };
+    let kind = kind.extension();
+    let mut store = match Store::connect(&a.store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("submit", json, 2, &e),
+    };
+    let founder = match &a.founder {
+        Some(f) => f.clone(),
+        None => match store.current_user().await {
+            Ok(u) => u,
+            Err(e) => return fail("submit", json, 2, &e),
+        },
+    };
+    let client = match crate::temporal::connect(
+        &a.temporal.temporal,
+        &a.temporal.namespace,
+        "fenced-run-pool-submit",
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return fail("submit", json, 2, &e),
+    };
+    // The bundle and the run are in the store (one transaction) before the workflow refers to them.
+    let digest = match store
+        .submit(
+            &founder,
+            &run_id,
+            kind,
+            &bytes,
+            &nonce,
+            &a.queue,
+            &a.isolation,
+        )
+        .await
+    {
+        Ok(d) => d,
+        Err(e) => return fail("submit", json, 1, &e),
+    };
+    let input = RunInput {
+        run_id: run_id.clone(),
+        founder: founder.clone(),
+        bundle_digest: digest.clone(),
+        nonce: hex::encode(&nonce),
+        isolation: a.isolation.clone(),
+        max_attempts: a.max_attempts,
+        heartbeat_seconds: a.heartbeat_seconds,
+        // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
+        attempt_seconds: budget + 180,
+    };
+    let options = temporalio_client::WorkflowStartOptions::new(a.queue.clone(), run_id.clone())
+        .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
+        .build();
+    let handle = match client.start_workflow(PoolRun::run, input, options).await {
+        Ok(h) => h,
+        Err(temporalio_client::errors::WorkflowStartError::AlreadyStarted { .. }) => {
+            return fail(
+                "submit",
+                json,
+                1,
+                &format!(
+                    "run ID {}: a workflow with this ID already exists; a run ID is used once",
+                    escape(&run_id)
+                ),
+            )
+        }
+        Err(e) => {
+            let _ = store.withdraw(&run_id).await;
+            return fail(
+                "submit",
+                json,
+                2,
+                &format!("starting the workflow: {}", escape(&e.to_string())),
+            );
+        }
+    };
+    if !a.wait {
+        if json {
+            println!(
+                "{}",
+                json!({ "run_id": run_id, "bundle_digest": digest, "founder": founder, "queue": a.queue })
+            );
+        } else {
+            println!(
+                "submitted run {run_id} (bundle {digest}) to queue {}",
+                a.queue
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
+    let result: RunResult = match handle.get_result(Default::default()).await {
+        Ok(r) => r,
+        Err(e) => {
+            return fail(
+                "submit",
+                json,
+                2,
+                &format!("run {run_id}: {}", escape(&e.to_string())),
+            )
+        }
+    };
+    report_result("submit", &result, json, a.evidence.as_deref(), &store).await
+}
+
+async fn report_result(
+    cmd: &str,
+    r: &RunResult,
+    json: bool,
+    evidence: Option<&Path>,
+    store: &Store,
+) -> ExitCode {
+    let Some(accepted) = &r.accepted else {
+        return fail(
+            cmd,
+            json,
+            1,
+            &format!("run {}: no verdict: {}", r.run_id, escape(&r.why)),
+        );
+    };
+    if let Some(out) = evidence {
+        match store.accepted_evidence(&r.run_id).await {
+            Ok((_, bytes)) => {
+                if let Err(e) = std::fs::write(out, bytes) {
+                    return fail(cmd, json, 2, &format!("--evidence {}: {e}", out.display()));
+                }
+            }
+            Err(e) => return fail(cmd, json, 2, &e),
+        }
+    }
+    let verdict = attestation::verdict::Verdict::from_json(accepted.verdict.to_string().as_bytes());
+    match verdict {
+        Ok(v) => {
+            if json {
+                println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
+            } else {
+                println!(
+                    "run {}: attempt {} of {} accepted (worker {})",
+                    r.run_id,
+                    accepted.attempt,
+                    r.attempts,
+                    escape(&accepted.worker)
+                );
+                print!("{}", host::cli::run::summary(&v));
+            }
+            if v.judged {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => fail(cmd, json, 2, &format!("run {}: verdict: {e}", r.run_id)),
+    }
+}
+
+async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitCode {
+    let json = store.json;
+    let s = match Store::connect(&store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("status", json, 2, &e),
+    };
+    let (run, attempts) = match s.status(run_id).await {
+        Ok(x) => x,
+        Err(e) => return fail("status", json, 1, &e),
+    };
+    // The workflow's own state, from Temporal (the store holds what the workflow recorded).
+    let workflow = match crate::temporal::connect(
+        &temporal.temporal,
+        &temporal.namespace,
+        "fenced-run-pool-status",
+    )
+    .await
+    {
+        Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
+        Err(e) => format!("unknown ({e})"),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "run_id": run.run_id,
+                "outcome": run.outcome,
+                "accepted_attempt": run.accepted_attempt,
+                "evidence_digest": run.evidence_digest,
+                "bundle_digest": run.bundle_digest,
+                "queue": run.queue,
+                "isolation": run.isolation,
+                "submitted_at": run.submitted_at,
+                "ended_at": run.ended_at,
+                "ended_why": run.ended_why,
+                "workflow": workflow,
+                "attempts": attempts,
+            }))
+            .unwrap_or_default()
+        );
+    } else {
+        println!(
+            "run {}: queue {}, isolation {}",
+            run.run_id, run.queue, run.isolation
+        );
+        println!("workflow: {workflow}");
+        println!(
+            "outcome: {}",
+            run.outcome.as_deref().unwrap_or("(not final)")
+        );
+        if let Some(a) = run.accepted_attempt {
+            println!("accepted attempt: {a}");
+        }
+        if let Some(w) = &run.ended_why {
+            println!("ended: {}", escape(w));
+        }
+        for a in &attempts {
+            println!(
+                "attempt {}: worker {}, start {}, end {}, outcome {}, why {}",
+                a.attempt,
+                escape(&a.worker),
+                a.start,
+                a.end.as_deref().unwrap_or("-"),
+                a.outcome.as_deref().unwrap_or("-"),
+                escape(a.why.as_deref().unwrap_or("(still running)"))
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
+    let json = store.json;
+    let s = match Store::connect(&store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("fetch", json, 2, &e),
+    };
+    let (attempt, bytes) = match s.accepted_evidence(run_id).await {
+        Ok(x) => x,
+        Err(e) => return fail("fetch", json, 1, &e),
+    };
+    if let Err(e) = std::fs::write(out, &bytes) {
+        return fail("fetch", json, 2, &format!("--out {}: {e}", out.display()));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({ "run_id": run_id, "attempt": attempt, "evidence_digest": crate::digest(&bytes), "out": out.display().to_string() })
+        );
+    } else {
+        println!(
+            "run {run_id}: evidence of attempt {attempt} written to {}; verify with `verify-attestation evidence {} --nonce NONCE --pool-attempt {attempt} ...`",
+            out.display(),
+            out.display()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+async fn cancel(
+    run_id: &str,
+    wait_seconds: u64,
+    temporal: TemporalArgs,
+    store: StoreArgs,
+) -> ExitCode {
+    let json = store.json;
+    let s = match Store::connect(&store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("cancel", json, 2, &e),
+    };
+    // The caller must be able to see the run (a founder cancels only their own).
+    if let Err(e) = s.status(run_id).await {
+        return fail("cancel", json, 1, &e);
+    }
+    let client = match crate::temporal::connect(
+        &temporal.temporal,
+        &temporal.namespace,
+        "fenced-run-pool-cancel",
+    )
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return fail("cancel", json, 2, &e),
+    };
+    let handle = client.get_workflow_handle::<PoolRun>(run_id.to_owned());
+    if let Err(e) = handle.cancel(Default::default()).await {
+        return fail(
+            "cancel",
+            json,
+            2,
+            &format!("run {run_id}: {}", escape(&e.to_string())),
+        );
+    }
+    let waited = tokio::time::timeout(
+        Duration::from_secs(wait_seconds),
+        handle.get_result(Default::default()),
+    )
+    .await;
+    let why = match waited {
+        Ok(Ok(r)) => r.why,
+        Ok(Err(e)) => escape(&e.to_string()).into_owned(),
+        Err(_) => {
+            format!("cancellation requested; the workflow had not finished after {wait_seconds} s")
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            json!({ "run_id": run_id, "cancelled": true, "why": why })
+        );
+    } else {
+        println!("run {run_id}: {why}");
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,517 @@
+//! The pool's PostgreSQL store: bundles and evidence by SHA-256, runs and their attempts, the migration that
+//! creates the schema, and the per-founder isolation (one role per founder, row-level security on every table).
+
+use std::str::FromStr;
+use tokio_postgres::{Client, NoTls};
+
+/// The schema version the migration brings a store to.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// The group role every founder's role is a member of (granted read access; rows are filtered per founder).
+pub const FOUNDER_GROUP: &str = "fenced_run_founder";
+
+/// The migration to [`SCHEMA_VERSION`] 1, run in one transaction under an advisory lock.
+const MIGRATION_1: &str = r#"
+CREATE TABLE pool_bundles (
+    founder text NOT NULL,
+    digest text NOT NULL CHECK (digest ~ '^[0-9a-f]{64}$'),
+    kind text NOT NULL CHECK (kind IN ('tar', 'tar.gz', 'zip')),
+    bytes bytea NOT NULL,
+    stored_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (founder, digest)
+);
+CREATE TABLE pool_runs (
+    run_id text PRIMARY KEY,
+    founder text NOT NULL,
+    bundle_digest text NOT NULL,
+    nonce bytea NOT NULL,
+    queue text NOT NULL,
+    isolation text NOT NULL,
+    submitted_at timestamptz NOT NULL DEFAULT now(),
+    ended_at timestamptz,
+    outcome text,
+    accepted_attempt integer,
+    evidence_digest text,
+    verdict jsonb,
+    ended_why text,
+    FOREIGN KEY (founder, bundle_digest) REFERENCES pool_bundles (founder, digest)
+);
+CREATE TABLE pool_evidence (
+    founder text NOT NULL,
+    digest text NOT NULL CHECK (digest ~ '^[0-9a-f]{64}$'),
+    bytes bytea NOT NULL,
+    stored_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (founder, digest)
+);
+CREATE TABLE pool_attempts (
+    run_id text NOT NULL REFERENCES pool_runs (run_id),
+    attempt integer NOT NULL CHECK (attempt >= 1),
+    founder text NOT NULL,
+    worker text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    ended_at timestamptz,
+    outcome text,
+    why text,
+    evidence_digest text,
+    PRIMARY KEY (run_id, attempt)
+);
+ALTER TABLE pool_bundles ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pool_runs ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pool_evidence ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pool_attempts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_bundles ON pool_bundles USING (founder = current_user) WITH CHECK (founder = current_user);
+CREATE POLICY own_runs ON pool_runs USING (founder = current_user) WITH CHECK (founder = current_user);
+CREATE POLICY own_evidence ON pool_evidence USING (founder = current_user);
+CREATE POLICY own_attempts ON pool_attempts USING (founder = current_user);
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fenced_run_founder') THEN
+        CREATE ROLE fenced_run_founder NOLOGIN;
+    END IF;
+END $$;
+GRANT SELECT, INSERT ON pool_bundles, pool_runs TO fenced_run_founder;
+GRANT SELECT ON pool_evidence, pool_attempts TO fenced_run_founder;
+"#;
+
+/// A connection to the store.
+pub struct Store {
+    client: Client,
+    conn: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.conn.abort();
+    }
+}
+
+/// A run as the store holds it (what `pool status` shows).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRow {
+    /// The run ID (also the workflow ID).
+    pub run_id: String,
+    /// The founder's role.
+    pub founder: String,
+    /// SHA-256 of the bundle.
+    pub bundle_digest: String,
+    /// The founder's nonce, hex.
+    pub nonce: String,
+    /// The task queue the run was submitted to.
+    pub queue: String,
+    /// The isolation tier the run asked for.
+    pub isolation: String,
+    /// When the run was submitted (RFC 3339).
+    pub submitted_at: String,
+    /// When the workflow finished (RFC 3339), if it has.
+    pub ended_at: Option<String>,
+    /// The accepted attempt's outcome; `None` until the run is final (and for a run that ended without one).
+    pub outcome: Option<String>,
+    /// The attempt whose verdict and evidence the workflow accepted.
+    pub accepted_attempt: Option<i32>,
+    /// SHA-256 of the accepted evidence.
+    pub evidence_digest: Option<String>,
+    /// Why the run ended (a final outcome, cancellation, attempts exhausted).
+    pub ended_why: Option<String>,
+}
+
+/// One attempt at a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AttemptRow {
+    /// The attempt number (1, 2, ...); its nonce is derived from it (docs/pool.md).
+    pub attempt: i32,
+    /// The worker that took it (its Temporal identity).
+    pub worker: String,
+    /// When the worker started it (RFC 3339).
+    pub start: String,
+    /// When the workflow recorded its end (RFC 3339), if it has.
+    pub end: Option<String>,
+    /// Its outcome, when it produced an accepted verdict.
+    pub outcome: Option<String>,
+    /// Why it ended (a test outcome, lease lost, host failure, cancelled).
+    pub why: Option<String>,
+    /// SHA-256 of its evidence, when the workflow accepted it.
+    pub evidence_digest: Option<String>,
+}
+
+fn db_err(what: &str, e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{what}: {}", d.message()),
+        None => format!("{what}: {e}"),
+    }
+}
+
+fn ts(t: std::time::SystemTime) -> String {
+    time::OffsetDateTime::from(t)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+impl Store {
+    /// Connects to the store at `url` (a PostgreSQL connection URL, e.g.
+    /// `postgresql://user@/db?host=/run/socketdir` for a Unix socket).
+    pub async fn connect(url: &str) -> Result<Store, String> {
+        let config = tokio_postgres::Config::from_str(url)
+            .map_err(|e| format!("--store: not a PostgreSQL connection URL: {e}"))?;
+        let (client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|e| db_err("--store: cannot connect", e))?;
+        let conn = tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(Store { client, conn })
+    }
+
+    /// The role this connection acts as (`current_user`).
+    pub async fn current_user(&self) -> Result<String, String> {
+        let row = self
+            .client
+            .query_one("SELECT current_user::text", &[])
+            .await
+            .map_err(|e| db_err("store", e))?;
+        Ok(row.get(0))
+    }
+
+    /// Creates or upgrades the schema to [`SCHEMA_VERSION`] in one transaction; concurrent callers (several
+    /// workers starting at once) are serialised by an advisory lock. Returns the version found before.
+    pub async fn migrate(&mut self) -> Result<i32, String> {
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| db_err("migration", e))?;
+        tx.execute("SELECT pg_advisory_xact_lock(7316104531)", &[])
+            .await
+            .map_err(|e| db_err("migration: lock", e))?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS pool_schema (version integer NOT NULL, \
+             applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .map_err(|e| db_err("migration: pool_schema", e))?;
+        let before: i32 = tx
+            .query_one("SELECT coalesce(max(version), 0) FROM pool_schema", &[])
+            .await
+            .map_err(|e| db_err("migration: version", e))?
+            .get(0);
+        if before > SCHEMA_VERSION {
+            return Err(format!(
+                "store schema is version {before}; this build knows up to {SCHEMA_VERSION}"
+            ));
+        }
+        if before < 1 {
+            tx.batch_execute(MIGRATION_1)
+                .await
+                .map_err(|e| db_err("migration 1", e))?;
+            tx.execute("INSERT INTO pool_schema (version) VALUES (1)", &[])
+                .await
+                .map_err(|e| db_err("migration 1", e))?;
+        }
+        tx.commit().await.map_err(|e| db_err("migration", e))?;
+        Ok(before)
+    }
+
+    /// Creates a login role for a founder, a member of [`FOUNDER_GROUP`]: it sees only rows whose `founder` is
+    /// its own name. `name` must be a plain lower-case identifier.
+    pub async fn add_founder(&self, name: &str) -> Result<(), String> {
+        if name.is_empty()
+            || name.len() > 63
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            || name.as_bytes()[0].is_ascii_digit()
+        {
+            return Err(format!(
+                "founder name {}: use 1 to 63 of a-z, 0-9 and _, not starting with a digit",
+                attestation::text::escape(name)
+            ));
+        }
+        // The name is checked above, so it can be written as an identifier.
+        self.client
+            .batch_execute(&format!(
+                "CREATE ROLE \"{name}\" LOGIN IN ROLE {FOUNDER_GROUP}"
+            ))
+            .await
+            .map_err(|e| db_err(&format!("founder {name}"), e))
+    }
+
+    /// Stores a bundle and registers the run in one transaction, before any workflow refers to them. A run ID
+    /// already registered is refused and named.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn submit(
+        &mut self,
+        founder: &str,
+        run_id: &str,
+        kind: &str,
+        bundle: &[u8],
+        nonce: &[u8],
+        queue: &str,
+        isolation: &str,
+    ) -> Result<String, String> {
+        let digest = crate::digest(bundle);
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| db_err("store", e))?;
+        tx.execute(
+            "INSERT INTO pool_bundles (founder, digest, kind, bytes) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (founder, digest) DO NOTHING",
+            &[&founder, &digest, &kind, &bundle],
+        )
+        .await
+        .map_err(|e| db_err("store: bundle", e))?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO pool_runs (run_id, founder, bundle_digest, nonce, queue, isolation) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id) DO NOTHING",
+                &[&run_id, &founder, &digest, &nonce, &queue, &isolation],
+            )
+            .await
+            .map_err(|e| db_err("store: run", e))?;
+        if inserted == 0 {
+            return Err(format!(
+                "run ID {}: already submitted; a run ID is used once",
+                attestation::text::escape(run_id)
+            ));
+        }
+        tx.commit().await.map_err(|e| db_err("store", e))?;
+        Ok(digest)
+    }
+
+    /// Removes a run registered by [`Store::submit`] whose workflow could not be started (the bundle stays: it
+    /// is content-addressed and may be shared by other runs).
+    pub async fn withdraw(&self, run_id: &str) -> Result<(), String> {
+        self.client
+            .execute(
+                "DELETE FROM pool_runs WHERE run_id = $1 AND ended_at IS NULL \
+                 AND NOT EXISTS (SELECT 1 FROM pool_attempts a WHERE a.run_id = $1)",
+                &[&run_id],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| db_err("store: withdraw", e))
+    }
+
+    /// The bundle `digest` of `founder`: its kind and bytes.
+    pub async fn bundle(&self, founder: &str, digest: &str) -> Result<(String, Vec<u8>), String> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT kind, bytes FROM pool_bundles WHERE founder = $1 AND digest = $2",
+                &[&founder, &digest],
+            )
+            .await
+            .map_err(|e| db_err("store: bundle", e))?
+            .ok_or_else(|| format!("store: no bundle {digest}"))?;
+        let bytes: Vec<u8> = row.get(1);
+        if crate::digest(&bytes) != digest {
+            return Err(format!(
+                "store: bundle {digest}: stored bytes do not hash to their address"
+            ));
+        }
+        Ok((row.get(0), bytes))
+    }
+
+    /// Records that `worker` started `attempt` of `run_id`. A second start of the same attempt is refused (an
+    /// attempt runs once; a retry is a new attempt with its own nonce).
+    pub async fn attempt_started(
+        &self,
+        run_id: &str,
+        attempt: i32,
+        founder: &str,
+        worker: &str,
+    ) -> Result<(), String> {
+        let n = self
+            .client
+            .execute(
+                "INSERT INTO pool_attempts (run_id, attempt, founder, worker) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT DO NOTHING",
+                &[&run_id, &attempt, &founder, &worker],
+            )
+            .await
+            .map_err(|e| db_err("store: attempt", e))?;
+        if n == 0 {
+            return Err(format!(
+                "attempt {attempt} of run {} was already started",
+                attestation::text::escape(run_id)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stores evidence bytes by their SHA-256 (in a transaction; storing the same bytes twice is a no-op) and
+    /// returns the digest.
+    pub async fn put_evidence(&mut self, founder: &str, bytes: &[u8]) -> Result<String, String> {
+        let digest = crate::digest(bytes);
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| db_err("store", e))?;
+        tx.execute(
+            "INSERT INTO pool_evidence (founder, digest, bytes) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+            &[&founder, &digest, &bytes],
+        )
+        .await
+        .map_err(|e| db_err("store: evidence", e))?;
+        tx.commit().await.map_err(|e| db_err("store", e))?;
+        Ok(digest)
+    }
+
+    /// Records how an attempt ended, as the workflow decided. Only the workflow calls this (from a local
+    /// activity), so an attempt's end is the one in the workflow's history and no worker can rewrite it.
+    pub async fn attempt_ended(
+        &mut self,
+        run_id: &str,
+        attempt: i32,
+        outcome: Option<&str>,
+        why: &str,
+        evidence_digest: Option<&str>,
+    ) -> Result<(), String> {
+        let tx = self
+            .client
+            .transaction()
+            .await
+            .map_err(|e| db_err("store", e))?;
+        // An attempt whose worker died before recording its start still gets a row.
+        tx.execute(
+            "INSERT INTO pool_attempts (run_id, attempt, founder, worker) \
+             SELECT run_id, $2::integer, founder, '(unknown: no start recorded)' FROM pool_runs WHERE run_id = $1 \
+             ON CONFLICT DO NOTHING",
+            &[&run_id, &attempt],
+        )
+        .await
+        .map_err(|e| db_err("store: attempt", e))?;
+        tx.execute(
+            "UPDATE pool_attempts SET ended_at = now(), outcome = $3, why = $4, evidence_digest = $5 \
+             WHERE run_id = $1 AND attempt = $2 AND ended_at IS NULL",
+            &[&run_id, &attempt, &outcome, &why, &evidence_digest],
+        )
+        .await
+        .map_err(|e| db_err("store: attempt", e))?;
+        tx.commit().await.map_err(|e| db_err("store", e))
+    }
+
+    /// Records the run's end as the workflow decided: the accepted attempt, its outcome, verdict and evidence.
+    pub async fn run_ended(
+        &self,
+        run_id: &str,
+        accepted: Option<(i32, &str, &str, &serde_json::Value)>,
+        why: &str,
+    ) -> Result<(), String> {
+        let (attempt, outcome, evidence, verdict) = match accepted {
+            Some((a, o, e, v)) => (Some(a), Some(o), Some(e), Some(v)),
+            None => (None, None, None, None),
+        };
+        self.client
+            .execute(
+                "UPDATE pool_runs SET ended_at = now(), accepted_attempt = $2, outcome = $3, \
+                 evidence_digest = $4, verdict = $5, ended_why = $6 WHERE run_id = $1 AND ended_at IS NULL",
+                &[&run_id, &attempt, &outcome, &evidence, &verdict, &why],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| db_err("store: run", e))
+    }
+
+    /// The run `run_id` and its attempts, as far as this connection's role may see: a founder's role sees only
+    /// its own runs, so another founder's run is reported as not found.
+    pub async fn status(&self, run_id: &str) -> Result<(RunRow, Vec<AttemptRow>), String> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT run_id, founder, bundle_digest, nonce, queue, isolation, submitted_at, ended_at, \
+                 outcome, accepted_attempt, evidence_digest, ended_why FROM pool_runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: run", e))?
+            .ok_or_else(|| not_found(run_id))?;
+        let nonce: Vec<u8> = row.get(3);
+        let run = RunRow {
+            run_id: row.get(0),
+            founder: row.get(1),
+            bundle_digest: row.get(2),
+            nonce: hex::encode(nonce),
+            queue: row.get(4),
+            isolation: row.get(5),
+            submitted_at: ts(row.get(6)),
+            ended_at: row.get::<_, Option<std::time::SystemTime>>(7).map(ts),
+            outcome: row.get(8),
+            accepted_attempt: row.get(9),
+            evidence_digest: row.get(10),
+            ended_why: row.get(11),
+        };
+        let attempts = self
+            .client
+            .query(
+                "SELECT attempt, worker, started_at, ended_at, outcome, why, evidence_digest \
+                 FROM pool_attempts WHERE run_id = $1 ORDER BY attempt",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: attempts", e))?
+            .into_iter()
+            .map(|r| AttemptRow {
+                attempt: r.get(0),
+                worker: r.get(1),
+                start: ts(r.get(2)),
+                end: r.get::<_, Option<std::time::SystemTime>>(3).map(ts),
+                outcome: r.get(4),
+                why: r.get(5),
+                evidence_digest: r.get(6),
+            })
+            .collect();
+        Ok((run, attempts))
+    }
+
+    /// The verdict (JSON) of the run's accepted attempt, when the run is final.
+    pub async fn verdict(&self, run_id: &str) -> Result<Option<serde_json::Value>, String> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT verdict FROM pool_runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: run", e))?
+            .ok_or_else(|| not_found(run_id))?;
+        Ok(row.get(0))
+    }
+
+    /// The evidence of the attempt the workflow accepted for `run_id` (and that attempt's number).
+    pub async fn accepted_evidence(&self, run_id: &str) -> Result<(i32, Vec<u8>), String> {
+        let (run, _) = self.status(run_id).await?;
+        let (Some(attempt), Some(digest)) = (run.accepted_attempt, run.evidence_digest) else {
+            return Err(format!(
+                "run {}: no accepted evidence yet ({})",
+                attestation::text::escape(run_id),
+                run.ended_why.as_deref().unwrap_or("the run is still going")
+            ));
+        };
+        let row = self
+            .client
+            .query_opt(
+                "SELECT bytes FROM pool_evidence WHERE founder = $1 AND digest = $2",
+                &[&run.founder, &digest],
+            )
+            .await
+            .map_err(|e| db_err("store: evidence", e))?
+            .ok_or_else(|| format!("store: evidence {digest} of run {run_id} is missing"))?;
+        let bytes: Vec<u8> = row.get(0);
+        if crate::digest(&bytes) != digest {
+            return Err(format!(
+                "store: evidence {digest}: stored bytes do not hash to their address"
+            ));
+        }
+        Ok((attempt, bytes))
+    }
+}
+
+fn not_found(run_id: &str) -> String {
+    format!(
+        "run {}: not found in the store (or not one of this role's runs)",
+        attestation::text::escape(run_id)
+    )
+}

