@@ -89,7 +89,8 @@ impl Docs {
                 }
                 Event::Code(t) => {
                     let name = t.trim().to_string();
-                    if !current.is_empty() {
+                    // The "Check names" table lists every check: an index, not the section that explains one.
+                    if !current.is_empty() && current != "check-names" {
                         names.entry(name).or_insert_with(|| current.clone());
                     }
                     events.push(Event::Code(t));

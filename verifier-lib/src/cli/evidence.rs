@@ -226,7 +226,14 @@ pub enum OptionsError {
 /// used by `fenced-run view`, which flattens these [`Args`]).
 pub fn options(
     args: &Args,
-) -> Result<(Vec<u8>, EvidenceOptions, Option<crate::collateral::baseline::Baseline>), OptionsError> {
+) -> Result<
+    (
+        Vec<u8>,
+        EvidenceOptions,
+        Option<crate::collateral::baseline::Baseline>,
+    ),
+    OptionsError,
+> {
     use OptionsError::Unusable;
     let bytes = super::read_input(&args.evidence)
         .map_err(|e| Unusable("input", format!("evidence: {e}")))?;
