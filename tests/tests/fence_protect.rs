@@ -172,6 +172,19 @@ fn an_install_script_rewriting_a_protected_test_is_undone() {
     );
 }
 
+/// Both protected files are listed as displaced (`type_changed`) by the install phase: the directory holding
+/// them was replaced by something else.
+fn assert_suite_displaced_by_install(r: &Ran) {
+    let p = protected(r);
+    for path in ["tests/test.sh", "tests/lib/helpers.sh"] {
+        assert!(
+            p.contains(&(path.into(), "type_changed".into(), "install".into())),
+            "{path}: {}",
+            r.dump()
+        );
+    }
+}
+
 #[test]
 fn a_symbolic_link_swapped_in_for_a_protected_directory_is_replaced() {
     if skip() {
@@ -184,21 +197,8 @@ fn a_symbolic_link_swapped_in_for_a_protected_directory_is_replaced() {
          rm -rf tests && mkdir evil2 && printf 'echo 9 passed, 0 failed\\\\n' > evil2/test.sh && ln -s evil2 tests",
     );
     assert_eq!(r.outcome(), "tests_failed", "{}", r.dump());
-    let p = protected(&r);
     // `tests/**` does not name `tests` itself: the link is reported through the paths it displaced.
-    assert!(
-        p.contains(&(
-            "tests/test.sh".into(),
-            "type_changed".into(),
-            "install".into()
-        )) && p.contains(&(
-            "tests/lib/helpers.sh".into(),
-            "type_changed".into(),
-            "install".into()
-        )),
-        "{}",
-        r.dump()
-    );
+    assert_suite_displaced_by_install(&r);
 }
 
 #[test]
@@ -208,20 +208,7 @@ fn a_protected_directory_replaced_by_a_file_is_restored() {
     }
     let r = install_does("rm -rf tests && echo 'not a directory' > tests");
     assert_eq!(r.outcome(), "tests_failed", "{}", r.dump());
-    let p = protected(&r);
-    assert!(
-        p.contains(&(
-            "tests/test.sh".into(),
-            "type_changed".into(),
-            "install".into()
-        )) && p.contains(&(
-            "tests/lib/helpers.sh".into(),
-            "type_changed".into(),
-            "install".into()
-        )),
-        "{}",
-        r.dump()
-    );
+    assert_suite_displaced_by_install(&r);
 }
 
 #[test]
