@@ -272,7 +272,7 @@ fn p384_key(cert: &X509Certificate<'_>) -> Result<p384::ecdsa::VerifyingKey, Str
         .unwrap_or_default();
     if alg != OID_EC_PUBLIC_KEY || curve != OID_SECP384R1 {
         return Err(format!(
-            "public key is {alg} on {curve:?}, expected an EC key on P-384 ({OID_SECP384R1})"
+            "public key is {alg} on curve `{curve}`, expected an EC key on P-384 ({OID_SECP384R1})"
         ));
     }
     p384::ecdsa::VerifyingKey::from_sec1_bytes(&spki.subject_public_key.data)
@@ -588,7 +588,7 @@ fn check_one_crl(
         Err(e) => {
             return vec![Failure::new(
                 checks::CRL,
-                format!("not a DER CertificateList ({e})"),
+                format!("not a DER CertificateList ({})", crate::pki::der_error(&e)),
             )]
         }
     };

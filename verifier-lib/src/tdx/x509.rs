@@ -62,7 +62,7 @@ impl Cert {
             }),
             Err(e) => Err(X509Error::Der {
                 what: what.into(),
-                detail: e.to_string(),
+                detail: crate::pki::der_error(&e),
             }),
         }
     }
@@ -213,7 +213,7 @@ impl Crl {
             }),
             Err(e) => Err(X509Error::Der {
                 what: what.into(),
-                detail: e.to_string(),
+                detail: crate::pki::der_error(&e),
             }),
         }
     }
