@@ -6,7 +6,7 @@
 //! every line of the human output says SIMULATED.
 
 use super::snp_report::{parse_time, unusable, PolicyArgs};
-use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
+use crate::evidence::{verify_evidence, EvidenceOptions, RunPins};
 use crate::output;
 use crate::snp::policy::HexBytes;
 use crate::snp::ChainOptions;
@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 /// Arguments of `verify-attestation evidence`.
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements", "mrtd", "rtmr"])))]
+#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements", "mrtd", "rtmr", "policy_file"])))]
 #[command(group(clap::ArgGroup::new("freshness").required(true).args(["nonce", "no_nonce"])))]
 pub struct Args {
     /// The evidence file (CBOR, `.evidence`).
@@ -33,9 +33,9 @@ pub struct Args {
     /// A trusted auditor's public key (Ed25519 PEM, from `measure-guest keygen`); repeat for each auditor.
     #[arg(long = "auditor-key", value_name = "KEY", requires = "measurements")]
     pub auditor_key: Vec<PathBuf>,
-    /// How many distinct trusted auditors must have signed the set (default 1).
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub auditors_required: u32,
+    /// How many distinct trusted auditors must have signed the set (default 1; only with --measurements).
+    #[arg(long, value_name = "K", requires = "measurements", value_parser = clap::value_parser!(u32).range(1..))]
+    pub auditors_required: Option<u32>,
     /// An auditor's detached signature over the set; repeat for each. Default: every `SET.*.sig` beside the set
     /// (the name `measure-guest sign` writes).
     #[arg(long = "set-signature", value_name = "FILE", requires = "measurements")]
@@ -66,6 +66,10 @@ pub struct Args {
     /// TDX collateral (`collateral.json`: TCB info, QE identity, CRLs) for evidence that carries none.
     #[arg(long, value_name = "FILE")]
     pub collateral: Option<PathBuf>,
+    /// The SEV-SNP policy in a TOML file (keys are the policy flags' names without `--`, docs/cli.md); a
+    /// policy flag given as well overrides the file's value.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -202,11 +206,16 @@ impl std::str::FromStr for NonceArg {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_input(&args.evidence) {
+    let bytes = match super::read_main_input(
+        args.json,
+        "evidence",
+        &args.evidence,
+        super::kind::Kind::Cbor,
+    ) {
         Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("evidence: {e}")),
+        Err(exit) => return exit,
     };
-    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
+    let crl = match super::read_crl(args.json, args.crl.as_deref()) {
         Ok(b) => b,
         Err(exit) => return exit,
     };
@@ -240,13 +249,17 @@ pub fn run(args: Args) -> ExitCode {
             format!("--rtmr {dup}= given twice with different values"),
         );
     }
+    let policy = match super::policy_file::effective(args.policy_file.as_deref(), &args.policy) {
+        Ok(p) => p,
+        Err(e) => return unusable(args.json, "policy-file", e),
+    };
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
             crl,
             allow_simulated: args.allow_simulated,
         },
-        policy: args.policy.to_policy(),
+        policy: policy.to_policy(),
         nonce: args.nonce.as_ref().map(|n| n.0.clone()),
         any_measurement: args.any_measurement,
         measurement_set,
@@ -256,8 +269,8 @@ pub fn run(args: Args) -> ExitCode {
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
-    let v = match verify_evidence_bytes(&bytes, &opts) {
-        Ok(v) => v,
+    let ev = match attestation::evidence::Evidence::from_cbor(&bytes) {
+        Ok(ev) => ev,
         Err(e) => {
             return unusable(
                 args.json,
@@ -266,6 +279,33 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    let mut cannot_apply = inapplicable_flags(&args, ev.tee.is_snp());
+    if !ev.tee.is_snp() && args.policy_file.is_some() && !policy.snp_only_flags_given().is_empty() {
+        cannot_apply.push("--policy (a file with SEV-SNP keys)");
+    }
+    if !cannot_apply.is_empty() {
+        return unusable(
+            args.json,
+            "flag-not-applicable",
+            format!(
+                "{} {} not apply to {} evidence ({}); remove {}",
+                cannot_apply.join(", "),
+                if cannot_apply.len() == 1 {
+                    "does"
+                } else {
+                    "do"
+                },
+                if ev.tee.is_snp() { "SEV-SNP" } else { "TDX" },
+                ev.tee,
+                if cannot_apply.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                }
+            ),
+        );
+    }
+    let v = verify_evidence(&ev, &opts);
     if args.json {
         println!(
             "{}",
@@ -279,6 +319,34 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The flags given that cannot apply to this evidence: SEV-SNP policy flags and `--crl` on TDX evidence, TDX
+/// flags and `--collateral` on SEV-SNP evidence (`--auditors-required` without `--measurements` is a usage
+/// error of the parser).
+fn inapplicable_flags(args: &Args, snp: bool) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if snp {
+        if !args.tdx.mrtd.is_empty() {
+            out.push("--mrtd");
+        }
+        if !args.tdx.rtmr.is_empty() {
+            out.push("--rtmr");
+        }
+        if args.tdx.leave_rtmrs_unpinned {
+            out.push("--leave-rtmrs-unpinned");
+        }
+        out.extend(args.tdx.accept.flags_given());
+        if args.collateral.is_some() {
+            out.push("--collateral");
+        }
+    } else {
+        out.extend(args.policy.snp_only_flags_given());
+        if args.crl.is_some() {
+            out.push("--crl");
+        }
+    }
+    out
 }
 
 /// The pins of the flags; `--patch`/`--job` files are hashed here (an unreadable one is unusable input).
@@ -332,7 +400,7 @@ fn load_set(
         set,
         &signatures,
         &args.auditor_key,
-        args.auditors_required as usize,
+        args.auditors_required.unwrap_or(1) as usize,
     )
     .map_err(|e| match e {
         SetError::NotEnoughAuditors { .. } => (1, e.to_string()),
