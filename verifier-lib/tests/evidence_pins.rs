@@ -24,7 +24,7 @@ const PATCH: &[u8] = b"--- a/calc.sh\n+++ b/calc.sh\n@@ -1 +1 @@\n-echo 1\n+echo
 const JOB: &[u8] = b"[repository]\npath = \"repo\"\npatch = \"fix.patch\"\n";
 
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 fn sha(b: &[u8]) -> String {
