@@ -1,3 +1,4 @@
 //! Shared helpers for the workspace-level end-to-end tests.
 
+pub mod cli;
 pub mod fence;
