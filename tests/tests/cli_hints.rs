@@ -92,11 +92,7 @@ fn a_wrong_kind_of_file_gets_a_hint_naming_what_it_is() {
                 v
             },
             2,
-            vec![
-                "--vmpl",
-                "--min-tcb",
-                "do not apply to TDX evidence",
-            ],
+            vec!["--vmpl", "--min-tcb", "do not apply to TDX evidence"],
         ),
         (
             {
