@@ -385,10 +385,13 @@ fn tdx_register_pins_do_not_pin_snp_evidence() {
         .output()
         .expect("run");
     let json = json_of(&out);
-    assert_eq!(out.status.code(), Some(1), "{json}");
-    assert_eq!(
-        failure_checks(&json),
-        [checks::MEASUREMENT_UNPINNED],
+    // A TDX pin cannot apply to SEV-SNP evidence: unusable input (exit 2) naming the flag, never a pin.
+    assert_eq!(out.status.code(), Some(2), "{json}");
+    assert_eq!(failure_checks(&json), ["flag-not-applicable"], "{json}");
+    assert!(
+        json["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--mrtd")),
         "{json}"
     );
 }

@@ -87,7 +87,11 @@ pub fn sniff(bytes: &[u8]) -> Kind {
         }
     }
     if let Some(&b) = bytes.first() {
-        if (0xa0..=0xbf).contains(&b) {
+        // A CBOR map that decodes whole (a byte in the map range alone says little: 1184 bytes of 0xA5 are a
+        // malformed report, not CBOR).
+        if (0xa0..=0xbf).contains(&b)
+            && ciborium::de::from_reader::<ciborium::Value, _>(bytes).is_ok()
+        {
             return Kind::Cbor;
         }
     }
@@ -196,7 +200,8 @@ mod tests {
         let mut quote = vec![0u8; 700];
         quote[..8].copy_from_slice(&[4, 0, 2, 0, 0x81, 0, 0, 0]);
         assert_eq!(sniff(&quote), Kind::TdxQuote);
-        assert_eq!(sniff(b"\xa6\x63tee"), Kind::Cbor);
+        assert_eq!(sniff(b"\xa1\x63tee\x01"), Kind::Cbor);
+        assert_eq!(sniff(&[0xa5; 1184]), Kind::Binary);
         assert_eq!(
             sniff(b"-----BEGIN CERTIFICATE-----\nMII\n"),
             Kind::Pem("CERTIFICATE".into())
