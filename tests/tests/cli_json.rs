@@ -362,7 +362,7 @@ fn every_bad_invocation_prints_one_json_object_with_its_exit_code() {
             if j["error"]["check"] != k.check {
                 problems.push(format!("{name}: error.check is not {}: {j}", k.check));
             }
-            if !j["error"]["detail"].as_str().is_some_and(|d| !d.is_empty()) {
+            if j["error"]["detail"].as_str().is_none_or(|d| d.is_empty()) {
                 problems.push(format!("{name}: error.detail is empty: {j}"));
             }
         }
