@@ -5,6 +5,7 @@ pub mod binding;
 pub mod cli_io;
 pub mod evidence;
 pub mod session;
+pub mod sig;
 pub mod sim;
 pub mod snp;
 pub mod tdx;

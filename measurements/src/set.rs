@@ -579,9 +579,13 @@ impl SignatureFile {
                 hex::encode(set.digest())
             ));
         }
-        let sig = ed25519_dalek::Signature::from_bytes(&self.signature.0);
-        key.verify_strict(&set.signing_message(), &sig)
-            .map_err(|_| "signature is invalid".to_owned())?;
+        // Strict Ed25519 (weak keys and small-order R refused) through the one signature module, over ring.
+        attestation::sig::ed25519_strict(
+            &self.public_key.0,
+            &set.signing_message(),
+            &self.signature.0,
+        )
+        .map_err(|_| "signature is invalid".to_owned())?;
         Ok(key)
     }
 }

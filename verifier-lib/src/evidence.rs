@@ -7,7 +7,7 @@
 //! kernel, initramfs and command line), the verdict's counts against its outcome, and the founder's pins on the
 //! run itself (outcome, commit, tree, patch, job, isolation), each a check of its own.
 
-use crate::output::Failure;
+use crate::failure::Failure;
 use crate::snp::{self, CertBundle, ChainOptions, Policy, RootKind, SnpVerification};
 use attestation::binding;
 use attestation::evidence::{Evidence, EvidenceError, TeeLabel};
@@ -692,7 +692,18 @@ fn verify_snp_part(
         allow_simulated: true,
         ..opts.chain.clone()
     };
-    let mut v = snp::verify_report(&report, &bundle, &chain_opts, &opts.policy);
+    let input = snp::SnpInput {
+        report: &ev.report,
+        certs: &bundle,
+    };
+    // The report parsed above, so this parses too; the signature is checked over the bytes as received.
+    let mut v = match snp::verify_report_bytes(&input, &chain_opts, &opts.policy) {
+        Ok(v) => v,
+        Err(e) => {
+            failures.push(Failure::new(checks::REPORT_FORMAT, e.to_string()));
+            return (ReportVerification::Unverified, None, ev.tee.is_simulated());
+        }
+    };
     let simulated = v.chain.root == RootKind::Unpinned;
     if simulated && !opts.chain.allow_simulated {
         // First in both lists, so the report's own result is not "verified" either.
@@ -751,9 +762,7 @@ fn verify_tdx_part(
                     "SIMULATED evidence: the PCK chain does not end in the pinned Intel root (give --allow-simulated)",
                 ));
             }
-            for f in &v.failures {
-                failures.push(Failure::seen_wanted(f.check.clone(), &f.seen, &f.wanted));
-            }
+            failures.extend(v.failures.iter().cloned());
             let rd = v.quote.td().report_data;
             (ReportVerification::Tdx(Box::new(v)), Some(rd), simulated)
         }

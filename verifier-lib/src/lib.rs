@@ -3,7 +3,12 @@
 
 pub mod cli;
 pub mod evidence;
+pub mod failure;
 pub mod output;
 pub mod pki;
 pub mod snp;
 pub mod tdx;
+pub mod verifier;
+
+pub use failure::Failure;
+pub use verifier::{CacheStats, Verifier};

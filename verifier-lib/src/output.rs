@@ -1,64 +1,11 @@
-//! The JSON object and the aligned human table that `verify-attestation` prints, and the [`Failure`] record
-//! every check reports.
-//!
-//! A failure names the check, what was seen and what was expected; a verifier collects all of them rather than
-//! stopping at the first, so a founder sees every reason at once.
+//! The output layer, on top of every verifier: the JSON object and the aligned human table that
+//! `verify-attestation` prints from a typed result ([`crate::snp::SnpVerification`],
+//! [`crate::evidence::EvidenceVerification`]). Nothing below imports it; the [`crate::Failure`] records it prints
+//! come from [`crate::failure`].
 
 use crate::evidence::{EvidenceOptions, EvidenceVerification, ReportVerification};
 use crate::snp::{ChainOptions, RootKind, SnpVerification};
 use attestation::snp::{Product, TcbVersion};
-use serde::Serialize;
-use std::borrow::Cow;
-use std::fmt;
-
-/// One failed check: which check, and a detail naming the value seen and the value expected.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Failure {
-    /// Stable name of the check (e.g. `report-signature`, `leaf-signature`, `measurement`).
-    pub check: Cow<'static, str>,
-    /// What was seen and what was expected.
-    pub detail: String,
-    /// The value seen, where the check compares one value with another (omitted from JSON otherwise).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub seen: Option<String>,
-    /// The value wanted, where the check compares one value with another (omitted from JSON otherwise).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wanted: Option<String>,
-}
-
-impl Failure {
-    /// A failure of `check` with `detail`.
-    pub fn new(check: impl Into<Cow<'static, str>>, detail: impl Into<String>) -> Failure {
-        Failure {
-            check: check.into(),
-            detail: detail.into(),
-            seen: None,
-            wanted: None,
-        }
-    }
-
-    /// A failure of a check that compares a value seen with a value wanted; the detail reads
-    /// "seen SEEN, wanted WANTED".
-    pub fn seen_wanted(
-        check: impl Into<Cow<'static, str>>,
-        seen: impl Into<String>,
-        wanted: impl Into<String>,
-    ) -> Failure {
-        let (seen, wanted) = (seen.into(), wanted.into());
-        Failure {
-            check: check.into(),
-            detail: format!("seen {seen}, wanted {wanted}"),
-            seen: Some(seen),
-            wanted: Some(wanted),
-        }
-    }
-}
-
-impl fmt::Display for Failure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.check, self.detail)
-    }
-}
 
 /// Prints rows as an aligned two-column table; every line is prefixed with `prefix` (e.g. `SIMULATED `).
 /// Keys and every line of a value are escaped ([`attestation::text::escape`]): a certificate name or report

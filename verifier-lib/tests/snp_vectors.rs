@@ -9,7 +9,7 @@ use std::process::Command;
 use verifier_lib::snp::chain::{checks, verify_raw_report_signature};
 use verifier_lib::snp::{verify_chain, verify_report, CertBundle, ChainOptions, Policy, RootKind};
 
-fn has(failures: &[verifier_lib::output::Failure], check: &str) -> bool {
+fn has(failures: &[verifier_lib::Failure], check: &str) -> bool {
     failures.iter().any(|f| f.check == check)
 }
 

@@ -158,7 +158,7 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
         .iter()
         .map(|f| f["check"].as_str().expect("c"))
         .collect();
-    assert_eq!(checks, ["mrtd", "report_data"]);
+    assert_eq!(checks, ["mrtd", "report-data"]);
     assert_eq!(v["failures"][0]["seen"], mrtd);
 
     // After the collateral expires: exit 1, the expiry named.
@@ -172,7 +172,7 @@ fn tdx_cli_policy_flags_expiry_and_unusable_input() {
     ]);
     assert_eq!(code, 1);
     assert!(
-        out.contains("tcb_info.next_update") && out.contains("pck_crl.next_update"),
+        out.contains("tcb-info-next-update") && out.contains("pck-crl-next-update"),
         "{out}"
     );
 

@@ -114,7 +114,7 @@ fn the_founders_collateral_wins_over_older_collateral_in_the_evidence() {
     assert!(
         v.failures
             .iter()
-            .any(|f| f.check == "pck_chain.leaf.revoked"),
+            .any(|f| f.check == "pck-chain-leaf-revoked"),
         "{:?}",
         v.failures
     );

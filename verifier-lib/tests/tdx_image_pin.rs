@@ -173,12 +173,12 @@ fn tdx_quote_policy_flags_apply_to_tdx_evidence() {
     let table: Vec<(Vec<String>, Option<&str>)> = vec![
         (
             vec!["--mr-config-id".into(), "ee".repeat(48)],
-            Some("mr_config_id"),
+            Some("mr-config-id"),
         ),
-        (vec!["--mr-owner".into(), "ee".repeat(48)], Some("mr_owner")),
+        (vec!["--mr-owner".into(), "ee".repeat(48)], Some("mr-owner")),
         (
             vec!["--mr-owner-config".into(), "ee".repeat(48)],
-            Some("mr_owner_config"),
+            Some("mr-owner-config"),
         ),
         (
             vec!["--mr-owner-config".into(), hex::encode(td.mr_owner_config)],
@@ -188,11 +188,11 @@ fn tdx_quote_policy_flags_apply_to_tdx_evidence() {
         (vec!["--xfam".into(), hex::encode(td.xfam)], None),
         (
             vec!["--td-attributes".into(), "ff".repeat(8)],
-            Some("td_attributes"),
+            Some("td-attributes"),
         ),
         (
             vec!["--min-tee-tcb-svn".into(), "ff".repeat(16)],
-            Some("tee_tcb_svn"),
+            Some("tee-tcb-svn"),
         ),
         (
             vec!["--rtmr".into(), format!("3={}", "ee".repeat(48))],

@@ -60,11 +60,11 @@ fn tdx_quote_each_tightening_flag_rejects_an_unmet_value_and_accepts_a_met_one()
         ("--rtmr1", "rtmr1", "rtmr1"),
         ("--rtmr2", "rtmr2", "rtmr2"),
         ("--rtmr3", "rtmr3", "rtmr3"),
-        ("--mr-config-id", "mr_config_id", "mr_config_id"),
-        ("--mr-owner", "mr_owner", "mr_owner"),
-        ("--td-attributes", "td_attributes", "td_attributes"),
+        ("--mr-config-id", "mr_config_id", "mr-config-id"),
+        ("--mr-owner", "mr_owner", "mr-owner"),
+        ("--td-attributes", "td_attributes", "td-attributes"),
         ("--xfam", "xfam", "xfam"),
-        ("--report-data", "report_data", "report_data"),
+        ("--report-data", "report_data", "report-data"),
     ] {
         let seen = field(key);
         let bad = match seen.len() {
@@ -91,7 +91,7 @@ fn tdx_quote_each_tightening_flag_rejects_an_unmet_value_and_accepts_a_met_one()
     rows.push(row(
         V,
         &["--min-tee-tcb-svn", &above],
-        Some(("tee_tcb_svn", &svn, &above)),
+        Some(("tee-tcb-svn", &svn, &above)),
     ));
     rows.push(row(V, &["--min-tee-tcb-svn", &svn], None));
     rows.push(row(V, &["--mrtd", &bad48, "--mrtd", &field("mrtd")], None));
@@ -102,12 +102,12 @@ fn tdx_quote_each_tightening_flag_rejects_an_unmet_value_and_accepts_a_met_one()
     rows.push(row(
         OOD,
         &[],
-        Some(("tcb_status", "OutOfDate", "UpToDate, SWHardeningNeeded")),
+        Some(("tcb-status", "OutOfDate", "UpToDate, SWHardeningNeeded")),
     ));
     rows.push(row(
         OOD,
         &["--accept-tcb-status", "ConfigurationNeeded"],
-        Some(("tcb_status", "OutOfDate", "ConfigurationNeeded")),
+        Some(("tcb-status", "OutOfDate", "ConfigurationNeeded")),
     ));
     rows.push(row(OOD, &["--accept-tcb-status", "OutOfDate"], None));
     // A denied advisory the level carries rejects; one it does not carry does not.
@@ -119,7 +119,7 @@ fn tdx_quote_each_tightening_flag_rejects_an_unmet_value_and_accepts_a_met_one()
             "--deny-advisory",
             &advisory,
         ],
-        Some(("advisory_ids", &advisory, "not a denied advisory")),
+        Some(("advisory-ids", &advisory, "not a denied advisory")),
     ));
     rows.push(row(
         OOD,
@@ -135,7 +135,7 @@ fn tdx_quote_each_tightening_flag_rejects_an_unmet_value_and_accepts_a_met_one()
     rows.push(row(
         DEBUG,
         &[],
-        Some(("td_attributes.debug", "set", "clear")),
+        Some(("td-attributes-debug", "set", "clear")),
     ));
     rows.push(row(DEBUG, &["--allow-debug"], None));
 
@@ -203,8 +203,8 @@ fn tdx_policy_rejects_a_service_td_unless_allowed() {
     b.mr_servicetd[0] = 0x5a;
     Policy::default().check_td(&quote, &mut failures);
     assert_eq!(failures.len(), 1, "{failures:?}");
-    assert_eq!(failures[0].check, "mr_servicetd");
-    assert!(failures[0].seen.starts_with("5a00"), "{failures:?}");
+    assert_eq!(failures[0].check, "mr-servicetd");
+    assert!(failures[0].seen_str().starts_with("5a00"), "{failures:?}");
     let allowed = Policy {
         allow_service_td: true,
         ..Policy::default()

@@ -62,9 +62,9 @@ fn tdx_sim_quote_verifies_only_with_allow_simulated() {
     assert_eq!(
         r.failures
             .iter()
-            .map(|f| f.check.as_str())
+            .map(|f| f.check.as_ref())
             .collect::<Vec<_>>(),
-        ["pck_chain.root.pin"]
+        ["pck-chain-root-pin"]
     );
 }
 
@@ -106,9 +106,9 @@ fn tdx_sim_keys_persist_and_the_td15_path_works() {
     assert_eq!(
         r.failures
             .iter()
-            .map(|f| f.check.as_str())
+            .map(|f| f.check.as_ref())
             .collect::<Vec<_>>(),
-        ["mr_servicetd"]
+        ["mr-servicetd"]
     );
     let allow = Policy {
         allow_service_td: true,
@@ -153,9 +153,9 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
     assert_eq!(
         r.failures
             .iter()
-            .map(|f| f.check.as_str())
+            .map(|f| f.check.as_ref())
             .collect::<Vec<_>>(),
-        ["tcb_status"]
+        ["tcb-status"]
     );
 
     // A TDX module below its identity's UpToDate level is OutOfDate; the converged status follows it.
@@ -209,7 +209,7 @@ fn tdx_sim_tcb_grading_out_of_date_platform_and_module() {
     )
     .expect("o");
     let r = verify_quote(&other.quote(&t).expect("q"), &opts).expect("parse");
-    assert!(r.failed("tcb_info.fmspc"), "{:?}", r.failures);
+    assert!(r.failed("tcb-info-fmspc"), "{:?}", r.failures);
 }
 
 #[test]
@@ -242,7 +242,7 @@ fn tdx_sim_cli_says_simulated_on_every_line() {
     assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["tee"], "sim-tdx");
-    assert_eq!(v["failures"][0]["check"], "pck_chain.root.pin");
+    assert_eq!(v["failures"][0]["check"], "pck-chain-root-pin");
 }
 
 /// A CCEL log (TCG2 crypto-agile, SHA-384 only) with one event per RTMR.
@@ -311,7 +311,7 @@ fn tdx_sim_cli_event_log_replay_must_match_the_rtmrs() {
     let (code, v) = run(&other);
     assert_eq!(code, Some(1));
     assert_eq!(v["failures"].as_array().expect("f").len(), 1, "{v}");
-    assert_eq!(v["failures"][0]["check"], "event_log.rtmr2");
+    assert_eq!(v["failures"][0]["check"], "event-log-rtmr2");
     assert_eq!(
         v["failures"][0]["wanted"],
         format!("replayed {}", hex::encode(replay.rtmrs[2]))
@@ -332,9 +332,9 @@ fn tdx_sim_revoked_certificates_are_named() {
     let issued = now() as u64 - 3600;
     let policy = Policy::default();
     for (revoke, check) in [
-        (SimCert::PckLeaf, "pck_chain.leaf.revoked"),
-        (SimCert::PckCa, "pck_chain.ca.revoked"),
-        (SimCert::TcbSigning, "tcb_info_issuer_chain.leaf.revoked"),
+        (SimCert::PckLeaf, "pck-chain-leaf-revoked"),
+        (SimCert::PckCa, "pck-chain-ca-revoked"),
+        (SimCert::TcbSigning, "tcb-info-issuer-chain-leaf-revoked"),
     ] {
         let json = qe
             .collateral_json_revoking(&t.tee_tcb_svn, issued, &[revoke])

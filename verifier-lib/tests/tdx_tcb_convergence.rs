@@ -223,7 +223,7 @@ fn tdx_tcb_module_mismatch_and_module_version_zero() {
                 "platform {p} qe {q}"
             );
             assert_eq!(failures.len(), 1, "{failures:?}");
-            assert_eq!(failures[0].check, "tdx_module.identity");
+            assert_eq!(failures[0].check, "tdx-module-identity");
             // Module version 0 is graded by the TDX level itself (module UpToDate): the module-UpToDate column.
             let pi = PLATFORM.iter().position(|x| *x == p).expect("in list");
             let want = EXPECTED[pi][qi];

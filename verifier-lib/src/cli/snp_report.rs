@@ -214,7 +214,20 @@ pub fn run(args: Args) -> ExitCode {
         Ok(p) => p,
         Err(e) => return unusable(args.json, "policy-file", e),
     };
-    let v = snp::verify_report(&report, &bundle, &opts, &policy.to_policy());
+    let input = snp::SnpInput {
+        report: &bytes,
+        certs: &bundle,
+    };
+    let v = match snp::verify_report_bytes(&input, &opts, &policy.to_policy()) {
+        Ok(v) => v,
+        Err(e) => {
+            return unusable(
+                args.json,
+                "report-format",
+                format!("{}: {e}", args.report.display()),
+            )
+        }
+    };
     if args.json {
         println!(
             "{}",

@@ -10,7 +10,7 @@ use crate::cli::snp_report::parse_time;
 use crate::output::print_table;
 use crate::snp::policy::HexBytes;
 use crate::tdx::{
-    verify_quote_parsed, Collateral, Failure, Policy, Root, TcbStatus, TdxVerification,
+    verify_quote_received, Collateral, Failure, Policy, Root, TcbStatus, TdxVerification,
     VerifyOptions,
 };
 use attestation::tdx::Quote;
@@ -216,7 +216,7 @@ pub fn json(v: &TdxVerification) -> serde_json::Value {
     let failures: Vec<serde_json::Value> = v
         .failures
         .iter()
-        .map(|f| serde_json::json!({ "check": f.check, "detail": f.detail(), "seen": f.seen, "wanted": f.wanted }))
+        .map(|f| serde_json::json!({ "check": f.check, "detail": f.detail, "seen": f.seen, "wanted": f.wanted }))
         .collect();
     serde_json::json!({
         "verified": v.verified(),
@@ -324,7 +324,7 @@ pub fn table(v: &TdxVerification) -> String {
         rows.push(("failures".into(), "none".into()));
     }
     for f in &v.failures {
-        rows.push((format!("FAIL {}", f.check), f.detail()));
+        rows.push((format!("FAIL {}", f.check), f.detail.clone()));
     }
     print_table(&rows, if v.simulated { "SIMULATED " } else { "" })
 }
@@ -389,12 +389,12 @@ pub fn run(args: Args) -> ExitCode {
         policy: &policy,
         allow_simulated: args.allow_simulated,
     };
-    let mut v = verify_quote_parsed(quote, None, &opts);
+    let mut v = verify_quote_received(&bytes, quote, &opts);
     if let Some(r) = replay {
         let quoted = v.quote.td().rtmr;
         for i in r.mismatches(&quoted) {
-            v.failures.push(Failure::new(
-                format!("event_log.rtmr{i}"),
+            v.failures.push(Failure::seen_wanted(
+                format!("event-log-rtmr{i}"),
                 format!("quote {}", hex::encode(quoted[i])),
                 format!("replayed {}", hex::encode(r.rtmrs[i])),
             ));

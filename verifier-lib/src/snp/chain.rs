@@ -5,12 +5,13 @@
 //! Nothing here judges whether an authentic report is acceptable; that is [`super::policy`].
 
 use super::certs::{common_name, parse_cert, CertBundle, LeafInfo};
-use crate::output::Failure;
+use crate::failure::Failure;
+use attestation::sig::{P384Key, SigError};
 use attestation::snp::{
     AttestationReport, Product, Signature, SigningKey, SIGNATURE_ALGO_ECDSA_P384_SHA384,
 };
 use serde::Serialize;
-use sha2::{Digest, Sha256, Sha384};
+use sha2::{Digest, Sha256};
 use x509_parser::prelude::*;
 
 /// SHA-256 of the SubjectPublicKeyInfo (DER) of AMD's ARK for each product. These public keys are the roots of
@@ -142,7 +143,7 @@ pub struct ChainOutcome {
     /// Facts of the VCEK/VLEK, if it parsed.
     pub leaf: Option<LeafInfo>,
     /// The VCEK/VLEK public key, if it is a P-384 key.
-    pub leaf_key: Option<p384::ecdsa::VerifyingKey>,
+    pub leaf_key: Option<P384Key>,
     /// The ARK's self-signature verified.
     pub ark_self_signed: bool,
     /// The ASK/ASVK signature by the ARK verified.
@@ -236,11 +237,12 @@ pub fn verify_pss_signature(
     )
 }
 
-fn rsa_key(cert: &X509Certificate<'_>) -> Result<rsa::RsaPublicKey, String> {
+/// The issuer's RSA public key (the RSAPublicKey DER of its SubjectPublicKeyInfo), checked to be RSA-4096.
+fn rsa_key<'a>(cert: &'a X509Certificate<'_>) -> Result<&'a [u8], String> {
     use rsa::pkcs1::DecodeRsaPublicKey;
     use rsa::traits::PublicKeyParts;
-    let spki = cert.public_key();
-    let key = rsa::RsaPublicKey::from_pkcs1_der(&spki.subject_public_key.data)
+    let der: &'a [u8] = &cert.public_key().subject_public_key.data;
+    let key = rsa::RsaPublicKey::from_pkcs1_der(der)
         .map_err(|e| format!("issuer key is not an RSA public key ({e})"))?;
     if key.size() * 8 != RSA_MODULUS_BITS {
         return Err(format!(
@@ -248,19 +250,20 @@ fn rsa_key(cert: &X509Certificate<'_>) -> Result<rsa::RsaPublicKey, String> {
             key.size() * 8
         ));
     }
-    Ok(key)
+    Ok(der)
 }
 
-fn verify_pss(msg: &[u8], sig: &[u8], key: rsa::RsaPublicKey) -> Result<(), String> {
-    use signature::Verifier;
-    let vk = rsa::pss::VerifyingKey::<Sha384>::new_with_salt_len(key, 48);
-    let sig =
-        rsa::pss::Signature::try_from(sig).map_err(|e| format!("malformed RSA signature ({e})"))?;
-    vk.verify(msg, &sig)
-        .map_err(|_| "RSASSA-PSS signature does not verify".to_string())
+/// RSASSA-PSS SHA-384 (salt 48) by `key` over `msg`; remembered by an active [`crate::Verifier`].
+fn verify_pss(msg: &[u8], sig: &[u8], key: &[u8]) -> Result<(), String> {
+    crate::verifier::memo("rsa-pss-sha384-salt48", key, msg, sig, || {
+        attestation::sig::rsa_pss_sha384(key, msg, sig).map_err(|e| match e {
+            SigError::Mismatch => "RSASSA-PSS signature does not verify".to_string(),
+            e => format!("RSASSA-PSS: {e}"),
+        })
+    })
 }
 
-fn p384_key(cert: &X509Certificate<'_>) -> Result<p384::ecdsa::VerifyingKey, String> {
+fn p384_key(cert: &X509Certificate<'_>) -> Result<P384Key, String> {
     let spki = cert.public_key();
     let alg = spki.algorithm.algorithm.to_id_string();
     let curve = spki
@@ -275,7 +278,7 @@ fn p384_key(cert: &X509Certificate<'_>) -> Result<p384::ecdsa::VerifyingKey, Str
             "public key is {alg} on curve `{curve}`, expected an EC key on P-384 ({OID_SECP384R1})"
         ));
     }
-    p384::ecdsa::VerifyingKey::from_sec1_bytes(&spki.subject_public_key.data)
+    P384Key::from_sec1(&spki.subject_public_key.data)
         .map_err(|_| "P-384 public key is not a valid point".to_string())
 }
 
@@ -666,27 +669,25 @@ fn check_one_crl(
     out
 }
 
-/// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F).
+/// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F as received).
 pub fn verify_report_signature(
     signed: &[u8],
     sig: &Signature,
-    key: &p384::ecdsa::VerifyingKey,
+    key: &P384Key,
 ) -> Result<(), String> {
-    use signature::Verifier;
     if !sig.padding_is_zero() {
         return Err("the high 24 bytes of R or S are not zero".into());
     }
-    let s = p384::ecdsa::Signature::from_scalars(sig.r_be(), sig.s_be())
-        .map_err(|_| "R or S is not a valid P-384 scalar".to_string())?;
-    key.verify(signed, &s)
-        .map_err(|_| "ECDSA P-384/SHA-384 signature over 0x000..0x29F does not verify".to_string())
+    attestation::sig::p384_sha384_scalars(key, signed, &sig.r_be(), &sig.s_be()).map_err(
+        |e| match e {
+            SigError::Malformed(m) => m,
+            _ => "ECDSA P-384/SHA-384 signature over 0x000..0x29F does not verify".to_string(),
+        },
+    )
 }
 
 /// The same check on raw report bytes, for reports that do not parse (e.g. a must-be-zero byte set).
-pub fn verify_raw_report_signature(
-    bytes: &[u8],
-    key: &p384::ecdsa::VerifyingKey,
-) -> Result<(), String> {
+pub fn verify_raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), String> {
     if bytes.len() != attestation::snp::REPORT_LEN {
         return Err(format!(
             "report is {} bytes, expected {}",
@@ -709,6 +710,16 @@ pub fn verify_raw_report_signature(
 /// key kind, signature, TCB extensions == REPORTED_TCB, hwID == CHIP_ID. Returns (signature_valid, failures).
 pub fn verify_report_against_chain(
     report: &AttestationReport,
+    chain: &ChainOutcome,
+) -> (bool, Vec<Failure>) {
+    verify_received_against_chain(report, &report.to_bytes(), chain)
+}
+
+/// As [`verify_report_against_chain`] for a report parsed from `raw`: the signature is checked over
+/// `raw[0x000..0x2A0]` exactly as received, never over bytes written back from the parsed fields.
+pub fn verify_received_against_chain(
+    report: &AttestationReport,
+    raw: &[u8],
     chain: &ChainOutcome,
 ) -> (bool, Vec<Failure>) {
     let mut f = Vec::new();
@@ -744,7 +755,16 @@ pub fn verify_report_against_chain(
     }
     let mut signature_valid = false;
     match &chain.leaf_key {
-        Some(k) => match verify_report_signature(&report.signed_bytes(), &report.signature, k) {
+        Some(k) => match raw
+            .get(..attestation::snp::SIGNED_LEN)
+            .ok_or_else(|| {
+                format!(
+                    "report is {} bytes, shorter than the signed part",
+                    raw.len()
+                )
+            })
+            .and_then(|signed| verify_report_signature(signed, &report.signature, k))
+        {
             Ok(()) => signature_valid = true,
             Err(e) => f.push(Failure::new(checks::REPORT_SIGNATURE, e)),
         },

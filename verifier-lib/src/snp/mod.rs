@@ -1,14 +1,17 @@
 //! SEV-SNP verification: authenticity (chain, signature) in `chain`, acceptability (policy) in `policy`.
 //!
-//! [`verify_report`] runs both over a parsed report and its certificates and collects every failure;
-//! [`verify_report_with_chain`] reuses a chain already checked (one VCEK signs many reports).
+//! The shape every verifier of this crate shares (TDX's too): [`verify`] takes the input as received and
+//! options and answers "is it authentic?" with a typed result carrying every failure; [`validate`] adds
+//! "is it acceptable?" (policy, measurement, TCB) to that result. [`verify_report`] runs both over a parsed
+//! report; [`verify_report_with_chain`] reuses a chain already checked (one VCEK signs many reports), and
+//! [`crate::Verifier`] caches chains for callers that verify many reports.
 
 pub mod certs;
 pub mod chain;
 pub mod policy;
 
-use crate::output::Failure;
-use attestation::snp::{AttestationReport, Product};
+use crate::failure::Failure;
+use attestation::snp::{AttestationReport, Product, ReportError};
 pub use certs::CertBundle;
 pub use chain::{verify_chain, ChainOptions, ChainOutcome, RootKind};
 pub use policy::Policy;
@@ -43,7 +46,70 @@ impl SnpVerification {
     }
 }
 
-/// Verifies `report` with the certificates of `bundle` under `opts` (time, CRL, simulated) and `policy`.
+/// What SEV-SNP verification reads: the report exactly as received and the certificates of its chain.
+#[derive(Clone, Copy, Debug)]
+pub struct SnpInput<'a> {
+    /// The 1184-byte report as received (its signature is checked over bytes 0x000..0x2A0 of these).
+    pub report: &'a [u8],
+    /// The ARK, ASK/ASVK and VCEK/VLEK.
+    pub certs: &'a CertBundle,
+}
+
+/// Authenticity: parses the report and checks the chain (under `opts`: time, CRL, simulated) and the report's
+/// signature over its bytes as received, its signing key, TCB extensions and hwID. No policy is applied; see
+/// [`validate`]. A report that does not parse is an error, not a failed check.
+pub fn verify(input: &SnpInput<'_>, opts: &ChainOptions) -> Result<SnpVerification, ReportError> {
+    let report = AttestationReport::from_bytes(input.report)?;
+    let chain = verify_chain(input.certs, opts, report.product_from_cpuid());
+    Ok(verify_with_chain(report, input.report, &chain))
+}
+
+/// Acceptability: adds the failures of `policy` (guest policy, TCB minimums, measurement, report data, ...) to
+/// an authenticity result.
+pub fn validate(v: &mut SnpVerification, policy: &Policy) {
+    let product = v.chain.product;
+    v.failures.extend(policy.check(&v.report, product));
+}
+
+/// Authenticity of a report parsed from `raw` against a chain checked earlier.
+pub(crate) fn verify_with_chain(
+    report: AttestationReport,
+    raw: &[u8],
+    chain: &ChainOutcome,
+) -> SnpVerification {
+    let mut failures = chain.failures.clone();
+    if let (Some(c), Some(p)) = (report.product_from_cpuid(), chain.product) {
+        if c != p && !failures.iter().any(|f| f.check == chain::checks::PRODUCT) {
+            failures.push(Failure::new(
+                chain::checks::PRODUCT,
+                format!("CPUID names {c}, the chain was verified for {p}"),
+            ));
+        }
+    }
+    let (signature_valid, auth) = chain::verify_received_against_chain(&report, raw, chain);
+    failures.extend(auth);
+    SnpVerification {
+        report,
+        chain: chain.clone(),
+        signature_valid,
+        failures,
+    }
+}
+
+/// Verifies and validates a report given as bytes ([`verify`] then [`validate`]).
+pub fn verify_report_bytes(
+    input: &SnpInput<'_>,
+    opts: &ChainOptions,
+    policy: &Policy,
+) -> Result<SnpVerification, ReportError> {
+    let mut v = verify(input, opts)?;
+    validate(&mut v, policy);
+    Ok(v)
+}
+
+/// Verifies `report` with the certificates of `bundle` under `opts` (time, CRL, simulated) and `policy`. A
+/// report made in memory is checked over its own encoding; one read from bytes should go through
+/// [`verify_report_bytes`], which checks the bytes as received.
 pub fn verify_report(
     report: &AttestationReport,
     bundle: &CertBundle,
@@ -60,22 +126,7 @@ pub fn verify_report_with_chain(
     chain: &ChainOutcome,
     policy: &Policy,
 ) -> SnpVerification {
-    let mut failures = chain.failures.clone();
-    if let (Some(c), Some(p)) = (report.product_from_cpuid(), chain.product) {
-        if c != p && !failures.iter().any(|f| f.check == chain::checks::PRODUCT) {
-            failures.push(Failure::new(
-                chain::checks::PRODUCT,
-                format!("CPUID names {c}, the chain was verified for {p}"),
-            ));
-        }
-    }
-    let (signature_valid, auth) = chain::verify_report_against_chain(report, chain);
-    failures.extend(auth);
-    failures.extend(policy.check(report, chain.product));
-    SnpVerification {
-        report: report.clone(),
-        chain: chain.clone(),
-        signature_valid,
-        failures,
-    }
+    let mut v = verify_with_chain(report.clone(), &report.to_bytes(), chain);
+    validate(&mut v, policy);
+    v
 }

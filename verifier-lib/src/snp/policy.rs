@@ -4,7 +4,7 @@
 //! Defaults: debug and the migration agent forbidden; SMT and multi-socket guests allowed; any VMPL;
 //! provisional firmware allowed; no minimums; no expected values unless given.
 
-use crate::output::Failure;
+use crate::failure::Failure;
 use attestation::snp::{AttestationReport, Product, TcbParts, TcbVersion};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;

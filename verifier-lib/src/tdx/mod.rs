@@ -12,52 +12,17 @@ pub mod x509;
 
 use serde::Serialize;
 
+pub use crate::failure::Failure;
+
 pub use collateral::{Collateral, CollateralError, CollateralSource, CollateralUsed};
 pub use policy::Policy;
 pub use tcb::{TcbEvaluation, TcbStatus};
 pub use verify::{
-    verify_quote, verify_quote_for_evidence, verify_quote_for_evidence_chosen, verify_quote_parsed,
-    INTEL_QE_VENDOR_ID,
+    validate, verify, verify_quote, verify_quote_for_evidence, verify_quote_for_evidence_chosen,
+    verify_quote_parsed, verify_quote_received, INTEL_QE_VENDOR_ID,
 };
 
 use attestation::tdx::{Quote, QuoteError};
-
-/// One failed check: which check, the value seen, the value wanted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Failure {
-    /// The check, dotted (`quote.signature`, `tcb_info.next_update`, `mrtd`, ...).
-    pub check: String,
-    /// What the quote or collateral holds.
-    pub seen: String,
-    /// What the check wanted.
-    pub wanted: String,
-}
-
-impl Failure {
-    /// A failure of `check`.
-    pub fn new(
-        check: impl Into<String>,
-        seen: impl std::fmt::Display,
-        wanted: impl std::fmt::Display,
-    ) -> Self {
-        Failure {
-            check: check.into(),
-            seen: seen.to_string(),
-            wanted: wanted.to_string(),
-        }
-    }
-
-    /// One line: "seen X, wanted Y".
-    pub fn detail(&self) -> String {
-        format!("seen {}, wanted {}", self.seen, self.wanted)
-    }
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.check, self.detail())
-    }
-}
 
 /// Which root the PCK chain ends in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,11 +111,9 @@ impl TdxVerification {
         self.tcb.as_ref().map(|t| t.status)
     }
 
-    /// Whether any failure is of `check` (exact name or a dotted child of it).
+    /// Whether any failure is of `check` (exact name or a check below it, see [`Failure::is`]).
     pub fn failed(&self, check: &str) -> bool {
-        self.failures
-            .iter()
-            .any(|f| f.check == check || f.check.starts_with(&format!("{check}.")))
+        self.failures.iter().any(|f| f.is(check))
     }
 }
 

@@ -78,7 +78,11 @@ impl Default for Policy {
 fn eq_check(failures: &mut Vec<Failure>, check: &str, seen: &[u8], want: Option<&[u8]>) {
     if let Some(w) = want {
         if seen != w {
-            failures.push(Failure::new(check, hex::encode(seen), hex::encode(w)));
+            failures.push(Failure::seen_wanted(
+                check.to_string(),
+                hex::encode(seen),
+                hex::encode(w),
+            ));
         }
     }
 }
@@ -99,22 +103,22 @@ impl Policy {
         let td = quote.td();
         let attrs = td.attributes();
         if attrs.debug() && !self.allow_debug {
-            failures.push(Failure::new(
-                "td_attributes.debug",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-debug",
                 "set (debug TD)",
                 "clear (--allow-debug to accept)",
             ));
         }
         if attrs.0 & TD_ATTRIBUTE_MIGRATABLE != 0 && !self.allow_migratable {
-            failures.push(Failure::new(
-                "td_attributes.migratable",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-migratable",
                 "set (MIGRATABLE)",
                 "clear (--allow-migratable to accept)",
             ));
         }
         if attrs.0 & TD_ATTRIBUTE_PERFMON != 0 && !self.allow_perfmon {
-            failures.push(Failure::new(
-                "td_attributes.perfmon",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-perfmon",
                 "set (PERFMON)",
                 "clear (--allow-perfmon to accept)",
             ));
@@ -125,23 +129,23 @@ impl Policy {
                 .filter(|b| unknown & (1u64 << b) != 0)
                 .map(|b| b.to_string())
                 .collect();
-            failures.push(Failure::new(
-                "td_attributes.reserved",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-reserved",
                 format!("bit(s) {} set", bits.join(", ")),
                 "only DEBUG, SEPT_VE_DISABLE, MIGRATABLE, PKS, KL, PERFMON (bits 0, 28-31, 63)",
             ));
         }
         if self.require_sept_ve_disable && !attrs.sept_ve_disable() {
-            failures.push(Failure::new(
-                "td_attributes.sept_ve_disable",
+            failures.push(Failure::seen_wanted(
+                "td-attributes-sept-ve-disable",
                 "clear",
                 "set",
             ));
         }
         if let Some(b) = quote.body.td15() {
             if !self.allow_service_td && b.mr_servicetd.iter().any(|x| *x != 0) {
-                failures.push(Failure::new(
-                    "mr_servicetd",
+                failures.push(Failure::seen_wanted(
+                    "mr-servicetd",
                     hex::encode(b.mr_servicetd),
                     "zero (--allow-service-td)",
                 ));
@@ -149,7 +153,7 @@ impl Policy {
         }
         if !self.mrtd.is_empty() && !self.mrtd.contains(&td.mrtd) {
             let want: Vec<String> = self.mrtd.iter().map(hex::encode).collect();
-            failures.push(Failure::new(
+            failures.push(Failure::seen_wanted(
                 "mrtd",
                 hex::encode(td.mrtd),
                 format!("one of {}", want.join(", ")),
@@ -165,19 +169,19 @@ impl Policy {
         }
         eq_check(
             failures,
-            "mr_config_id",
+            "mr-config-id",
             &td.mr_config_id,
             self.mr_config_id.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "mr_owner",
+            "mr-owner",
             &td.mr_owner,
             self.mr_owner.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "mr_owner_config",
+            "mr-owner-config",
             &td.mr_owner_config,
             self.mr_owner_config.as_ref().map(|w| &w[..]),
         );
@@ -189,13 +193,13 @@ impl Policy {
         );
         eq_check(
             failures,
-            "td_attributes",
+            "td-attributes",
             &td.td_attributes,
             self.td_attributes.as_ref().map(|w| &w[..]),
         );
         eq_check(
             failures,
-            "report_data",
+            "report-data",
             &td.report_data,
             self.report_data.as_ref().map(|w| &w[..]),
         );
@@ -206,8 +210,8 @@ impl Policy {
                 .zip(min)
                 .any(|(have, want)| have < want)
             {
-                failures.push(Failure::new(
-                    "tee_tcb_svn",
+                failures.push(Failure::seen_wanted(
+                    "tee-tcb-svn",
                     hex::encode(td.tee_tcb_svn),
                     format!("each component >= {}", hex::encode(min)),
                 ));
@@ -223,15 +227,19 @@ impl Policy {
                 .iter()
                 .map(|s| s.name())
                 .collect();
-            failures.push(Failure::new(
-                "tcb_status",
+            failures.push(Failure::seen_wanted(
+                "tcb-status",
                 status.name(),
                 format!("one of {}", want.join(", ")),
             ));
         }
         for a in advisories {
             if self.denied_advisories.contains(a) {
-                failures.push(Failure::new("advisory_ids", a, "not a denied advisory"));
+                failures.push(Failure::seen_wanted(
+                    "advisory-ids",
+                    a,
+                    "not a denied advisory",
+                ));
             }
         }
     }

@@ -128,15 +128,15 @@ pub fn grade_qe(
 ) -> (TcbStatus, Vec<String>) {
     let mrsigner = unhex_or_empty(&qe.mrsigner);
     if mrsigner != report.mr_signer {
-        failures.push(Failure::new(
-            "qe_identity.mrsigner",
+        failures.push(Failure::seen_wanted(
+            "qe-identity-mrsigner",
             hex::encode(report.mr_signer),
             qe.mrsigner.to_lowercase(),
         ));
     }
     if qe.isvprodid != report.isv_prod_id {
-        failures.push(Failure::new(
-            "qe_identity.isvprodid",
+        failures.push(Failure::seen_wanted(
+            "qe-identity-isvprodid",
             report.isv_prod_id,
             qe.isvprodid,
         ));
@@ -144,8 +144,8 @@ pub fn grade_qe(
     let misc = u32::from_str_radix(&qe.miscselect, 16).unwrap_or(u32::MAX);
     let misc_mask = u32::from_str_radix(&qe.miscselect_mask, 16).unwrap_or(0);
     if report.misc_select & misc_mask != misc {
-        failures.push(Failure::new(
-            "qe_identity.miscselect",
+        failures.push(Failure::seen_wanted(
+            "qe-identity-miscselect",
             format!(
                 "{:08x} (masked {:08x})",
                 report.misc_select,
@@ -163,8 +163,8 @@ pub fn grade_qe(
         .map(|(a, m)| a & m)
         .collect();
     if attrs.len() != 16 || masked != attrs {
-        failures.push(Failure::new(
-            "qe_identity.attributes",
+        failures.push(Failure::seen_wanted(
+            "qe-identity-attributes",
             hex::encode(&masked),
             qe.attributes.to_lowercase(),
         ));
@@ -361,8 +361,8 @@ pub fn evaluate(
     let major = td.tee_tcb_svn[1];
     let (module_status, signer, attributes, mask, module_advisories) = if major == 0 {
         let Some(m) = &info.tdx_module else {
-            failures.push(Failure::new(
-                "tcb_info.tdx_module",
+            failures.push(Failure::seen_wanted(
+                "tcb-info-tdx-module",
                 "absent",
                 "a tdxModule object for module version 0",
             ));
@@ -412,8 +412,8 @@ pub fn evaluate(
     if !signer_ok || masked != want {
         ev.module_status = Some(TcbStatus::TdxModuleMismatch);
         ev.status = TcbStatus::TdxModuleMismatch;
-        failures.push(Failure::new(
-            "tdx_module.identity",
+        failures.push(Failure::seen_wanted(
+            "tdx-module-identity",
             format!(
                 "mr_signer_seam {} seam_attributes {}",
                 hex::encode(td.mr_signer_seam),

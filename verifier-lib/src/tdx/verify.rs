@@ -11,7 +11,8 @@ use attestation::tdx::{CertificationData, Quote};
 use super::pck::PckExtensions;
 use super::tcb;
 use super::x509::{
-    p256_from_raw, parse_pem_chain, verify_raw_sig, Cert, INTEL_SGX_ROOT_CA_SPKI_SHA256,
+    p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
+    INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
 use super::{
     Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
@@ -31,12 +32,12 @@ fn iso(t: i64) -> String {
         .unwrap_or_else(|| format!("@{t}"))
 }
 
-/// Checks `not_before <= at <= not_after`, one failure per side, named `<name>.not_before` / `.not_after`.
+/// Checks `not_before <= at <= not_after`, one failure per side, named `<name>-not-yet-valid` / `<name>-expired`.
 fn window(failures: &mut Vec<Failure>, name: &str, at: i64, from: i64, until: Option<i64>) -> bool {
     let mut ok = true;
     if at < from {
-        failures.push(Failure::new(
-            format!("{name}.not_yet_valid"),
+        failures.push(Failure::seen_wanted(
+            format!("{name}-not-yet-valid"),
             format!("time {}", iso(at)),
             format!("at or after {}", iso(from)),
         ));
@@ -44,8 +45,8 @@ fn window(failures: &mut Vec<Failure>, name: &str, at: i64, from: i64, until: Op
     }
     if let Some(u) = until {
         if at > u {
-            failures.push(Failure::new(
-                format!("{name}.expired"),
+            failures.push(Failure::seen_wanted(
+                format!("{name}-expired"),
                 format!("time {}", iso(at)),
                 format!("at or before {}", iso(u)),
             ));
@@ -57,11 +58,11 @@ fn window(failures: &mut Vec<Failure>, name: &str, at: i64, from: i64, until: Op
 
 fn cert_role(i: usize, len: usize, prefix: &str) -> String {
     if i + 1 == len {
-        format!("{prefix}.root")
+        format!("{prefix}-root")
     } else if i == 0 {
-        format!("{prefix}.leaf")
+        format!("{prefix}-leaf")
     } else {
-        format!("{prefix}.ca")
+        format!("{prefix}-ca")
     }
 }
 
@@ -73,15 +74,15 @@ fn check_chain(failures: &mut Vec<Failure>, prefix: &str, chain: &[Cert], at: i6
         let role = cert_role(i, chain.len(), prefix);
         let issuer = chain.get(i + 1).unwrap_or(c);
         if let Err(e) = c.signed_by(issuer) {
-            failures.push(Failure::new(
-                format!("{role}.signature"),
+            failures.push(Failure::seen_wanted(
+                format!("{role}-signature"),
                 e,
                 format!("signed by {}", issuer.subject()),
             ));
             sigs = false;
         }
         let (nb, na) = c.validity();
-        times &= window(failures, &format!("{role}.validity"), at, nb, Some(na));
+        times &= window(failures, &format!("{role}-validity"), at, nb, Some(na));
     }
     (sigs, times)
 }
@@ -125,7 +126,7 @@ fn shape(kind: &str, intel: bool) -> Vec<pki::Position<'static>> {
             ca,
             root,
         ],
-        "pck_crl_issuer" => vec![ca, root],
+        "pck-crl-issuer" => vec![ca, root],
         _ => vec![
             pki::Position {
                 what: "TCB Signing",
@@ -138,7 +139,7 @@ fn shape(kind: &str, intel: bool) -> Vec<pki::Position<'static>> {
 }
 
 /// Path validation of `chain` against `shape` ([`pki::check_path`]); failures are `<prefix>.shape` or
-/// `<prefix>.<leaf|ca|root>.<rule>` (rule names with underscores).
+/// `<prefix>-<leaf|ca|root>-<rule>`.
 fn check_path(
     failures: &mut Vec<Failure>,
     prefix: &str,
@@ -149,10 +150,10 @@ fn check_path(
     let violations = pki::check_path(&parsed, shape);
     let ok = violations.is_empty();
     for v in violations {
-        let rule = v.rule.name().replace('-', "_");
+        let rule = v.rule.name();
         let check = match v.index {
-            None => format!("{prefix}.shape"),
-            Some(i) => format!("{}.{rule}", cert_role(i, chain.len(), prefix)),
+            None => format!("{prefix}-shape"),
+            Some(i) => format!("{}-{rule}", cert_role(i, chain.len(), prefix)),
         };
         let wanted = match v.rule {
             pki::Rule::ChainShape => shape
@@ -173,7 +174,7 @@ fn check_path(
             }
             _ => "well-formed extensions".into(),
         };
-        failures.push(Failure::new(check, v.detail, wanted));
+        failures.push(Failure::seen_wanted(check, v.detail, wanted));
     }
     ok
 }
@@ -189,7 +190,9 @@ fn is_pck(cert: &Cert) -> bool {
 /// Parses and verifies a quote (see [`verify_quote_parsed`]).
 pub fn verify_quote(bytes: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
     let quote = Quote::parse(bytes)?;
-    Ok(verify_quote_parsed(quote, None, opts))
+    let mut v = verify_received(bytes, quote, None, opts);
+    validate(&mut v, opts.policy);
+    Ok(v)
 }
 
 /// Verifies a TDX quote carried in evidence: `certs` (DER, leaf first) is the PCK chain when the quote
@@ -222,7 +225,9 @@ pub fn verify_quote_for_evidence(
         policy,
         allow_simulated,
     };
-    Ok(verify_quote_parsed(quote, chain, &opts))
+    let mut v = verify_received(report, quote, chain, &opts);
+    validate(&mut v, policy);
+    Ok(v)
 }
 
 /// As [`verify_quote_for_evidence`] with collateral chosen by [`super::collateral::choose_for_evidence`]: the
@@ -250,12 +255,54 @@ pub fn verify_quote_for_evidence_chosen(
     Ok(v)
 }
 
-/// Verifies a parsed quote; `chain` overrides the PCK chain carried in the quote.
+/// Verifies a quote built or parsed in memory; `chain` overrides the PCK chain carried in the quote. The
+/// signatures are checked over the quote's own encoding ([`Quote::to_bytes`]); a quote read from bytes should go
+/// through [`verify_quote`], which checks them over the bytes as received.
 pub fn verify_quote_parsed(
     quote: Quote,
     chain: Option<Vec<Cert>>,
     opts: &VerifyOptions<'_>,
 ) -> TdxVerification {
+    let raw = quote.to_bytes().unwrap_or_else(|_| quote.signed_bytes());
+    let mut v = verify_received(&raw, quote, chain, opts);
+    validate(&mut v, opts.policy);
+    v
+}
+
+/// Verifies and validates `quote`, already parsed from `raw` by the caller: every signature over `raw` as
+/// received.
+pub fn verify_quote_received(
+    raw: &[u8],
+    quote: Quote,
+    opts: &VerifyOptions<'_>,
+) -> TdxVerification {
+    let mut v = verify_received(raw, quote, None, opts);
+    validate(&mut v, opts.policy);
+    v
+}
+
+/// The signed regions of a quote in the bytes it was parsed from: header and body (with the v5 body type and
+/// size), and the 384-byte QE report. `None` where the bytes are shorter than the parsed quote says.
+fn signed_regions<'a>(raw: &'a [u8], quote: &Quote) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
+    use attestation::tdx::{ENCLAVE_REPORT_LEN, HEADER_LEN};
+    let body_at = HEADER_LEN + if quote.header.version == 5 { 6 } else { 0 };
+    let signed_len = body_at + quote.body.len();
+    // signature_data_len (4), signature (64), attestation key (64), certification type (2) and length (4).
+    let qe_at = signed_len + 4 + 64 + 64 + 2 + 4;
+    (
+        raw.get(..signed_len),
+        raw.get(qe_at..qe_at + ENCLAVE_REPORT_LEN),
+    )
+}
+
+/// Verifies `quote`, parsed from `raw`: every signature is checked over the bytes as received.
+fn verify_received(
+    raw: &[u8],
+    quote: Quote,
+    chain: Option<Vec<Cert>>,
+    opts: &VerifyOptions<'_>,
+) -> TdxVerification {
+    let (signed, qe_signed) = signed_regions(raw, &quote);
     let at = opts.at;
     let mut failures = Vec::new();
     let mut auth = Authenticity::default();
@@ -263,17 +310,17 @@ pub fn verify_quote_parsed(
     // 1. The quote signature by the attestation key.
     match p256_from_raw(&quote.signature_data.attestation_key) {
         Some(key) => {
-            match verify_raw_sig(&key, &quote.signed_bytes(), &quote.signature_data.signature) {
+            match verify_raw_sig(&key, signed.unwrap_or(&[]), &quote.signature_data.signature) {
                 Ok(()) => auth.quote_signature = true,
-                Err(e) => failures.push(Failure::new(
-                    "quote.signature",
+                Err(e) => failures.push(Failure::seen_wanted(
+                    "quote-signature",
                     e,
                     "valid ECDSA P-256 over header and body",
                 )),
             }
         }
-        None => failures.push(Failure::new(
-            "quote.attestation_key",
+        None => failures.push(Failure::seen_wanted(
+            "quote-attestation-key",
             hex::encode(quote.signature_data.attestation_key),
             "a P-256 point",
         )),
@@ -281,8 +328,8 @@ pub fn verify_quote_parsed(
 
     // The QE that signs TDX quotes is Intel's; Intel's QVL refuses any other vendor ID.
     if quote.header.qe_vendor_id != INTEL_QE_VENDOR_ID {
-        failures.push(Failure::new(
-            "header.qe_vendor_id",
+        failures.push(Failure::seen_wanted(
+            "header-qe-vendor-id",
             hex::encode(quote.header.qe_vendor_id),
             hex::encode(INTEL_QE_VENDOR_ID),
         ));
@@ -292,8 +339,8 @@ pub fn verify_quote_parsed(
     let qe = match &quote.signature_data.certification {
         CertificationData::QeReport(q) => Some(q.as_ref()),
         CertificationData::Other { cert_type, .. } => {
-            failures.push(Failure::new(
-                "quote.certification_data",
+            failures.push(Failure::seen_wanted(
+                "quote-certification-data",
                 format!("type {cert_type}"),
                 "type 6 (QE report)",
             ));
@@ -303,17 +350,17 @@ pub fn verify_quote_parsed(
     let chain = match chain {
         Some(c) => Some(c),
         None => match quote.pck_chain_pem() {
-            Some(pem) => match parse_pem_chain("pck_chain", pem) {
+            Some(pem) => match parse_pem_chain("pck-chain", pem) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    failures.push(Failure::new("pck_chain", e, "a readable PEM chain"));
+                    failures.push(Failure::seen_wanted("pck-chain", e, "a readable PEM chain"));
                     None
                 }
             },
             None => {
                 if qe.is_some() {
-                    failures.push(Failure::new(
-                        "pck_chain",
+                    failures.push(Failure::seen_wanted(
+                        "pck-chain",
                         "no type 5 PCK chain",
                         "type 5 inside type 6",
                     ));
@@ -324,8 +371,8 @@ pub fn verify_quote_parsed(
     };
     let chain = chain.filter(|c| {
         if c.len() < 2 {
-            failures.push(Failure::new(
-                "pck_chain",
+            failures.push(Failure::seen_wanted(
+                "pck-chain",
                 format!("{} certificate(s)", c.len()),
                 "leaf, PCK CA, root",
             ));
@@ -337,22 +384,22 @@ pub fn verify_quote_parsed(
     let mut simulated = false;
     let mut pck = None;
     if let Some(chain) = &chain {
-        let (sigs, times) = check_chain(&mut failures, "pck_chain", chain, at);
+        let (sigs, times) = check_chain(&mut failures, "pck-chain", chain, at);
         auth.pck_chain_signatures = sigs;
         auth.pck_chain_time = times;
         let root = root_kind(&chain[chain.len() - 1]);
         auth.root = Some(root);
         auth.pck_chain_path = check_path(
             &mut failures,
-            "pck_chain",
+            "pck-chain",
             chain,
             &shape("pck", root == Root::Intel),
         );
         if root == Root::Simulated {
             simulated = true;
             if !opts.allow_simulated {
-                failures.push(Failure::new(
-                    "pck_chain.root.pin",
+                failures.push(Failure::seen_wanted(
+                    "pck-chain-root-pin",
                     format!(
                         "key sha256 {} (not Intel's: simulated or foreign)",
                         hex::encode(chain[chain.len() - 1].spki_sha256())
@@ -369,8 +416,8 @@ pub fn verify_quote_parsed(
                 // CPUSVN (.2.18) and the 16 component SVNs (.2.1-.2.16) are the same TCB; the evaluation uses
                 // the components, so a certificate where they differ says two things at once.
                 if p.cpusvn != p.sgx_tcb_components {
-                    failures.push(Failure::new(
-                        "pck_chain.leaf.sgx_extensions.cpusvn",
+                    failures.push(Failure::seen_wanted(
+                        "pck-chain-leaf-sgx-extensions-cpusvn",
                         hex::encode(&p.cpusvn),
                         format!(
                             "the TCB component SVNs {}",
@@ -380,8 +427,8 @@ pub fn verify_quote_parsed(
                 }
                 pck = Some(p)
             }
-            Err(e) => failures.push(Failure::new(
-                "pck_chain.leaf.sgx_extensions",
+            Err(e) => failures.push(Failure::seen_wanted(
+                "pck-chain-leaf-sgx-extensions",
                 e,
                 "Intel's SGX extension profile",
             )),
@@ -390,17 +437,21 @@ pub fn verify_quote_parsed(
         if let Some(q) = qe {
             match chain[0].p256_key() {
                 Some(key) => {
-                    match verify_raw_sig(&key, &q.qe_report.to_bytes(), &q.qe_report_signature) {
+                    match verify_raw_sig_shared(
+                        &key,
+                        qe_signed.unwrap_or(&[]),
+                        &q.qe_report_signature,
+                    ) {
                         Ok(()) => auth.qe_report_signature = true,
-                        Err(e) => failures.push(Failure::new(
-                            "qe_report.signature",
+                        Err(e) => failures.push(Failure::seen_wanted(
+                            "qe-report-signature",
                             e,
                             "valid ECDSA P-256 by the PCK leaf key",
                         )),
                     }
                 }
-                None => failures.push(Failure::new(
-                    "pck_chain.leaf.key",
+                None => failures.push(Failure::seen_wanted(
+                    "pck-chain-leaf-key",
                     "not a P-256 key",
                     "a P-256 key",
                 )),
@@ -416,45 +467,29 @@ pub fn verify_quote_parsed(
         if rd[..32] == want && rd[32..].iter().all(|b| *b == 0) {
             auth.qe_report_data_binding = true;
         } else {
-            failures.push(Failure::new(
-                "qe_report.report_data",
+            failures.push(Failure::seen_wanted(
+                "qe-report-report-data",
                 hex::encode(rd),
                 format!("{}{}", hex::encode(want), "00".repeat(32)),
             ));
         }
     }
 
-    // 4. Collateral, TCB, policy.
+    // 4. Collateral and the TCB evaluation (the policy that judges them is [`validate`]'s).
     let mut coll_checks = None;
     let mut tcb_eval = None;
-    match opts.collateral {
-        Some(coll) => {
-            let (checks, eval) = check_collateral(
-                coll,
-                &quote,
-                chain.as_deref(),
-                pck.as_ref(),
-                at,
-                &mut failures,
-            );
-            coll_checks = Some(checks);
-            if let Some(ev) = &eval {
-                opts.policy
-                    .check_tcb(ev.status, &ev.advisory_ids, &mut failures);
-            }
-            tcb_eval = eval;
-        }
-        None => {
-            if opts.policy.require_collateral {
-                failures.push(Failure::new(
-                    "collateral",
-                    "none given",
-                    "TCB Info, QE Identity and CRLs (--collateral)",
-                ));
-            }
-        }
+    if let Some(coll) = opts.collateral {
+        let (checks, eval) = check_collateral(
+            coll,
+            &quote,
+            chain.as_deref(),
+            pck.as_ref(),
+            at,
+            &mut failures,
+        );
+        coll_checks = Some(checks);
+        tcb_eval = eval;
     }
-    opts.policy.check_td(&quote, &mut failures);
 
     TdxVerification {
         quote,
@@ -471,12 +506,36 @@ pub fn verify_quote_parsed(
     }
 }
 
+/// Acceptability: adds the failures of `policy` to an authenticity result: the TCB status and advisories,
+/// collateral required but absent, and the TD's fields (MRTD, RTMRs, attributes, ...).
+pub fn validate(v: &mut TdxVerification, policy: &Policy) {
+    if let Some(ev) = &v.tcb {
+        policy.check_tcb(ev.status, &ev.advisory_ids, &mut v.failures);
+    }
+    if v.collateral.is_none() && policy.require_collateral {
+        v.failures.push(Failure::seen_wanted(
+            "collateral",
+            "none given",
+            "TCB Info, QE Identity and CRLs (--collateral)",
+        ));
+    }
+    policy.check_td(&v.quote, &mut v.failures);
+}
+
+/// Authenticity: parses `bytes` and checks the quote signature, the QE report and its binding, the PCK chain
+/// and, with collateral, its signatures, chains, CRLs and freshness, and evaluates the TCB; every signature over
+/// the bytes as received. `opts.policy` is not applied here; see [`validate`].
+pub fn verify(bytes: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
+    let quote = Quote::parse(bytes)?;
+    Ok(verify_received(bytes, quote, None, opts))
+}
+
 fn parse_time(failures: &mut Vec<Failure>, check: &str, s: &str) -> Option<i64> {
     match OffsetDateTime::parse(s, &Rfc3339) {
         Ok(t) => Some(t.unix_timestamp()),
         Err(e) => {
-            failures.push(Failure::new(
-                check,
+            failures.push(Failure::seen_wanted(
+                check.to_string(),
                 format!("{s:?} ({e})"),
                 "an RFC 3339 time",
             ));
@@ -498,16 +557,16 @@ fn check_signed_body(
     pck_root: Option<&Cert>,
     at: i64,
 ) -> (bool, bool, bool) {
-    let prefix = format!("{name}_issuer_chain");
+    let prefix = format!("{name}-issuer-chain");
     let (sigs, times) = check_chain(failures, &prefix, chain, at);
     let root = &chain[chain.len() - 1];
     // Only the Intel SGX TCB Signing certificate, issued directly by the pinned root, may sign TCB Info and
     // QE Identity: whatever else chains to the root (a PCK leaf, a PCK CA) is refused.
     let intel = root_kind(root) == Root::Intel;
-    let path_ok = check_path(failures, &prefix, chain, &shape("tcb_signing", intel));
+    let path_ok = check_path(failures, &prefix, chain, &shape("tcb-signing", intel));
     let signer_ok = if is_pck(&chain[0]) {
-        failures.push(Failure::new(
-            format!("{prefix}.leaf.role"),
+        failures.push(Failure::seen_wanted(
+            format!("{prefix}-leaf-role"),
             format!(
                 "{} (a PCK certificate: it carries the SGX extensions)",
                 chain[0].subject()
@@ -525,18 +584,18 @@ fn check_signed_body(
     };
     if !anchor_ok {
         chain_ok = false;
-        failures.push(Failure::new(
-            format!("{name}_issuer_chain.root.pin"),
+        failures.push(Failure::seen_wanted(
+            format!("{name}-issuer-chain-root-pin"),
             format!("key sha256 {}", hex::encode(root.spki_sha256())),
             "the root of the PCK chain",
         ));
     }
     let sig_ok = match chain[0].p256_key() {
-        Some(key) => match verify_raw_sig(&key, text.as_bytes(), sig) {
+        Some(key) => match verify_raw_sig_shared(&key, text.as_bytes(), sig) {
             Ok(()) => true,
             Err(e) => {
-                failures.push(Failure::new(
-                    format!("{name}.signature"),
+                failures.push(Failure::seen_wanted(
+                    format!("{name}-signature"),
                     e,
                     format!("signed by {}", chain[0].subject()),
                 ));
@@ -544,8 +603,8 @@ fn check_signed_body(
             }
         },
         None => {
-            failures.push(Failure::new(
-                format!("{name}_issuer_chain.leaf.key"),
+            failures.push(Failure::seen_wanted(
+                format!("{name}-issuer-chain-leaf-key"),
                 "not P-256",
                 "a P-256 key",
             ));
@@ -553,21 +612,21 @@ fn check_signed_body(
         }
     };
     let mut fresh = true;
-    let issued = parse_time(failures, &format!("{name}.issue_date"), issue);
-    let next = parse_time(failures, &format!("{name}.next_update"), next);
+    let issued = parse_time(failures, &format!("{name}-issue-date"), issue);
+    let next = parse_time(failures, &format!("{name}-next-update"), next);
     match (issued, next) {
         (Some(i), Some(n)) => {
             if at < i {
-                failures.push(Failure::new(
-                    format!("{name}.issue_date"),
+                failures.push(Failure::seen_wanted(
+                    format!("{name}-issue-date"),
                     format!("time {}", iso(at)),
                     format!("at or after {issue}"),
                 ));
                 fresh = false;
             }
             if at >= n {
-                failures.push(Failure::new(
-                    format!("{name}.next_update"),
+                failures.push(Failure::seen_wanted(
+                    format!("{name}-next-update"),
                     format!("time {} (expired)", iso(at)),
                     format!("before {next}", next = iso(n)),
                 ));
@@ -591,17 +650,21 @@ fn check_collateral(
     let pck_root = chain.and_then(|ch| ch.last());
     let pck_ca = chain.filter(|ch| ch.len() >= 2).map(|ch| &ch[ch.len() - 2]);
     let empty = |failures: &mut Vec<Failure>, n: &str| {
-        failures.push(Failure::new(n, "empty chain", "signer, root"));
+        failures.push(Failure::seen_wanted(
+            n.to_string(),
+            "empty chain",
+            "signer, root",
+        ));
     };
 
     // TCB Info and QE Identity: exact-text signatures with the TCB signing chain.
     let ti = &coll.tcb_info;
     if coll.tcb_info_issuer_chain.is_empty() {
-        empty(failures, "tcb_info_issuer_chain");
+        empty(failures, "tcb-info-issuer-chain");
     } else {
         let (s, ch, fresh) = check_signed_body(
             failures,
-            "tcb_info",
+            "tcb-info",
             &coll.tcb_info_issuer_chain,
             &coll.tcb_info_text,
             &coll.tcb_info_signature,
@@ -615,19 +678,19 @@ fn check_collateral(
         c.fresh = fresh;
     }
     if ti.id != "TDX" || ti.version < 3 {
-        failures.push(Failure::new(
-            "tcb_info.id",
+        failures.push(Failure::seen_wanted(
+            "tcb-info-id",
             format!("{} v{}", ti.id, ti.version),
             "TDX v3 or later",
         ));
     }
     let qi = &coll.qe_identity;
     if coll.qe_identity_issuer_chain.is_empty() {
-        empty(failures, "qe_identity_issuer_chain");
+        empty(failures, "qe-identity-issuer-chain");
     } else {
         let (s, ch, fresh) = check_signed_body(
             failures,
-            "qe_identity",
+            "qe-identity",
             &coll.qe_identity_issuer_chain,
             &coll.qe_identity_text,
             &coll.qe_identity_signature,
@@ -641,7 +704,7 @@ fn check_collateral(
         c.fresh &= fresh;
     }
     if qi.id != "TD_QE" {
-        failures.push(Failure::new("qe_identity.id", &qi.id, "TD_QE"));
+        failures.push(Failure::seen_wanted("qe-identity-id", &qi.id, "TD_QE"));
     }
 
     // CRLs: signed by the root and by the PCK CA of the quote's chain, fresh, and revoking nothing we use.
@@ -649,16 +712,16 @@ fn check_collateral(
     let mut none_revoked = true;
     if let Some(root) = pck_root {
         if let Err(e) = pki::may_sign_crls(&root.parsed()) {
-            failures.push(Failure::new(
-                "root_ca_crl.issuer",
+            failures.push(Failure::seen_wanted(
+                "root-ca-crl-issuer",
                 e,
                 "an issuer with cRLSign",
             ));
         }
         match coll.root_ca_crl.signed_by(root) {
             Ok(()) => c.root_ca_crl_signature = true,
-            Err(e) => failures.push(Failure::new(
-                "root_ca_crl.signature",
+            Err(e) => failures.push(Failure::seen_wanted(
+                "root-ca-crl-signature",
                 e,
                 format!("signed by {}", root.subject()),
             )),
@@ -666,12 +729,16 @@ fn check_collateral(
     }
     if let Some(ca) = pck_ca {
         if let Err(e) = pki::may_sign_crls(&ca.parsed()) {
-            failures.push(Failure::new("pck_crl.issuer", e, "an issuer with cRLSign"));
+            failures.push(Failure::seen_wanted(
+                "pck-crl-issuer",
+                e,
+                "an issuer with cRLSign",
+            ));
         }
         match coll.pck_crl.signed_by(ca) {
             Ok(()) => c.pck_crl_signature = true,
-            Err(e) => failures.push(Failure::new(
-                "pck_crl.signature",
+            Err(e) => failures.push(Failure::seen_wanted(
+                "pck-crl-signature",
                 e,
                 format!("signed by {}", ca.subject()),
             )),
@@ -680,29 +747,29 @@ fn check_collateral(
             let intel = pck_root.is_some_and(|r| root_kind(r) == Root::Intel);
             check_path(
                 failures,
-                "pck_crl_issuer_chain",
+                "pck-crl-issuer-chain",
                 &coll.pck_crl_issuer_chain,
-                &shape("pck_crl_issuer", intel),
+                &shape("pck-crl-issuer", intel),
             );
         }
         match coll.pck_crl_issuer_chain.first() {
             Some(first) if first.spki_sha256() == ca.spki_sha256() => {}
-            Some(first) => failures.push(Failure::new(
-                "pck_crl_issuer_chain.leaf",
+            Some(first) => failures.push(Failure::seen_wanted(
+                "pck-crl-issuer-chain-leaf",
                 first.subject(),
                 format!("the PCK CA of the quote ({})", ca.subject()),
             )),
-            None => empty(failures, "pck_crl_issuer_chain"),
+            None => empty(failures, "pck-crl-issuer-chain"),
         }
     }
     for (name, crl) in [
-        ("root_ca_crl", &coll.root_ca_crl),
-        ("pck_crl", &coll.pck_crl),
+        ("root-ca-crl", &coll.root_ca_crl),
+        ("pck-crl", &coll.pck_crl),
     ] {
         let (this, next) = crl.window();
         if at < this {
-            failures.push(Failure::new(
-                format!("{name}.this_update"),
+            failures.push(Failure::seen_wanted(
+                format!("{name}-this-update"),
                 format!("time {}", iso(at)),
                 format!("at or after {}", iso(this)),
             ));
@@ -710,8 +777,8 @@ fn check_collateral(
         }
         match next {
             Some(n) if at >= n => {
-                failures.push(Failure::new(
-                    format!("{name}.next_update"),
+                failures.push(Failure::seen_wanted(
+                    format!("{name}-next-update"),
                     format!("time {} (expired)", iso(at)),
                     format!("before {}", iso(n)),
                 ));
@@ -719,8 +786,8 @@ fn check_collateral(
             }
             Some(_) => {}
             None => {
-                failures.push(Failure::new(
-                    format!("{name}.next_update"),
+                failures.push(Failure::seen_wanted(
+                    format!("{name}-next-update"),
                     "absent",
                     "a nextUpdate",
                 ));
@@ -734,13 +801,13 @@ fn check_collateral(
     let mut certs: Vec<(String, &Cert)> = Vec::new();
     if let Some(ch) = chain {
         for (i, cert) in ch.iter().enumerate().take(ch.len().saturating_sub(1)) {
-            certs.push((cert_role(i, ch.len(), "pck_chain"), cert));
+            certs.push((cert_role(i, ch.len(), "pck-chain"), cert));
         }
     }
     for (name, ch) in [
-        ("tcb_info_issuer_chain", &coll.tcb_info_issuer_chain),
-        ("qe_identity_issuer_chain", &coll.qe_identity_issuer_chain),
-        ("pck_crl_issuer_chain", &coll.pck_crl_issuer_chain),
+        ("tcb-info-issuer-chain", &coll.tcb_info_issuer_chain),
+        ("qe-identity-issuer-chain", &coll.qe_identity_issuer_chain),
+        ("pck-crl-issuer-chain", &coll.pck_crl_issuer_chain),
     ] {
         for (i, cert) in ch.iter().enumerate().take(ch.len().saturating_sub(1)) {
             certs.push((cert_role(i, ch.len(), name), cert));
@@ -748,12 +815,12 @@ fn check_collateral(
     }
     for (role, cert) in certs {
         for (crl_name, crl) in [
-            ("root_ca_crl", &coll.root_ca_crl),
-            ("pck_crl", &coll.pck_crl),
+            ("root-ca-crl", &coll.root_ca_crl),
+            ("pck-crl", &coll.pck_crl),
         ] {
             if crl.covers(cert) && crl.revokes(&cert.serial()) {
-                failures.push(Failure::new(
-                    format!("{role}.revoked"),
+                failures.push(Failure::seen_wanted(
+                    format!("{role}-revoked"),
                     hex::encode(cert.serial()),
                     format!("not in the {crl_name} CRL"),
                 ));
@@ -769,8 +836,8 @@ fn check_collateral(
         .map(|f| f == pck.fmspc)
         .unwrap_or(false);
     if !fmspc_ok {
-        failures.push(Failure::new(
-            "tcb_info.fmspc",
+        failures.push(Failure::seen_wanted(
+            "tcb-info-fmspc",
             ti.fmspc.to_lowercase(),
             hex::encode(&pck.fmspc),
         ));
@@ -779,8 +846,8 @@ fn check_collateral(
         .map(|f| f == pck.pceid)
         .unwrap_or(false);
     if !pceid_ok {
-        failures.push(Failure::new(
-            "tcb_info.pce_id",
+        failures.push(Failure::seen_wanted(
+            "tcb-info-pce-id",
             ti.pce_id.to_lowercase(),
             hex::encode(&pck.pceid),
         ));

@@ -1,9 +1,9 @@
-//! Certificates and CRLs of the Intel PKI: PEM/DER parsing, ECDSA P-256 SHA-256 signature checks done with
-//! the `p256` crate over the exact TBS bytes, validity windows, serial numbers, and the pinned root key.
+//! Certificates and CRLs of the Intel PKI: PEM/DER parsing, ECDSA P-256 SHA-256 signature checks (through
+//! [`attestation::sig`], over ring) over the exact TBS bytes, validity windows, serial numbers, and the pinned
+//! root key.
 //! Intel's whole SGX/TDX PKI (root, PCK CAs, TCB signing) uses ecdsa-with-SHA256 on P-256.
 
-use p256::ecdsa::signature::Verifier;
-use p256::ecdsa::{Signature, VerifyingKey};
+use attestation::sig::{self, P256Key, SigError};
 use sha2::{Digest, Sha256};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
@@ -92,8 +92,8 @@ impl Cert {
     }
 
     /// The P-256 public key, if the certificate holds one.
-    pub fn p256_key(&self) -> Option<VerifyingKey> {
-        VerifyingKey::from_sec1_bytes(&self.parsed().public_key().subject_public_key.data).ok()
+    pub fn p256_key(&self) -> Option<P256Key> {
+        P256Key::from_sec1(&self.parsed().public_key().subject_public_key.data).ok()
     }
 
     /// The validity window as unix seconds.
@@ -135,28 +135,38 @@ fn unreachable_parse() -> ! {
     panic!("certificate DER changed after it was checked")
 }
 
-/// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256).
-pub fn verify_der_sig(key: &VerifyingKey, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
-    let sig =
-        Signature::from_der(der_sig).map_err(|e| format!("signature is not DER ECDSA: {e}"))?;
-    key.verify(msg, &sig)
-        .map_err(|_| "signature does not verify".to_string())
+fn sig_message(e: SigError) -> String {
+    match e {
+        SigError::Malformed(m) => format!("signature is {m}"),
+        SigError::Key(m) => m,
+        _ => "signature does not verify".to_string(),
+    }
+}
+
+/// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256); certificates and CRLs sign this
+/// way, so an active [`crate::Verifier`] remembers the result.
+pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
+    crate::verifier::memo("ecdsa-p256-sha256-der", key.sec1(), msg, der_sig, || {
+        sig::p256_sha256_der(key, msg, der_sig).map_err(sig_message)
+    })
 }
 
 /// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256).
-pub fn verify_raw_sig(key: &VerifyingKey, msg: &[u8], raw: &[u8]) -> Result<(), String> {
-    let sig =
-        Signature::from_slice(raw).map_err(|e| format!("signature is not r||s P-256: {e}"))?;
-    key.verify(msg, &sig)
-        .map_err(|_| "signature does not verify".to_string())
+pub fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+    sig::p256_sha256_fixed(key, msg, raw).map_err(sig_message)
+}
+
+/// As [`verify_raw_sig`], remembered by an active [`crate::Verifier`]: for what many quotes of one platform share
+/// (the QE report, TCB Info, QE Identity), never for a quote's own signature.
+pub fn verify_raw_sig_shared(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+    crate::verifier::memo("ecdsa-p256-sha256-fixed", key.sec1(), msg, raw, || {
+        verify_raw_sig(key, msg, raw)
+    })
 }
 
 /// A P-256 key from raw x || y (64 bytes), as the quote carries the attestation key.
-pub fn p256_from_raw(xy: &[u8; 64]) -> Option<VerifyingKey> {
-    let mut sec1 = [0u8; 65];
-    sec1[0] = 4;
-    sec1[1..].copy_from_slice(xy);
-    VerifyingKey::from_sec1_bytes(&sec1).ok()
+pub fn p256_from_raw(xy: &[u8; 64]) -> Option<P256Key> {
+    P256Key::from_raw_xy(xy).ok()
 }
 
 /// Strips leading zero bytes (DER integers carry one when the top bit is set).

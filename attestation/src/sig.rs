@@ -1,0 +1,275 @@
+//! Every signature verification of fenced-run in one small module over `ring`: ECDSA P-256/SHA-256 and
+//! P-384/SHA-384 (fixed r||s or DER), RSASSA-PSS SHA-384 with AMD's parameters, and strict Ed25519.
+//!
+//! Encodings are parsed exactly as before with the RustCrypto types (so what is refused, and the message, stay the
+//! same); only the arithmetic is ring's. Why ring: `docs/benchmarks.md` ("Signature library").
+
+use ring::signature::{self as rs, UnparsedPublicKey};
+use std::fmt;
+
+/// Why a signature did not verify.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SigError {
+    /// The public key is not a valid key of the algorithm (e.g. not a point on the curve).
+    Key(String),
+    /// The signature is not well-formed (bad DER, a scalar out of range, wrong length, a small-order R).
+    Malformed(String),
+    /// The signature is well-formed but does not verify over the message with the key.
+    Mismatch,
+}
+
+impl fmt::Display for SigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SigError::Key(e) => write!(f, "public key: {e}"),
+            SigError::Malformed(e) => write!(f, "malformed signature: {e}"),
+            SigError::Mismatch => f.write_str("signature does not verify"),
+        }
+    }
+}
+
+impl std::error::Error for SigError {}
+
+/// A P-256 public key, checked to be a point on the curve, kept as its uncompressed SEC1 encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct P256Key([u8; 65]);
+
+impl P256Key {
+    /// A key from SEC1 bytes (compressed or uncompressed); refuses anything that is not a point on P-256.
+    pub fn from_sec1(bytes: &[u8]) -> Result<P256Key, SigError> {
+        let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(bytes)
+            .map_err(|_| SigError::Key("not a P-256 point".into()))?;
+        let point = key.to_encoded_point(false);
+        let mut out = [0u8; 65];
+        out.copy_from_slice(point.as_bytes());
+        Ok(P256Key(out))
+    }
+
+    /// A key from raw x || y (64 bytes), as a TDX quote carries its attestation key.
+    pub fn from_raw_xy(xy: &[u8; 64]) -> Result<P256Key, SigError> {
+        let mut sec1 = [0u8; 65];
+        sec1[0] = 4;
+        sec1[1..].copy_from_slice(xy);
+        P256Key::from_sec1(&sec1)
+    }
+
+    /// The uncompressed SEC1 encoding (0x04 || x || y).
+    pub fn sec1(&self) -> &[u8; 65] {
+        &self.0
+    }
+}
+
+/// A P-384 public key, checked to be a point on the curve, kept as its uncompressed SEC1 encoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct P384Key([u8; 97]);
+
+impl P384Key {
+    /// A key from SEC1 bytes (compressed or uncompressed); refuses anything that is not a point on P-384.
+    pub fn from_sec1(bytes: &[u8]) -> Result<P384Key, SigError> {
+        let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(bytes)
+            .map_err(|_| SigError::Key("not a P-384 point".into()))?;
+        let point = key.to_encoded_point(false);
+        let mut out = [0u8; 97];
+        out.copy_from_slice(point.as_bytes());
+        Ok(P384Key(out))
+    }
+
+    /// The uncompressed SEC1 encoding (0x04 || x || y).
+    pub fn sec1(&self) -> &[u8; 97] {
+        &self.0
+    }
+}
+
+fn ring_verify(
+    alg: &'static dyn rs::VerificationAlgorithm,
+    key: &[u8],
+    msg: &[u8],
+    sig: &[u8],
+) -> Result<(), SigError> {
+    UnparsedPublicKey::new(alg, key)
+        .verify(msg, sig)
+        .map_err(|_| SigError::Mismatch)
+}
+
+/// ECDSA P-256 with SHA-256 over `msg`, the signature as fixed r || s (64 bytes, each scalar in 1..n).
+pub fn p256_sha256_fixed(key: &P256Key, msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+    let parsed = p256::ecdsa::Signature::from_slice(sig)
+        .map_err(|e| SigError::Malformed(format!("not r||s P-256: {e}")))?;
+    ring_verify(
+        &rs::ECDSA_P256_SHA256_FIXED,
+        &key.0,
+        msg,
+        &parsed.to_bytes(),
+    )
+}
+
+/// ECDSA P-256 with SHA-256 over `msg`, the signature DER-encoded (strict DER, as X.509 and CRLs carry it).
+pub fn p256_sha256_der(key: &P256Key, msg: &[u8], der: &[u8]) -> Result<(), SigError> {
+    let parsed = p256::ecdsa::Signature::from_der(der)
+        .map_err(|e| SigError::Malformed(format!("not DER ECDSA: {e}")))?;
+    ring_verify(
+        &rs::ECDSA_P256_SHA256_FIXED,
+        &key.0,
+        msg,
+        &parsed.to_bytes(),
+    )
+}
+
+/// ECDSA P-384 with SHA-384 over `msg`, the signature as big-endian r and s (48 bytes each, each in 1..n).
+pub fn p384_sha384_scalars(
+    key: &P384Key,
+    msg: &[u8],
+    r: &[u8; 48],
+    s: &[u8; 48],
+) -> Result<(), SigError> {
+    let parsed = p384::ecdsa::Signature::from_scalars(*r, *s)
+        .map_err(|_| SigError::Malformed("R or S is not a valid P-384 scalar".into()))?;
+    ring_verify(
+        &rs::ECDSA_P384_SHA384_FIXED,
+        &key.0,
+        msg,
+        &parsed.to_bytes(),
+    )
+}
+
+/// RSASSA-PSS over `msg` with SHA-384, MGF1-SHA-384, a salt of exactly 48 bytes and trailer 0xBC (AMD's
+/// parameters), by the RSA key `pkcs1_der` (an RSAPublicKey, as in a SubjectPublicKeyInfo's bit string).
+///
+/// ring's PSS verification requires the salt length to equal the digest length (48 for SHA-384) and checks the
+/// zero padding, the 0x01 separator and the trailer byte: a signature with any other salt length fails. The
+/// caller checks the modulus size it wants (AMD: 4096 bits); ring accepts 2048 to 8192.
+pub fn rsa_pss_sha384(pkcs1_der: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+    ring_verify(&rs::RSA_PSS_2048_8192_SHA384, pkcs1_der, msg, sig)
+}
+
+/// Strict Ed25519 (RFC 8032 with the checks of ed25519-dalek's `verify_strict`): the key must be a point and
+/// not of small order, R must not be of small order, S must be canonical, and [S]B = R + [k]A exactly.
+pub fn ed25519_strict(public: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> Result<(), SigError> {
+    let key = ed25519_dalek::VerifyingKey::from_bytes(public)
+        .map_err(|_| SigError::Key("not an Ed25519 point".into()))?;
+    if key.is_weak() {
+        return Err(SigError::Key("an Ed25519 key of small order".into()));
+    }
+    let mut r = [0u8; 32];
+    r.copy_from_slice(&sig[..32]);
+    match curve25519_dalek::edwards::CompressedEdwardsY(r).decompress() {
+        Some(p) if !p.is_small_order() => {}
+        Some(_) => return Err(SigError::Malformed("R is a point of small order".into())),
+        None => return Err(SigError::Malformed("R is not a point".into())),
+    }
+    ring_verify(&rs::ED25519, public, msg, sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use p256::ecdsa::signature::Signer as _;
+
+    #[test]
+    fn p256_good_bad_and_malformed() {
+        let sk = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).expect("key");
+        let key = P256Key::from_sec1(sk.verifying_key().to_sec1_bytes().as_ref()).expect("pk");
+        let sig: p256::ecdsa::Signature = sk.sign(b"msg");
+        assert_eq!(p256_sha256_fixed(&key, b"msg", &sig.to_bytes()), Ok(()));
+        assert_eq!(
+            p256_sha256_der(&key, b"msg", sig.to_der().as_bytes()),
+            Ok(())
+        );
+        assert_eq!(
+            p256_sha256_fixed(&key, b"msh", &sig.to_bytes()),
+            Err(SigError::Mismatch)
+        );
+        assert!(matches!(
+            p256_sha256_fixed(&key, b"msg", &[0u8; 64]),
+            Err(SigError::Malformed(_))
+        ));
+        assert!(matches!(
+            p256_sha256_der(&key, b"msg", &sig.to_bytes()),
+            Err(SigError::Malformed(_))
+        ));
+        let mut xy = [0u8; 64];
+        xy[0] = 1;
+        assert!(matches!(P256Key::from_raw_xy(&xy), Err(SigError::Key(_))));
+    }
+
+    #[test]
+    fn p384_good_and_bad() {
+        let sk = p384::ecdsa::SigningKey::from_slice(&[9u8; 48]).expect("key");
+        let key = P384Key::from_sec1(sk.verifying_key().to_sec1_bytes().as_ref()).expect("pk");
+        let sig: p384::ecdsa::Signature = sk.sign(b"report");
+        let (r, s) = sig.split_bytes();
+        let (r, s): ([u8; 48], [u8; 48]) = (r.into(), s.into());
+        assert_eq!(p384_sha384_scalars(&key, b"report", &r, &s), Ok(()));
+        assert_eq!(
+            p384_sha384_scalars(&key, b"reporu", &r, &s),
+            Err(SigError::Mismatch)
+        );
+        assert!(matches!(
+            p384_sha384_scalars(&key, b"report", &[0xff; 48], &s),
+            Err(SigError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn rsa_pss_requires_salt_48_and_sha384() {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::signature::{RandomizedSigner, SignatureEncoding};
+        let mut rng = rand::thread_rng();
+        let key = rsa::RsaPrivateKey::new(&mut rng, 2048).expect("key");
+        let public = key
+            .to_public_key()
+            .to_pkcs1_der()
+            .expect("der")
+            .as_bytes()
+            .to_vec();
+        let mut sign = |salt: usize| {
+            rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), salt)
+                .sign_with_rng(&mut rng, b"tbs")
+                .to_vec()
+        };
+        assert_eq!(rsa_pss_sha384(&public, b"tbs", &sign(48)), Ok(()));
+        assert_eq!(
+            rsa_pss_sha384(&public, b"tbt", &sign(48)),
+            Err(SigError::Mismatch)
+        );
+        // AMD signs with a 48-byte salt; any other length is refused, shorter or longer.
+        for salt in [0, 32, 64] {
+            assert_eq!(
+                rsa_pss_sha384(&public, b"tbs", &sign(salt)),
+                Err(SigError::Mismatch),
+                "salt {salt}"
+            );
+        }
+        let sha256 = rsa::pss::SigningKey::<sha2::Sha256>::new_with_salt_len(key.clone(), 48)
+            .sign_with_rng(&mut rng, b"tbs")
+            .to_vec();
+        assert_eq!(
+            rsa_pss_sha384(&public, b"tbs", &sha256),
+            Err(SigError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn ed25519_strict_refuses_small_order_r_and_weak_keys() {
+        use ed25519_dalek::Signer;
+        let sk = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let pk = sk.verifying_key().to_bytes();
+        let sig = sk.sign(b"set").to_bytes();
+        assert_eq!(ed25519_strict(&pk, b"set", &sig), Ok(()));
+        assert_eq!(ed25519_strict(&pk, b"seu", &sig), Err(SigError::Mismatch));
+        // The identity point (y = 1) has order 1: as R it is refused before any arithmetic, as a key too.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let mut small_r = sig;
+        small_r[..32].copy_from_slice(&identity);
+        assert!(matches!(
+            ed25519_strict(&pk, b"set", &small_r),
+            Err(SigError::Malformed(_))
+        ));
+        assert!(matches!(
+            ed25519_strict(&identity, b"set", &sig),
+            Err(SigError::Key(_))
+        ));
+    }
+}
