@@ -195,6 +195,26 @@ pub struct Inputs {
     /// The founder's nonce, hex in JSON and CBOR alike.
     #[serde(with = "hex_bytes")]
     pub nonce: Vec<u8>,
+    /// The job's `[test] protect` globs (absent when the job protects nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protect: Vec<String>,
+    /// Git tree object id (hex) of the protected paths as the test phase ran them: only the paths the globs
+    /// match, in their directories (absent when the job protects nothing or the run ended before the test phase).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_tree: Option<String>,
+}
+
+/// A change to a protected path that the fence undid before the test phase (`[test] protect`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProtectedRestore {
+    /// The path, relative to the repository, `/`-separated.
+    pub path: String,
+    /// What had happened to it: `modified`, `added`, `deleted`, `type_changed` (a file became a link or a
+    /// directory, or the other way round) or `mode_changed`.
+    pub change: String,
+    /// Who changed it: `patch` or `install`.
+    pub by: String,
 }
 
 /// One attempt to reach the network through the egress proxy during the install phase.
@@ -403,6 +423,9 @@ pub struct Verdict {
     pub agent: AgentInfo,
     /// Intake and teardown findings (may be empty).
     pub findings: Vec<Finding>,
+    /// Changes to protected paths undone before the test phase (absent when there were none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected: Vec<ProtectedRestore>,
 }
 
 impl Verdict {
@@ -435,6 +458,7 @@ impl Verdict {
                 version: agent_version.to_owned(),
             },
             findings: Vec::new(),
+            protected: Vec::new(),
         }
     }
 
@@ -597,6 +621,8 @@ mod tests {
             patch_sha256: Some("c".repeat(64)),
             job_sha256: Some("d".repeat(64)),
             nonce: vec![0x5a; 32],
+            protect: Vec::new(),
+            test_tree: None,
         };
         let mut v = Verdict::new(Outcome::TestsPassed, Isolation::Process, inputs, "0.1.0");
         v.install = Some(InstallPhase {

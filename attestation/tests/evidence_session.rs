@@ -30,6 +30,8 @@ fn verdict(nonce: &[u8]) -> Verdict {
         patch_sha256: None,
         job_sha256: Some("ef".repeat(32)),
         nonce: nonce.to_vec(),
+        protect: Vec::new(),
+        test_tree: None,
     };
     let mut v = Verdict::new(Outcome::TestsFailed, Isolation::Process, inputs, "0.1.0");
     v.tests = Some(TestCounts {

@@ -1,5 +1,7 @@
 //! configfs-tsm backend against a fake kernel in a tempdir: entries appear on mkdir with their attributes,
 //! every write bumps `generation`, `outblob` is computed from `inblob`, and rmdir removes the entry.
+//! Then the selection order (attestation::tee::select_with) over fakes of all three interfaces: configfs-tsm,
+//! then /dev/sev-guest, then /dev/tdx_guest, ENODEV-like answers read as "not this TEE".
 
 use attestation::evidence::TeeLabel;
 use attestation::tee::certtable::build_cert_table;
@@ -211,4 +213,198 @@ fn providers() {
     let err = ConfigfsTsm::open(&root.path().join("absent")).expect_err("absent");
     assert!(matches!(err, TeeError::NotPresent(_)));
     assert_eq!(entries_left(root.path()), 0);
+}
+
+// ---- The selection order: configfs-tsm, then /dev/sev-guest, then /dev/tdx_guest, then "not a TEE" ----
+
+use attestation::tee::{
+    select_with, IoctlError, Selected, SevGuestDevice, SevGuestIoctl, TdxGuestDevice,
+    TdxGuestIoctl, TDREPORT_LEN,
+};
+
+/// configfs-tsm mounted, but no provider registered (a plain VM with the tsm module): reads answer ENXIO.
+struct NoProvider;
+
+impl ConfigfsOps for NoProvider {
+    fn mkdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::create_dir(path)
+    }
+    fn rmdir(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(path)
+    }
+    fn write(&self, _path: &Path, _data: &[u8]) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::ENXIO))
+    }
+    fn read(&self, _path: &Path, _max: usize) -> io::Result<Vec<u8>> {
+        Err(io::Error::from_raw_os_error(libc::ENXIO))
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+/// A `/dev/sev-guest` whose requests all answer `errno`, or a report over the data when `None`.
+#[derive(Debug)]
+struct Sev(Option<nix::errno::Errno>);
+
+impl SevGuestIoctl for Sev {
+    fn get_report(
+        &self,
+        user_data: &[u8; 64],
+        _vmpl: u32,
+        resp: &mut [u8; 4000],
+    ) -> Result<(), IoctlError> {
+        if let Some(errno) = self.0 {
+            return Err(IoctlError {
+                errno,
+                exitinfo2: 0,
+            });
+        }
+        resp[4..8].copy_from_slice(&1184u32.to_le_bytes());
+        resp[0x20] = 2;
+        resp[0x20 + 0x50..0x20 + 0x90].copy_from_slice(user_data);
+        Ok(())
+    }
+    fn get_ext_report(
+        &self,
+        user_data: &[u8; 64],
+        vmpl: u32,
+        resp: &mut [u8; 4000],
+        _certs: &mut [u8],
+        certs_len: &mut u32,
+    ) -> Result<(), IoctlError> {
+        *certs_len = 0;
+        self.get_report(user_data, vmpl, resp)
+    }
+}
+
+#[derive(Debug)]
+struct Tdx(Option<nix::errno::Errno>);
+
+impl TdxGuestIoctl for Tdx {
+    fn get_report0(
+        &self,
+        rd: &[u8; 64],
+        out: &mut [u8; TDREPORT_LEN],
+    ) -> Result<(), nix::errno::Errno> {
+        if let Some(e) = self.0 {
+            return Err(e);
+        }
+        out[128..192].copy_from_slice(rd);
+        Ok(())
+    }
+}
+
+struct Machine {
+    dir: tempfile::TempDir,
+}
+
+impl Machine {
+    /// A fake machine: `report` (configfs-tsm root) made when `tsm`, device nodes made when asked.
+    fn new(tsm: bool, sev: bool, tdx: bool) -> Machine {
+        let dir = tempfile::tempdir().expect("tempdir");
+        if tsm {
+            std::fs::create_dir(dir.path().join("report")).expect("report");
+        }
+        for (on, name) in [(sev, "sev-guest"), (tdx, "tdx_guest")] {
+            if on {
+                std::fs::write(dir.path().join(name), b"").expect("node");
+            }
+        }
+        Machine { dir }
+    }
+    fn p(&self, n: &str) -> std::path::PathBuf {
+        self.dir.path().join(n)
+    }
+    fn select(
+        &self,
+        ops: Arc<dyn ConfigfsOps>,
+        sev: Option<nix::errno::Errno>,
+        tdx: Option<nix::errno::Errno>,
+    ) -> Result<Selected, TeeError> {
+        let root = self.p("report");
+        let (sp, tp) = (self.p("sev-guest"), self.p("tdx_guest"));
+        select_with(
+            || ConfigfsTsm::with_ops(&root, ops),
+            &sp,
+            || Ok(SevGuestDevice::with_ioctl(&sp, Arc::new(Sev(sev)))),
+            &tp,
+            || Ok(TdxGuestDevice::with_ioctl(&tp, Arc::new(Tdx(tdx)))),
+        )
+    }
+}
+
+fn chosen(s: Result<Selected, TeeError>) -> String {
+    match s.expect("selected") {
+        Selected::Hardware(t, name) => format!("{name} {:?}", t.label()),
+        Selected::NotATee(why) => format!("not a TEE: {}", why.join(" | ")),
+    }
+}
+
+#[test]
+fn configfs_tsm_comes_first() {
+    let m = Machine::new(true, true, true);
+    let got = chosen(m.select(Arc::new(FakeKernel::new("sev_guest")), None, None));
+    assert_eq!(got, "configfs-tsm SevSnp");
+    let got = chosen(m.select(Arc::new(FakeKernel::new("tdx_guest")), None, None));
+    assert_eq!(got, "configfs-tsm Tdx");
+    assert_eq!(
+        entries_left(&m.p("report")),
+        0,
+        "the probe entry is removed"
+    );
+}
+
+#[test]
+fn sev_guest_when_configfs_has_no_provider_or_is_absent() {
+    let m = Machine::new(true, true, false);
+    assert_eq!(
+        chosen(m.select(Arc::new(NoProvider), None, None)),
+        "/dev/sev-guest SevSnp"
+    );
+    let m = Machine::new(false, true, true);
+    assert_eq!(
+        chosen(m.select(Arc::new(NoProvider), None, None)),
+        "/dev/sev-guest SevSnp"
+    );
+}
+
+#[test]
+fn enodev_everywhere_is_not_a_tee_so_the_sim_is_used() {
+    let m = Machine::new(true, true, true);
+    let got = chosen(m.select(
+        Arc::new(NoProvider),
+        Some(nix::errno::Errno::ENODEV),
+        Some(nix::errno::Errno::ENODEV),
+    ));
+    assert!(got.starts_with("not a TEE: configfs-tsm"), "{got}");
+    assert_eq!(got.matches("(not this TEE)").count(), 3, "{got}");
+    let none = Machine::new(false, false, false);
+    let got = chosen(none.select(Arc::new(NoProvider), None, None));
+    assert!(got.contains("does not exist"), "{got}");
+}
+
+#[test]
+fn tdx_guest_without_configfs_is_an_error_not_the_sim() {
+    let m = Machine::new(false, false, true);
+    let err = m
+        .select(Arc::new(NoProvider), None, None)
+        .expect_err("a TD without configfs-tsm");
+    assert!(
+        err.to_string().contains("TDX quotes need configfs-tsm"),
+        "{err}"
+    );
+}
+
+#[test]
+fn other_errors_stop_the_selection() {
+    // EIO from /dev/sev-guest is a broken SEV-SNP guest, not "not this TEE": no fallback to the sim.
+    let m = Machine::new(false, true, false);
+    let err = m
+        .select(Arc::new(NoProvider), Some(nix::errno::Errno::EIO), None)
+        .expect_err("eio");
+    assert!(
+        err.to_string().contains("/dev/sev-guest") || err.to_string().contains("sev-guest"),
+        "{err}"
+    );
 }

@@ -398,7 +398,26 @@ pub struct TestSpec {
     pub timeout_seconds: u64,
     /// A JUnit XML report file (relative to the repository) to read counts from.
     pub junit: Option<PathBuf>,
+    /// Globs (relative to the repository, `/`-separated) of the paths the patch and the install phase may not
+    /// change: the fence restores them from the repository as received before the test phase (docs/job-file.md).
+    pub protect: Vec<String>,
+    /// What a patch that changes a protected path gets.
+    pub on_protected_change: OnProtectedChange,
 }
+
+/// `[test] on_protected_change`: what happens when the patch changes a protected path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnProtectedChange {
+    /// The path is restored before the test phase and the change listed in the verdict (the default).
+    #[default]
+    Restore,
+    /// The run is refused at stage `patch`, naming the paths.
+    Refuse,
+}
+
+/// The most globs `[test] protect` may list.
+pub const MAX_PROTECT_GLOBS: usize = 256;
 
 /// `[limits]`: resources of each phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -802,6 +821,9 @@ struct RawTest {
     command: Option<Spanned<String>>,
     timeout_seconds: Option<Spanned<u64>>,
     junit: Option<Spanned<String>>,
+    #[serde(default)]
+    protect: Vec<Spanned<String>>,
+    on_protected_change: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -915,6 +937,46 @@ impl Ctx<'_> {
         Ok(PathBuf::from(s))
     }
 
+    /// `[test] protect`: each glob relative to the repository, inside it, and valid for [`protect_matcher`].
+    fn protect_globs(&self, globs: &[Spanned<String>]) -> Result<Vec<String>, JobError> {
+        if globs.len() > MAX_PROTECT_GLOBS {
+            return Err(self.invalid(
+                globs[MAX_PROTECT_GLOBS].span(),
+                "test.protect",
+                format!("lists {} globs; at most {MAX_PROTECT_GLOBS}", globs.len()),
+            ));
+        }
+        let mut out = Vec::with_capacity(globs.len());
+        for g in globs {
+            let s = g.get_ref();
+            let why = if s.is_empty() {
+                Some("must not be empty".to_owned())
+            } else if s.contains('\0') {
+                Some("contains a NUL byte".to_owned())
+            } else if s.starts_with('/') {
+                Some("is absolute; globs are relative to the repository".to_owned())
+            } else if s.split('/').any(|c| c == "..") {
+                Some("has a `..` component; globs stay inside the repository".to_owned())
+            } else if s.split('/').next() == Some(".git") {
+                Some(
+                    "names the `.git` directory, which the fence never hands to the tests"
+                        .to_owned(),
+                )
+            } else {
+                protect_matcher(std::slice::from_ref(s)).err()
+            };
+            if let Some(why) = why {
+                return Err(self.invalid(
+                    g.span(),
+                    "test.protect",
+                    format!("`{}` {why}", s.escape_debug()),
+                ));
+            }
+            out.push(s.clone());
+        }
+        Ok(out)
+    }
+
     fn command(&self, v: &Spanned<String>, key: &str) -> Result<String, JobError> {
         let s = v.get_ref();
         if s.trim().is_empty() {
@@ -925,6 +987,26 @@ impl Ctx<'_> {
         }
         Ok(s.clone())
     }
+}
+
+/// The matcher of `[test] protect` globs: `*` and `?` stop at `/`, `**` crosses directories, `{a,b}` and
+/// `[..]` as in git's pathspecs (the `globset` crate's syntax with `literal_separator`). A glob that names a
+/// directory (`tests` or `tests/`) protects everything below it too.
+pub fn protect_matcher(globs: &[String]) -> Result<globset::GlobSet, String> {
+    let mut b = globset::GlobSetBuilder::new();
+    for g in globs {
+        let trimmed = g.trim_end_matches('/');
+        for pattern in [trimmed.to_owned(), format!("{trimmed}/**")] {
+            let glob = globset::GlobBuilder::new(&pattern)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| format!("is not a valid glob: {}", e.kind()))?;
+            b.add(glob);
+        }
+    }
+    b.build()
+        .map_err(|e| format!("is not a valid glob set: {}", e.kind()))
 }
 
 impl Job {
@@ -1075,6 +1157,8 @@ impl Job {
                 command: None,
                 timeout_seconds: DEFAULT_TEST_TIMEOUT_SECONDS,
                 junit: None,
+                protect: Vec::new(),
+                on_protected_change: OnProtectedChange::Restore,
             },
             Some(t) => TestSpec {
                 command: t
@@ -1092,6 +1176,24 @@ impl Job {
                     .as_ref()
                     .map(|j| cx.rel_path(j, "test.junit"))
                     .transpose()?,
+                protect: cx.protect_globs(&t.protect)?,
+                on_protected_change: match &t.on_protected_change {
+                    None => OnProtectedChange::Restore,
+                    Some(v) => match v.get_ref().as_str() {
+                        "restore" => OnProtectedChange::Restore,
+                        "refuse" => OnProtectedChange::Refuse,
+                        other => {
+                            return Err(cx.invalid(
+                                v.span(),
+                                "test.on_protected_change",
+                                format!(
+                                    "is `{}`; expected `restore` or `refuse`",
+                                    other.escape_debug()
+                                ),
+                            ))
+                        }
+                    },
+                },
             },
         };
 

@@ -52,6 +52,8 @@ pub mod checks {
     pub const PIN_COMMIT: &str = "pin-commit";
     /// `--tree`: the verdict's tree hash after the patch is not the pinned one.
     pub const PIN_TREE: &str = "pin-tree";
+    /// `--protect-tree`: the tree of the protected paths the test phase ran is not the pinned one.
+    pub const PIN_PROTECT_TREE: &str = "pin-protect-tree";
     /// `--patch`/`--patch-sha256`: the verdict's patch SHA-256 is not the pinned one.
     pub const PIN_PATCH: &str = "pin-patch";
     /// `--job`/`--job-sha256`: the verdict's job SHA-256 is not the pinned one.
@@ -75,6 +77,9 @@ pub struct RunPins {
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch, the full object id, lower case.
     pub tree: Option<String>,
+    /// The git tree of the protected paths (`[test] protect`) as the test phase ran them, the full object id,
+    /// lower case.
+    pub protect_tree: Option<String>,
     /// SHA-256 of the patch bytes.
     pub patch_sha256: Option<[u8; 32]>,
     /// SHA-256 of the job file bytes.
@@ -635,6 +640,13 @@ fn check_pins(pins: &RunPins, verdict: Option<&Verdict>) -> Vec<PinCheck> {
         checks::PIN_TREE,
         &pins.tree,
         inputs.map(|i| &i.tree),
+        false,
+        &mut out,
+    );
+    text(
+        checks::PIN_PROTECT_TREE,
+        &pins.protect_tree,
+        inputs.map(|i| &i.test_tree),
         false,
         &mut out,
     );

@@ -45,6 +45,8 @@ fn evidence(outcome: Outcome, counts: Option<(u64, u64)>) -> Evidence {
         patch_sha256: Some(sha(PATCH)),
         job_sha256: Some(sha(JOB)),
         nonce: NONCE.to_vec(),
+        protect: Vec::new(),
+        test_tree: None,
     };
     let mut verdict = Verdict::new(outcome, Isolation::Process, inputs, "test");
     verdict.tests = counts.map(|(passed, failed)| TestCounts {

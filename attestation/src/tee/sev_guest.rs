@@ -4,7 +4,9 @@
 //! table (or refuses), SNP_GET_REPORT gets the report alone. The response is MSG_REPORT_RSP of the SEV-SNP ABI:
 //! status (u32), report size (u32), 24 reserved bytes, then the ATTESTATION_REPORT. The ioctls are issued
 //! directly rather than through the `sev` crate because the evidence needs the report's exact bytes and the
-//! host's certificate table must be parsed with bounds checks ([`super::certtable`]).
+//! host's certificate table must be parsed with bounds checks ([`super::certtable`]); the `sev` crate's guest
+//! `Firmware::get_ext_report` parses the report into a struct and drops the bytes the signature covers.
+//! The two ioctls sit behind [`SevGuestIoctl`], so the retry and fallback logic is tested against a fake.
 
 use super::certtable::{certs_in_evidence_order, parse_cert_table};
 use super::{RawEvidence, Tee, TeeError};
@@ -98,11 +100,132 @@ impl AlignedBuf {
     }
 }
 
+/// A failed guest-request ioctl: the errno and `exitinfo2` (firmware error low 32 bits, VMM error high).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoctlError {
+    /// The errno.
+    pub errno: nix::errno::Errno,
+    /// `exitinfo2` of the request.
+    pub exitinfo2: u64,
+}
+
+/// The guest-request ioctls of `/dev/sev-guest`; [`DevSevGuest`] issues them, tests stand in a fake.
+pub trait SevGuestIoctl: Send + Sync + std::fmt::Debug {
+    /// SNP_GET_REPORT: MSG_REPORT_RSP for `user_data` at `vmpl` into `resp`.
+    fn get_report(
+        &self,
+        user_data: &[u8; 64],
+        vmpl: u32,
+        resp: &mut [u8; 4000],
+    ) -> Result<(), IoctlError>;
+    /// SNP_GET_EXT_REPORT: as [`Self::get_report`], and the host's certificate table into `certs` (page
+    /// aligned, a whole number of pages); `certs_len` holds the buffer's length on entry and the length the
+    /// host wrote or needs on return.
+    fn get_ext_report(
+        &self,
+        user_data: &[u8; 64],
+        vmpl: u32,
+        resp: &mut [u8; 4000],
+        certs: &mut [u8],
+        certs_len: &mut u32,
+    ) -> Result<(), IoctlError>;
+}
+
+/// The real device.
+#[derive(Debug, Clone)]
+pub struct DevSevGuest {
+    path: PathBuf,
+}
+
+impl DevSevGuest {
+    fn open(&self) -> Result<std::fs::File, IoctlError> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| IoctlError {
+                errno: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                exitinfo2: 0,
+            })
+    }
+}
+
+impl SevGuestIoctl for DevSevGuest {
+    fn get_report(
+        &self,
+        user_data: &[u8; 64],
+        vmpl: u32,
+        resp: &mut [u8; 4000],
+    ) -> Result<(), IoctlError> {
+        let file = self.open()?;
+        let mut data = SnpReportReq {
+            user_data: *user_data,
+            vmpl,
+            rsvd: [0; 28],
+        };
+        let mut out = Box::new(SnpReportResp { data: [0u8; 4000] });
+        let mut guest_req = SnpGuestRequestIoctl {
+            msg_version: MSG_VERSION,
+            req_data: (&mut data as *mut SnpReportReq) as u64,
+            resp_data: (&mut *out as *mut SnpReportResp) as u64,
+            exitinfo2: 0,
+        };
+        // SAFETY: `guest_req` points at `data` and `out`, alive and of the kernel's sizes.
+        #[allow(unsafe_code)]
+        let r = unsafe { ioctls::snp_get_report(file.as_raw_fd(), &mut guest_req) };
+        r.map_err(|errno| IoctlError {
+            errno,
+            exitinfo2: guest_req.exitinfo2,
+        })?;
+        resp.copy_from_slice(&out.data);
+        Ok(())
+    }
+
+    fn get_ext_report(
+        &self,
+        user_data: &[u8; 64],
+        vmpl: u32,
+        resp: &mut [u8; 4000],
+        certs: &mut [u8],
+        certs_len: &mut u32,
+    ) -> Result<(), IoctlError> {
+        let file = self.open()?;
+        let mut ext = SnpExtReportReq {
+            data: SnpReportReq {
+                user_data: *user_data,
+                vmpl,
+                rsvd: [0; 28],
+            },
+            certs_address: certs.as_mut_ptr() as u64,
+            certs_len: *certs_len,
+        };
+        let mut out = Box::new(SnpReportResp { data: [0u8; 4000] });
+        let mut guest_req = SnpGuestRequestIoctl {
+            msg_version: MSG_VERSION,
+            req_data: (&mut ext as *mut SnpExtReportReq) as u64,
+            resp_data: (&mut *out as *mut SnpReportResp) as u64,
+            exitinfo2: 0,
+        };
+        // SAFETY: `guest_req` points at `ext` and `out`, and `ext` at `certs` (of `certs_len` bytes), all alive
+        // and of the sizes the kernel's structures have; the kernel writes only within them.
+        #[allow(unsafe_code)]
+        let r = unsafe { ioctls::snp_get_ext_report(file.as_raw_fd(), &mut guest_req) };
+        *certs_len = ext.certs_len;
+        r.map_err(|errno| IoctlError {
+            errno,
+            exitinfo2: guest_req.exitinfo2,
+        })?;
+        resp.copy_from_slice(&out.data);
+        Ok(())
+    }
+}
+
 /// The `/dev/sev-guest` backend.
 #[derive(Debug, Clone)]
 pub struct SevGuestDevice {
     path: PathBuf,
     vmpl: u32,
+    ioctl: std::sync::Arc<dyn SevGuestIoctl>,
 }
 
 impl SevGuestDevice {
@@ -114,10 +237,21 @@ impl SevGuestDevice {
                 path.display()
             )));
         }
-        Ok(SevGuestDevice {
+        Ok(SevGuestDevice::with_ioctl(
+            path,
+            std::sync::Arc::new(DevSevGuest {
+                path: path.to_owned(),
+            }),
+        ))
+    }
+
+    /// The backend over `ioctl` (tests use a fake); `path` names the device in errors.
+    pub fn with_ioctl(path: &Path, ioctl: std::sync::Arc<dyn SevGuestIoctl>) -> SevGuestDevice {
+        SevGuestDevice {
             path: path.to_owned(),
             vmpl: 0,
-        })
+            ioctl,
+        }
     }
 
     /// Requests reports at `vmpl` (0..=3).
@@ -137,61 +271,38 @@ impl SevGuestDevice {
         certs: Option<&mut AlignedBuf>,
         certs_len_out: &mut u32,
     ) -> Result<Vec<u8>, TeeError> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.path)
-            .map_err(|source| TeeError::Io {
-                op: "open",
-                path: self.path.clone(),
-                source,
-            })?;
-        let mut resp = Box::new(SnpReportResp { data: [0u8; 4000] });
-        let data = SnpReportReq {
-            user_data: *report_data,
-            vmpl: self.vmpl,
-            rsvd: [0; 28],
-        };
-        let mut guest_req = SnpGuestRequestIoctl {
-            msg_version: MSG_VERSION,
-            ..Default::default()
-        };
-        guest_req.resp_data = (&mut *resp as *mut SnpReportResp) as u64;
-        let fd = file.as_raw_fd();
-        let (result, name, certs_len) = match certs {
+        let mut resp = Box::new([0u8; 4000]);
+        let (result, name) = match certs {
             Some(buf) => {
-                let mut ext = SnpExtReportReq {
-                    data,
-                    certs_address: buf.as_mut_slice().as_mut_ptr() as u64,
-                    certs_len: u32::try_from(buf.len).unwrap_or(u32::MAX),
-                };
-                guest_req.req_data = (&mut ext as *mut SnpExtReportReq) as u64;
-                // SAFETY: `guest_req` points at `ext` and `resp`, and `ext` at `buf`, all alive and of the sizes
-                // the kernel's structures have; the kernel writes only within them.
-                #[allow(unsafe_code)]
-                let r = unsafe { ioctls::snp_get_ext_report(fd, &mut guest_req) };
-                (r, "SNP_GET_EXT_REPORT", ext.certs_len)
+                let mut len = u32::try_from(buf.len).unwrap_or(u32::MAX);
+                let r = self.ioctl.get_ext_report(
+                    report_data,
+                    self.vmpl,
+                    &mut resp,
+                    buf.as_mut_slice(),
+                    &mut len,
+                );
+                *certs_len_out = len;
+                (r, "SNP_GET_EXT_REPORT")
             }
             None => {
-                let mut data = data;
-                guest_req.req_data = (&mut data as *mut SnpReportReq) as u64;
-                // SAFETY: `guest_req` points at `data` and `resp`, alive and of the kernel's sizes.
-                #[allow(unsafe_code)]
-                let r = unsafe { ioctls::snp_get_report(fd, &mut guest_req) };
-                (r, "SNP_GET_REPORT", 0)
+                *certs_len_out = 0;
+                (
+                    self.ioctl.get_report(report_data, self.vmpl, &mut resp),
+                    "SNP_GET_REPORT",
+                )
             }
         };
-        *certs_len_out = certs_len;
-        if let Err(errno) = result {
+        if let Err(e) = result {
             return Err(TeeError::Ioctl {
                 device: self.path.clone(),
                 request: name,
-                errno,
-                fw_error: (guest_req.exitinfo2 & 0xffff_ffff) as u32,
-                vmm_error: (guest_req.exitinfo2 >> 32) as u32,
+                errno: e.errno,
+                fw_error: (e.exitinfo2 & 0xffff_ffff) as u32,
+                vmm_error: (e.exitinfo2 >> 32) as u32,
             });
         }
-        let report = parse_report_response(&resp.data).map_err(|detail| TeeError::Malformed {
+        let report = parse_report_response(&resp[..]).map_err(|detail| TeeError::Malformed {
             source_name: format!("{} {name}", self.path.display()),
             detail,
         })?;
@@ -290,6 +401,174 @@ mod tests {
         let mut b = AlignedBuf::new(2 * PAGE);
         assert_eq!(b.as_mut_slice().as_ptr() as usize % PAGE, 0);
         assert_eq!(b.as_slice().len(), 2 * PAGE);
+    }
+
+    use crate::tee::certtable::{build_cert_table, CertKind, CertTableEntry};
+    use std::sync::Mutex;
+
+    /// A fake PSP and host: answers with a report over the user data, the host's table when the buffer is
+    /// large enough (else EIO with the VMM's "invalid length" and the size needed), or ENOTTY for hosts
+    /// without extended reports.
+    #[derive(Debug)]
+    struct FakeSev {
+        table: Vec<u8>,
+        ext: bool,
+        errno: Option<nix::errno::Errno>,
+        calls: Mutex<Vec<(&'static str, usize)>>,
+    }
+
+    impl FakeSev {
+        fn response(user_data: &[u8; 64], resp: &mut [u8; 4000]) {
+            resp.fill(0);
+            resp[4..8].copy_from_slice(&(crate::snp::REPORT_LEN as u32).to_le_bytes());
+            resp[0x20] = 2; // version
+            resp[0x20 + 0x50..0x20 + 0x90].copy_from_slice(user_data);
+        }
+    }
+
+    impl SevGuestIoctl for FakeSev {
+        fn get_report(
+            &self,
+            user_data: &[u8; 64],
+            _vmpl: u32,
+            resp: &mut [u8; 4000],
+        ) -> Result<(), IoctlError> {
+            self.calls.lock().expect("lock").push(("report", 0));
+            if let Some(errno) = self.errno {
+                return Err(IoctlError {
+                    errno,
+                    exitinfo2: 0,
+                });
+            }
+            FakeSev::response(user_data, resp);
+            Ok(())
+        }
+
+        fn get_ext_report(
+            &self,
+            user_data: &[u8; 64],
+            _vmpl: u32,
+            resp: &mut [u8; 4000],
+            certs: &mut [u8],
+            certs_len: &mut u32,
+        ) -> Result<(), IoctlError> {
+            self.calls.lock().expect("lock").push(("ext", certs.len()));
+            assert_eq!(
+                certs.as_ptr() as usize % PAGE,
+                0,
+                "the kernel needs a page-aligned buffer"
+            );
+            assert_eq!(*certs_len as usize, certs.len());
+            if let Some(errno) = self.errno {
+                return Err(IoctlError {
+                    errno,
+                    exitinfo2: 0,
+                });
+            }
+            if !self.ext {
+                return Err(IoctlError {
+                    errno: nix::errno::Errno::ENOTTY,
+                    exitinfo2: 0,
+                });
+            }
+            if certs.len() < self.table.len() {
+                *certs_len = self.table.len() as u32;
+                return Err(IoctlError {
+                    errno: nix::errno::Errno::EIO,
+                    exitinfo2: u64::from(SNP_GUEST_VMM_ERR_INVALID_LEN) << 32,
+                });
+            }
+            certs[..self.table.len()].copy_from_slice(&self.table);
+            *certs_len = self.table.len() as u32;
+            FakeSev::response(user_data, resp);
+            Ok(())
+        }
+    }
+
+    fn fake(
+        table: Vec<u8>,
+        ext: bool,
+        errno: Option<nix::errno::Errno>,
+    ) -> std::sync::Arc<FakeSev> {
+        std::sync::Arc::new(FakeSev {
+            table,
+            ext,
+            errno,
+            calls: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn table(vcek_len: usize) -> Vec<u8> {
+        build_cert_table(&[
+            CertTableEntry {
+                kind: CertKind::Ark,
+                data: vec![3; 900],
+            },
+            CertTableEntry {
+                kind: CertKind::Vcek,
+                data: vec![1; vcek_len],
+            },
+            CertTableEntry {
+                kind: CertKind::Ask,
+                data: vec![2; 1000],
+            },
+        ])
+    }
+
+    #[test]
+    fn extended_report_with_the_hosts_certificates() {
+        let f = fake(table(1200), true, None);
+        let dev = SevGuestDevice::with_ioctl(Path::new("/dev/sev-guest"), f.clone());
+        let rd = [7u8; 64];
+        let raw = dev.get_report(&rd).expect("report");
+        assert_eq!(&raw.report[0x50..0x90], &rd[..]);
+        // Evidence order: VCEK, ASK, ARK, whatever the table's order.
+        assert_eq!(raw.certs, vec![vec![1; 1200], vec![2; 1000], vec![3; 900]]);
+        assert_eq!(
+            f.calls.lock().expect("lock").as_slice(),
+            &[("ext", 4 * PAGE)]
+        );
+    }
+
+    #[test]
+    fn a_larger_table_is_fetched_with_the_size_the_host_asks_for() {
+        let f = fake(table(5 * PAGE), true, None);
+        let dev = SevGuestDevice::with_ioctl(Path::new("/dev/sev-guest"), f.clone());
+        let raw = dev.get_report(&[1u8; 64]).expect("report");
+        assert_eq!(raw.certs[0].len(), 5 * PAGE);
+        let calls = f.calls.lock().expect("lock").clone();
+        assert_eq!(calls.len(), 2, "{calls:?}");
+        assert_eq!(calls[1].0, "ext");
+        assert!(
+            calls[1].1 >= 5 * PAGE + 2000 && calls[1].1 % PAGE == 0,
+            "{calls:?}"
+        );
+    }
+
+    #[test]
+    fn hosts_without_extended_reports_give_the_report_alone() {
+        let f = fake(Vec::new(), false, None);
+        let dev = SevGuestDevice::with_ioctl(Path::new("/dev/sev-guest"), f.clone());
+        let raw = dev.get_report(&[9u8; 64]).expect("report");
+        assert!(raw.certs.is_empty());
+        let calls: Vec<&str> = f.calls.lock().expect("lock").iter().map(|c| c.0).collect();
+        assert_eq!(calls, ["ext", "report"]);
+    }
+
+    #[test]
+    fn enodev_is_named_with_the_device_and_request() {
+        let f = fake(Vec::new(), true, Some(nix::errno::Errno::ENODEV));
+        let dev = SevGuestDevice::with_ioctl(Path::new("/dev/sev-guest"), f);
+        let e = dev.get_report(&[0u8; 64]).expect_err("enodev");
+        let text = e.to_string();
+        assert!(text.contains("SNP_GET_REPORT on /dev/sev-guest"), "{text}");
+        assert!(matches!(
+            e,
+            TeeError::Ioctl {
+                errno: nix::errno::Errno::ENODEV,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -130,20 +130,12 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     };
     // The report, before any byte of the job is read: a real TEE if this guest has one, else the host's sim PSP.
     let session = {
-        let real = attestation::tee::detect();
-        let begun = match &real {
-            Ok(t) => Session::begin(t.as_ref(), &header.nonce),
-            Err(why) => {
-                console(&format!(
-                    "no hardware attestation interface ({why}); asking the host's sim PSP"
-                ));
-                let sim = tee::ChannelSimTee::new(
-                    port.try_clone().map_err(|e| format!("job channel: {e}"))?,
-                );
-                Session::begin(&sim, &header.nonce)
-            }
+        let (backend, which) = match tee::select(&port) {
+            Ok(b) => b,
+            Err(e) => return Err(fail(&mut wr, e)),
         };
-        match begun {
+        console(&format!("report backend: {which}"));
+        match Session::begin(backend.as_ref(), &header.nonce) {
             Ok(s) => s,
             Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
         }
@@ -154,6 +146,8 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         patch_sha256: None,
         job_sha256: None,
         nonce: header.nonce.clone(),
+        protect: Vec::new(),
+        test_tree: None,
     };
     let verdict = match notes {
         Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),

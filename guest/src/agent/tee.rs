@@ -1,12 +1,48 @@
 //! The sim backend of the `vm` tier: the report comes from the host's sim PSP over the job channel, as a real
 //! SNP report comes from the PSP outside the guest. The host signs it for the launch measurement of what it
-//! launched; the verifier accepts it only with `--allow-simulated`, by the chain it ends in.
+//! launched; the verifier accepts it only with `--allow-simulated`, by the chain it ends in. [`select`] picks
+//! the agent's backend: configfs-tsm, then `/dev/sev-guest`, then `/dev/tdx_guest`, then this sim.
 
 use crate::channel::{self, FrameType};
 use attestation::evidence::TeeLabel;
 use attestation::tee::{RawEvidence, Tee, TeeError};
 use std::fs::File;
 use std::sync::Mutex;
+
+/// The agent's report backend: the hardware interface this guest has (attestation::tee::select_at, in the
+/// order configfs-tsm, `/dev/sev-guest`, `/dev/tdx_guest`, ENODEV-like answers read as "not this TEE"), else
+/// the sim over `port`. `Err` when a TEE is present but cannot give a report (no silent fallback to the sim).
+pub fn select(port: &File) -> Result<(Box<dyn Tee>, String), String> {
+    select_at(
+        std::path::Path::new(attestation::tee::DEFAULT_TSM_REPORT_ROOT),
+        std::path::Path::new(attestation::tee::DEFAULT_SEV_GUEST_DEVICE),
+        std::path::Path::new(attestation::tee::DEFAULT_TDX_GUEST_DEVICE),
+        port,
+    )
+}
+
+/// [`select`] with the interface paths given (tests).
+pub fn select_at(
+    tsm_root: &std::path::Path,
+    sev_guest: &std::path::Path,
+    tdx_guest: &std::path::Path,
+    port: &File,
+) -> Result<(Box<dyn Tee>, String), String> {
+    match attestation::tee::select_at(tsm_root, sev_guest, tdx_guest) {
+        Ok(attestation::tee::Selected::Hardware(t, name)) => Ok((t, name.to_string())),
+        Ok(attestation::tee::Selected::NotATee(why)) => {
+            let p = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
+            Ok((
+                Box::new(ChannelSimTee::new(p)),
+                format!(
+                    "the host's sim PSP (no hardware attestation interface: {})",
+                    why.join("; ")
+                ),
+            ))
+        }
+        Err(e) => Err(format!("attestation interface: {e}")),
+    }
+}
 
 /// A [`Tee`] that asks the host's sim PSP over the channel (label `sim-sev-snp`).
 #[derive(Debug)]
@@ -53,5 +89,28 @@ impl Tee for ChannelSimTee {
                 "job channel: unexpected {other:?} frame (expected the sim report)"
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_interface_selects_the_channel_sim() {
+        let d = tempfile::tempdir().expect("tmp");
+        let port = File::open(d.path()).expect("a file standing for the port");
+        let (t, why) = select_at(
+            &d.path().join("tsm/report"),
+            &d.path().join("sev-guest"),
+            &d.path().join("tdx_guest"),
+            &port,
+        )
+        .expect("sim");
+        assert_eq!(t.label(), TeeLabel::SimSevSnp);
+        assert!(
+            why.contains("sim PSP") && why.contains("does not exist"),
+            "{why}"
+        );
     }
 }

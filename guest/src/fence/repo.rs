@@ -5,6 +5,7 @@
 //! configures what is: see [`prepare`].
 
 use super::gitdir;
+use super::protect::{ProtectError, Protected};
 use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::Read;
@@ -68,6 +69,9 @@ pub enum RepoError {
         /// The error.
         source: std::io::Error,
     },
+    /// Copying the protected paths failed.
+    #[error(transparent)]
+    Protect(#[from] ProtectError),
     /// git failed where it must not (not a refusal of the patch).
     #[error("git {what}: {reason}")]
     Git {
@@ -86,6 +90,7 @@ impl RepoError {
             | RepoError::CommitUnverified { .. }
             | RepoError::TreeDiffers { .. } => "commit",
             RepoError::Patch { .. } => "patch",
+            RepoError::Protect(_) => "protect",
             _ => "repository",
         }
     }
@@ -219,6 +224,18 @@ pub fn prepare(
     commit: Option<&str>,
     patch: Option<&Path>,
 ) -> Result<Prepared, RepoError> {
+    prepare_protected(source, dest, commit, patch, None).map(|(p, _)| p)
+}
+
+/// [`prepare`], and where `protect` names globs and a store, a copy of the protected paths of the repository as
+/// received (after the commit check, before the patch) kept in the store ([`Protected::snapshot`]).
+pub fn prepare_protected(
+    source: &Path,
+    dest: &Path,
+    commit: Option<&str>,
+    patch: Option<&Path>,
+    protect: Option<(&[String], &Path)>,
+) -> Result<(Prepared, Option<Protected>), RepoError> {
     match input_kind(source)? {
         InputKind::Directory => copy_tree(source, dest)?,
         InputKind::Tar { gzip } => {
@@ -252,6 +269,10 @@ pub fn prepare(
             None
         }
     };
+    let protected = match protect {
+        Some((globs, store)) if !globs.is_empty() => Some(Protected::snapshot(dest, globs, store)?),
+        _ => None,
+    };
     let patch_sha256 = match patch {
         Some(p) => {
             let bytes = fs::read(p).map_err(|e| RepoError::Patch {
@@ -281,12 +302,15 @@ pub fn prepare(
         None => None,
     };
     let tree = tree_hash(dest)?;
-    Ok(Prepared {
-        commit,
-        tree,
-        patch_sha256,
-        notes,
-    })
+    Ok((
+        Prepared {
+            commit,
+            tree,
+            patch_sha256,
+            notes,
+        },
+        protected,
+    ))
 }
 
 /// HEAD of the repository copy at `dest` when its working tree is exactly HEAD's tree (`Ok(None)`: not a git

@@ -6,14 +6,15 @@ use super::cgroup::PhaseCgroup;
 use super::classify::{self, PhaseFacts};
 use super::counts;
 use super::helper::HELPER_ARG;
+use super::protect::Change;
 use super::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
 use super::repo;
 use super::spec::{self, ForwardSpec, PhaseReport, PhaseSpec};
 use attestation::verdict::{
-    AppliedLimits, EgressRecord, Finding, Inputs, InstallPhase, Isolation, RlimitValue, TestCounts,
-    TestNetwork, TestPhase, Verdict, OUTPUT_TAIL_MAX,
+    AppliedLimits, EgressRecord, Finding, Inputs, InstallPhase, Isolation, ProtectedRestore,
+    RlimitValue, TestCounts, TestNetwork, TestPhase, Verdict, OUTPUT_TAIL_MAX,
 };
-use intake::job::{AllowEntry, Job};
+use intake::job::{AllowEntry, Job, OnProtectedChange};
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
@@ -280,6 +281,8 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         patch_sha256: None,
         job_sha256: Some(job.sha256.clone()),
         nonce: opts.nonce.clone(),
+        protect: Vec::new(),
+        test_tree: None,
     };
     let refuse = |stage: &str, reason: &str, inputs: Inputs| {
         let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
@@ -387,6 +390,8 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
                 patch_sha256: None,
                 job_sha256: job_file_sha256(input),
                 nonce: opts.nonce.clone(),
+                protect: Vec::new(),
+                test_tree: None,
             };
             let mut v = Verdict::refused(&stage, &reason, opts.isolation, inputs, AGENT_VERSION);
             v.findings = findings;
@@ -535,11 +540,16 @@ fn run_in(
         .unwrap_or_else(|| job.resolve(Path::new(&job.repository.path)));
     let patch = job.repository.patch.as_ref().map(|p| job.resolve(p));
     let repo_dir = dir.fs.join("repo");
-    let prepared = match repo::prepare(
+    // The protected paths as received are kept beside the repository, in the run directory the sandbox never
+    // sees.
+    let store = dir.fs.join("protected");
+    inputs.protect = job.test.protect.clone();
+    let (prepared, protected) = match repo::prepare_protected(
         &source,
         &repo_dir,
         job.repository.commit.as_deref(),
         patch.as_deref(),
+        Some((&job.test.protect, &store)),
     ) {
         Ok(p) => p,
         Err(e) => return refuse(e.stage(), &e.to_string(), inputs),
@@ -547,6 +557,32 @@ fn run_in(
     inputs.commit = prepared.commit.clone();
     inputs.tree = Some(prepared.tree.clone());
     inputs.patch_sha256 = prepared.patch_sha256.clone();
+    let mut undone = Vec::new();
+    if let Some(p) = &protected {
+        let changed = match p.changes(&repo_dir) {
+            Ok(c) => c,
+            Err(e) => return refuse("protect", &e.to_string(), inputs),
+        };
+        if !changed.is_empty() && job.test.on_protected_change == OnProtectedChange::Refuse {
+            let list: Vec<String> = changed
+                .iter()
+                .map(|c| format!("{} ({})", c.path_text(), c.kind.name()))
+                .collect();
+            return refuse(
+                "patch",
+                &format!(
+                    "the patch changes {} protected path(s) and the job says on_protected_change = \"refuse\": {}",
+                    changed.len(),
+                    list.join(", ")
+                ),
+                inputs,
+            );
+        }
+        match p.restore(&repo_dir, None) {
+            Ok(c) => undone.extend(c.into_iter().map(|c| restored(c, "patch"))),
+            Err(e) => return refuse("protect", &e.to_string(), inputs),
+        }
+    }
 
     let (test_command, test_source) = match &job.test.command {
         Some(c) => (c.clone(), "job".to_owned()),
@@ -588,6 +624,7 @@ fn run_in(
         AGENT_VERSION,
     );
     verdict.limits = applied_limits(job);
+    verdict.protected = undone;
     for note in &prepared.notes {
         verdict
             .findings
@@ -673,6 +710,33 @@ fn run_in(
             verdict.set_outcome(outcome);
             return verdict;
         }
+        if let Some(p) = &protected {
+            let owner = root.then_some((uid, gid));
+            match p.restore(&repo_dir, owner) {
+                Ok(c) => verdict
+                    .protected
+                    .extend(c.into_iter().map(|c| restored(c, "install"))),
+                Err(e) => {
+                    verdict
+                        .findings
+                        .push(finding("protect", "protect", e.to_string()));
+                    verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                    return verdict;
+                }
+            }
+        }
+    }
+    if let Some(p) = &protected {
+        match p.tree() {
+            Ok(t) => verdict.inputs.test_tree = Some(t),
+            Err(e) => {
+                verdict
+                    .findings
+                    .push(finding("protect", "protect", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        }
     }
 
     let cut = job.install.as_ref().map(|_| {
@@ -741,6 +805,15 @@ fn run_in(
     }
     verdict.set_outcome(outcome);
     verdict
+}
+
+/// The verdict's record of one change to a protected path that the fence undid.
+fn restored(c: Change, by: &str) -> ProtectedRestore {
+    ProtectedRestore {
+        path: c.path_text(),
+        change: c.kind.name().to_owned(),
+        by: by.to_owned(),
+    }
 }
 
 /// `rel` inside `repo` as a canonical path, when it is a regular file there after resolving every link.

@@ -22,6 +22,8 @@ enum Command {
     Intake(cli::intake::Args),
     /// Build the vm tier's guest image (kernel, initramfs with guest-agent as /init, manifest).
     Image(cli::image::Args),
+    /// What this host can run (process, vm, sev-snp, tdx), and for each what is missing.
+    Doctor(cli::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -42,5 +44,6 @@ fn main() -> ExitCode {
         Command::Run(args) => cli::run::run(args),
         Command::Intake(args) => cli::intake::run(args),
         Command::Image(args) => cli::image::run(args),
+        Command::Doctor(args) => cli::doctor::run(args),
     }
 }

@@ -1,4 +1,4 @@
-//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE]`: builds the `vm` tier's guest image
+//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE] [--tdx-ovmf FILE]`: builds the `vm` tier's guest image
 //! (host::image) and prints its manifest's measurements. Exit 0 built, 2 unusable input.
 
 use crate::image::{self, BuildOptions};
@@ -38,7 +38,12 @@ pub struct BuildArgs {
     /// and 4 vCPUs of type EPYC-v4.
     #[arg(long, value_name = "FILE")]
     pub ovmf: Option<PathBuf>,
-    /// Leave git out of the image (the fence's tree hash and `git apply` then fail in the guest).
+    /// The TDX OVMF (TDVF): the manifest then lists its MRTD and the RTMR event digests of the kernel and
+    /// initramfs (Debian's /usr/share/ovmf/OVMF.fd carries TDX metadata).
+    #[arg(long, value_name = "FILE")]
+    pub tdx_ovmf: Option<PathBuf>,
+    /// Leave git out of the image (the fence's `git apply` of a job's patch and git-bundle repositories then
+    /// fail in the guest; tree hashes and commits are read without git).
     #[arg(long)]
     pub no_git: bool,
 }
@@ -79,6 +84,16 @@ pub fn run(args: Args) -> ExitCode {
                     s.vcpus, s.vcpu_type, s.measurement
                 );
             }
+            if let Some(t) = &m.measurements.tdx {
+                println!("tdx         MRTD {}", t.mrtd);
+                for e in &t.rtmr_events {
+                    println!(
+                        "tdx         RTMR{} event {}: {}",
+                        e.rtmr, e.event_type, e.digest
+                    );
+                }
+                println!("tdx         RTMR values not computed: {}", t.note);
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -116,5 +131,6 @@ fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         busybox,
         git,
         ovmf: b.ovmf.clone(),
+        tdx_ovmf: b.tdx_ovmf.clone(),
     })
 }

@@ -1,6 +1,7 @@
 //! The subcommands of `fenced-run`, one module each; the binary only dispatches.
 
 pub mod demo;
+pub mod doctor;
 pub mod image;
 pub mod intake;
 pub mod run;

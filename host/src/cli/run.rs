@@ -14,7 +14,9 @@ pub struct Args {
     /// The job: a job file (TOML, see docs/job-file.md) or a bundle (a directory, .tar, .tar.gz or .zip whose
     /// root holds `job.toml`). Intake stages 1-5 run on it before anything executes.
     pub job: PathBuf,
-    /// The isolation tier: `process` (Linux namespaces on this host) or `vm` (a QEMU guest, docs/vm.md).
+    /// The isolation tier: `process` (Linux namespaces on this host), `vm` (a QEMU guest, docs/vm.md),
+    /// `sev-snp` or `tdx` (a confidential guest; checked against this host first, see `fenced-run doctor`), or
+    /// `auto` (the best this host offers: sev-snp, tdx, vm, process).
     #[arg(long, default_value = "process", value_name = "TIER")]
     pub isolation: String,
     /// The guest image of the `vm` tier (`fenced-run image build --out DIR`; default target/vm-image).
@@ -90,18 +92,17 @@ pub fn check_evidence_path(out: &std::path::Path) -> Result<(), String> {
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let json = args.json;
-    if args.isolation != "process" && args.isolation != "vm" {
-        return fail(
-            json,
-            "run",
-            "isolation",
-            &format!(
-                "--isolation {}: only `process` and `vm` run from this command (sev-snp and tdx are not built yet)",
-                args.isolation
-            ),
-            2,
-        );
-    }
+    // sev-snp and tdx are checked against this host before anything runs; auto picks and says why.
+    let image = args.image.clone().unwrap_or_else(super::vm::default_image);
+    let tier = match crate::vm::confidential::resolve_for_run(&args.isolation, &image) {
+        Ok(c) => {
+            if args.isolation == "auto" {
+                eprintln!("fenced-run run: {}", escape(&c.why));
+            }
+            c.tier
+        }
+        Err(e) => return fail(json, "run", "isolation", &e, 2),
+    };
     let operator = match super::operator_policy(args.operator_config.as_deref()) {
         Ok(p) => p,
         Err(e) => return fail(json, "run", "operator-config", &e, 2),
@@ -119,8 +120,8 @@ pub fn run(args: Args) -> ExitCode {
             return fail(json, "run", "evidence-path", &e, 2);
         }
     }
-    if args.isolation == "vm" {
-        return super::vm::run(&args, nonce);
+    if tier != crate::vm::confidential::Tier::Process {
+        return super::vm::run(&args, nonce, tier);
     }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     let session = match &args.evidence {

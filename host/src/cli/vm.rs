@@ -13,8 +13,8 @@ pub fn default_image() -> PathBuf {
     crate::image::agent::workspace_root().join("target/vm-image")
 }
 
-/// Runs `args` in the `vm` tier with `nonce`.
-pub fn run(args: &Args, nonce: Vec<u8>) -> ExitCode {
+/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
+pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
     let image = args.image.clone().unwrap_or_else(default_image);
     if !image.join(crate::image::MANIFEST_FILE).is_file() {
         eprintln!(
@@ -69,6 +69,7 @@ pub fn run(args: &Args, nonce: Vec<u8>) -> ExitCode {
         }
     };
     let mut opts = VmOptions::new(image);
+    opts.confidential = crate::vm::confidential::for_tier(tier, &opts.image);
     // The run's deadline: the job's own phase budgets plus room for intake, the fence and TCG.
     let phases = job.test.timeout_seconds + job.install.as_ref().map_or(0, |i| i.timeout_seconds);
     opts.timeouts.run = Duration::from_secs(phases + 120);

@@ -1,5 +1,6 @@
 //! `fenced-run image build`: the `vm` tier's guest image. A kernel (Debian's 6.12 by default), a reproducible
-//! initramfs holding the static `guest-agent` as `/init`, busybox for shell test suites, `git` for the fence,
+//! initramfs holding the static `guest-agent` as `/init`, busybox for shell test suites, `git` for the fence
+//! (only `git apply` of a patch and git-bundle unpacking need it; docs/vm.md says why it stays),
 //! and the kernel modules the agent loads; a fixed command line; and a manifest (JSON) with the artifacts'
 //! hashes and the expected measurements computed by the `measurements` crate.
 
@@ -7,20 +8,19 @@ pub mod agent;
 pub mod cpio;
 
 use cpio::{Entry, Tree};
-use serde::{Deserialize, Serialize};
+pub use measurements::manifest::{
+    Artifact, Cmdline, Included, Manifest, Measurements, RtmrEvent, SnpMeasurement, TdxMeasurement,
+    MANIFEST_FILE, MANIFEST_FORMAT,
+};
 use sha2::{Digest, Sha256, Sha384};
 use std::path::{Path, PathBuf};
 
 /// The fixed kernel command line of the image.
 pub const CMDLINE: &str = "console=ttyS0 panic=-1 quiet random.trust_cpu=on";
-/// The manifest's format name.
-pub const MANIFEST_FORMAT: &str = "fenced-run-image/1";
 /// File names inside an image directory.
 pub const KERNEL_FILE: &str = "vmlinuz";
 /// The initramfs file name.
 pub const INITRAMFS_FILE: &str = "initramfs.cpio";
-/// The manifest file name.
-pub const MANIFEST_FILE: &str = "manifest.json";
 /// Kernel modules the agent loads, dependencies first, relative to `lib/modules/<version>/`: configfs and the
 /// report interfaces (configfs-tsm, sev-guest, tdx-guest). virtio-serial is built into Debian's 6.12 kernel.
 pub const MODULES: &[&str] = &[
@@ -30,81 +30,12 @@ pub const MODULES: &[&str] = &[
     "kernel/drivers/virt/coco/tdx-guest/tdx-guest.ko.xz",
 ];
 
-/// Hashes of one artifact.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Artifact {
-    /// File name inside the image directory.
-    pub file: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// SHA-256, hex.
-    pub sha256: String,
-    /// SHA-384, hex.
-    pub sha384: String,
-}
-
-impl Artifact {
-    fn of(file: &str, bytes: &[u8]) -> Artifact {
-        Artifact {
-            file: file.into(),
-            size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(bytes)),
-            sha384: hex::encode(Sha384::digest(bytes)),
-        }
-    }
-}
-
-/// The command line and its hashes (of the bytes followed by one NUL, as QEMU's SEV hashes table has them).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cmdline {
-    /// The command line.
-    pub value: String,
-    /// SHA-256 of the command line and a NUL byte.
-    pub sha256: String,
-    /// SHA-384 of the command line and a NUL byte.
-    pub sha384: String,
-}
-
-/// A file of the build host copied into the initramfs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Included {
-    /// Path in the guest.
-    pub path: String,
-    /// SHA-256 of its bytes, hex.
-    pub sha256: String,
-}
-
-/// One expected SEV-SNP launch digest of the image (QEMU, `kernel-hashes=on`, the given OVMF).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SnpMeasurement {
-    /// SHA-256 of the OVMF image, hex.
-    pub ovmf_sha256: String,
-    /// vCPU count.
-    pub vcpus: u32,
-    /// vCPU type (its CPUID signature goes into each VMSA).
-    pub vcpu_type: String,
-    /// SEV_FEATURES of the VMSAs.
-    pub guest_features: u64,
-    /// The launch digest, hex.
-    pub measurement: String,
-}
-
 /// vCPU counts the manifest lists SNP launch digests for.
 pub const SNP_VCPUS: &[u32] = &[1, 2, 4];
 /// The vCPU type of those digests.
 pub const SNP_VCPU_TYPE: &str = "EPYC-v4";
 /// SEV_FEATURES of those digests (SNPActive only).
 pub const SNP_GUEST_FEATURES: u64 = 0x1;
-
-/// Expected measurements of the image.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Measurements {
-    /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image.
-    pub vm: String,
-    /// SEV-SNP launch digests for the OVMF given at build time (empty without one).
-    #[serde(default)]
-    pub sev_snp: Vec<SnpMeasurement>,
-}
 
 /// The SEV-SNP launch digests of `kernel`, `initrd` and [`CMDLINE`] under the OVMF `ovmf`, per [`SNP_VCPUS`].
 pub fn snp_measurements(
@@ -138,43 +69,6 @@ pub fn snp_measurements(
     Ok(out)
 }
 
-/// The manifest (`manifest.json`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// [`MANIFEST_FORMAT`].
-    pub format: String,
-    /// The kernel.
-    pub kernel: Artifact,
-    /// The initramfs.
-    pub initramfs: Artifact,
-    /// The command line.
-    pub cmdline: Cmdline,
-    /// The agent binary (`/init`).
-    pub agent: Included,
-    /// Other files of the build host in the initramfs (busybox, git and its libraries, modules).
-    pub included: Vec<Included>,
-    /// Expected measurements.
-    pub measurements: Measurements,
-}
-
-impl Manifest {
-    /// Reads `DIR/manifest.json`.
-    pub fn load(dir: &Path) -> Result<Manifest, String> {
-        let p = dir.join(MANIFEST_FILE);
-        let text = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        let m: Manifest =
-            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", p.display()))?;
-        if m.format != MANIFEST_FORMAT {
-            return Err(format!(
-                "{}: format {:?}, expected {MANIFEST_FORMAT:?}",
-                p.display(),
-                m.format
-            ));
-        }
-        Ok(m)
-    }
-}
-
 /// What to build the image from.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
@@ -190,8 +84,12 @@ pub struct BuildOptions {
     pub busybox: Option<PathBuf>,
     /// `git` to include with its shared libraries (the fence computes tree hashes and applies patches with it).
     pub git: Option<PathBuf>,
-    /// The AmdSev OVMF to compute SEV-SNP launch digests for, when given.
+    /// The AmdSev OVMF to compute SEV-SNP launch digests for, when given (copied into the image as
+    /// [`crate::vm::confidential::SNP_FIRMWARE_FILE`], the file an `sev-snp` launch loads).
     pub ovmf: Option<PathBuf>,
+    /// The TDX OVMF (TDVF) to compute the MRTD and RTMR event digests for, when given (copied into the image
+    /// as [`crate::vm::confidential::TDX_FIRMWARE_FILE`]).
+    pub tdx_ovmf: Option<PathBuf>,
 }
 
 fn read(what: &str, p: &Path) -> Result<Vec<u8>, String> {
@@ -341,9 +239,22 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     c384.update(CMDLINE.as_bytes());
     c384.update([0u8]);
     let vm = measurements::sim::vm_launch_measurement(&kernel, &initramfs, CMDLINE);
-    let sev_snp = match &opts.ovmf {
-        Some(p) => snp_measurements(&read("OVMF", p)?, &kernel, &initramfs)?,
+    let snp_fw = opts.ovmf.as_ref().map(|p| read("--ovmf", p)).transpose()?;
+    let sev_snp = match &snp_fw {
+        Some(fw) => snp_measurements(fw, &kernel, &initramfs)?,
         None => Vec::new(),
+    };
+    let tdx_fw = opts
+        .tdx_ovmf
+        .as_ref()
+        .map(|p| read("--tdx-ovmf", p))
+        .transpose()?;
+    let tdx = match (&tdx_fw, &opts.tdx_ovmf) {
+        (Some(fw), Some(p)) => Some(
+            measurements::manifest::tdx_measurement(fw, &kernel, &initramfs)
+                .map_err(|e| format!("--tdx-ovmf {}: {e}", p.display()))?,
+        ),
+        _ => None,
     };
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
@@ -359,18 +270,33 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         measurements: Measurements {
             vm: hex::encode(vm),
             sev_snp,
+            tdx,
         },
     };
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let mut json = serde_json::to_string_pretty(&manifest).map_err(|e| format!("manifest: {e}"))?;
     json.push('\n');
-    for (name, bytes) in [
+    use crate::vm::confidential::{SNP_FIRMWARE_FILE, TDX_FIRMWARE_FILE};
+    let mut files = vec![
         (KERNEL_FILE, kernel.as_slice()),
         (INITRAMFS_FILE, initramfs.as_slice()),
         (MANIFEST_FILE, json.as_bytes()),
-    ] {
+    ];
+    files.extend(snp_fw.as_deref().map(|f| (SNP_FIRMWARE_FILE, f)));
+    files.extend(tdx_fw.as_deref().map(|f| (TDX_FIRMWARE_FILE, f)));
+    for (name, bytes) in files {
         let p = opts.out.join(name);
         std::fs::write(&p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    // A firmware of an earlier build that this one was not given would not match the manifest.
+    for (name, given) in [
+        (SNP_FIRMWARE_FILE, snp_fw.is_some()),
+        (TDX_FIRMWARE_FILE, tdx_fw.is_some()),
+    ] {
+        let p = opts.out.join(name);
+        if !given && p.exists() {
+            std::fs::remove_file(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        }
     }
     Ok(manifest)
 }

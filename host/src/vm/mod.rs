@@ -6,6 +6,7 @@
 //! (channel socket, console log) removed, by [`Vm`]'s `Drop`.
 
 pub mod bundle;
+pub mod confidential;
 pub mod qemu;
 
 use attestation::evidence::Evidence;
@@ -76,6 +77,8 @@ pub struct VmOptions {
     pub fault: Fault,
     /// Where the VM's directory is made (the system's temporary directory when `None`).
     pub work_parent: Option<PathBuf>,
+    /// An SEV-SNP or TDX launch (host::vm::confidential); `None` for the `vm` tier.
+    pub confidential: Option<confidential::Confidential>,
 }
 
 impl VmOptions {
@@ -89,6 +92,7 @@ impl VmOptions {
             qemu: PathBuf::from("qemu-system-x86_64"),
             fault: Fault::None,
             work_parent: None,
+            confidential: None,
         }
     }
 }
@@ -261,11 +265,14 @@ pub fn run(
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(&opts.qemu);
-    cmd.args(qemu::args(&launch))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.args(confidential::launch_args(
+        &launch,
+        opts.confidential.as_ref(),
+    ))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .process_group(0);
     {
         // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
         #[allow(unsafe_code)]
@@ -385,7 +392,14 @@ pub fn run(
                         )))
                     }
                 };
-                match tee.get_report(&rd) {
+                // A confidential guest's report comes from its own PSP or TDX module, never from the sim.
+                let report = match opts.confidential {
+                    Some(_) => Err(attestation::tee::TeeError::Unsupported(
+                        "the host's sim PSP does not attest a confidential launch".into(),
+                    )),
+                    None => tee.get_report(&rd),
+                };
+                match report {
                     Ok(raw) => vm.send(
                         FrameType::Report,
                         &channel::encode_report(&raw.report, &raw.certs),

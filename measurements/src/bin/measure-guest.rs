@@ -63,18 +63,32 @@ struct ProcessArgs {
 
 #[derive(clap::Args, Debug)]
 struct PinArgs {
+    /// A guest image directory (`fenced-run image build --out DIR`): its manifest's kernel, initramfs,
+    /// command line and firmware are checked against the files, every measurement is computed again from them,
+    /// and the set gets the vm entry, the SNP digests per vCPU count and the TDX MRTD the manifest lists.
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with_all = ["kernel", "initrd", "append", "ovmf", "tdvf"]
+    )]
+    image: Option<PathBuf>,
     /// Release name of the guest image.
-    #[arg(long)]
+    #[arg(long, default_value = "fenced-run-guest")]
     name: String,
-    /// Release version.
-    #[arg(long = "release-version", value_name = "VERSION")]
-    release_version: String,
+    /// Release version (with --image, default: `sha256-` and the first 16 hex digits of the initramfs's
+    /// SHA-256).
+    #[arg(
+        long = "release-version",
+        value_name = "VERSION",
+        required_unless_present = "image"
+    )]
+    release_version: Option<String>,
     /// The kernel (with --initrd; omit both for a set of process-tier entries only).
     #[arg(
         long,
         value_name = "PATH",
         requires = "initrd",
-        required_unless_present = "process_binary"
+        required_unless_present_any = ["process_binary", "image"]
     )]
     kernel: Option<PathBuf>,
     /// The initramfs.
@@ -108,8 +122,8 @@ struct PinArgs {
     /// TDVF image for a TDX entry (its MRTD).
     #[arg(long, value_name = "PATH", requires = "kernel")]
     tdvf: Option<PathBuf>,
-    /// CCEL event log of a reference boot, to pin RTMR0-3 in the TDX entry (with --tdvf).
-    #[arg(long, value_name = "FILE", requires = "tdvf")]
+    /// CCEL event log of a reference boot, to pin RTMR0-3 in the TDX entry (with --tdvf or --image).
+    #[arg(long, value_name = "FILE")]
     tdx_event_log: Option<PathBuf>,
     /// Where to write the set (stdout when absent).
     #[arg(long, value_name = "PATH")]
@@ -476,7 +490,208 @@ fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
         .map_err(|_| usage(format!("{what}: {} bytes, expected 48", v.len())))
 }
 
+/// `pin --image DIR`: the image's files checked against its manifest, every measurement computed again.
+fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail> {
+    use measurements::manifest::{Manifest, TdxMeasurement};
+    let m = Manifest::load(dir).map_err(usage)?;
+    let file = |name: &str, want256: &str, what: &str| -> Result<Vec<u8>, Fail> {
+        let p = dir.join(name);
+        let bytes = read_file(what, &p)?;
+        let have = hex::encode(Sha256::digest(&bytes));
+        if have != want256 {
+            return Err(Fail(
+                1,
+                format!(
+                    "{}: sha256 {have}, but the manifest lists {}",
+                    p.display(),
+                    escape(want256)
+                ),
+            ));
+        }
+        Ok(bytes)
+    };
+    let kernel = file(&m.kernel.file, &m.kernel.sha256, "kernel")?;
+    let initrd = file(&m.initramfs.file, &m.initramfs.sha256, "initramfs")?;
+    let cmdline = m.cmdline.value.clone();
+    if hex::encode(sim::cmdline_sha256(&cmdline)) != m.cmdline.sha256 {
+        return Err(Fail(
+            1,
+            format!(
+                "{}: the command line's sha256 is not the one listed",
+                dir.display()
+            ),
+        ));
+    }
+    let mut artifacts = set::Artifacts {
+        kernel_sha256: Some(Hex(Sha256::digest(&kernel).into())),
+        initramfs_sha256: Some(Hex(Sha256::digest(&initrd).into())),
+        cmdline: Some(cmdline.clone()),
+        cmdline_sha256: Some(Hex(sim::cmdline_sha256(&cmdline))),
+        ovmf_sha256: None,
+        tdvf_sha256: None,
+    };
+    let vm = sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
+    if hex::encode(vm) != m.measurements.vm {
+        return Err(Fail(
+            1,
+            format!(
+                "{}: the vm measurement of these files is {}, the manifest lists {}",
+                dir.display(),
+                hex::encode(vm),
+                escape(&m.measurements.vm)
+            ),
+        ));
+    }
+    let mut snp_entries = Vec::new();
+    if let Some(first) = m.measurements.sev_snp.first() {
+        let fw = file(SNP_FIRMWARE_FILE, &first.ovmf_sha256, "OVMF")?;
+        artifacts.ovmf_sha256 = Some(Hex(Sha256::digest(&fw).into()));
+        let ovmf =
+            snp::Ovmf::parse(fw).map_err(|e| usage(format!("OVMF in {}: {e}", dir.display())))?;
+        let hashes = snp::KernelHashes::new(&kernel, Some(&initrd), Some(&cmdline));
+        for e in &m.measurements.sev_snp {
+            if e.ovmf_sha256 != first.ovmf_sha256 {
+                return Err(usage(format!(
+                    "{}: SNP entries for two OVMF images; an image holds one",
+                    dir.display()
+                )));
+            }
+            let sig = snp::vcpu_sig_for_type(&e.vcpu_type).ok_or_else(|| {
+                usage(format!(
+                    "manifest: unknown vCPU type {}",
+                    escape(&e.vcpu_type)
+                ))
+            })?;
+            let cfg = snp::SnpConfig {
+                vcpus: e.vcpus,
+                vcpu_sig: sig,
+                guest_features: e.guest_features,
+                vmm: snp::VmmType::Qemu,
+                ovmf_hash: None,
+            };
+            let ld = snp::launch_digest(&ovmf, Some(&hashes), &cfg)
+                .map_err(|e| usage(format!("OVMF in {}: {e}", dir.display())))?;
+            if hex::encode(ld) != e.measurement {
+                return Err(Fail(
+                    1,
+                    format!(
+                        "{}: SNP digest for {} vCPU {} is {}, the manifest lists {}",
+                        dir.display(),
+                        e.vcpus,
+                        escape(&e.vcpu_type),
+                        hex::encode(ld),
+                        escape(&e.measurement)
+                    ),
+                ));
+            }
+            snp_entries.push(set::SnpEntry {
+                vcpus: e.vcpus,
+                vcpu_type: Some(e.vcpu_type.clone()),
+                vcpu_sig: HexU64(u64::from(sig)),
+                vmm: snp::VmmType::Qemu.to_string(),
+                guest_features: HexU64(e.guest_features),
+                policy: HexU64(a.snp_policy),
+                measurement: Hex(ld),
+            });
+        }
+    }
+    let mut tdx_entries = Vec::new();
+    if let Some(TdxMeasurement { ovmf_sha256, .. }) = &m.measurements.tdx {
+        let fw = file(TDX_FIRMWARE_FILE, ovmf_sha256, "TDX OVMF")?;
+        artifacts.tdvf_sha256 = Some(Hex(Sha256::digest(&fw).into()));
+        let again = measurements::manifest::tdx_measurement(&fw, &kernel, &initrd)
+            .map_err(|e| usage(format!("TDX OVMF in {}: {e}", dir.display())))?;
+        if Some(&again) != m.measurements.tdx.as_ref() {
+            return Err(Fail(
+                1,
+                format!(
+                    "{}: the TDX measurements of these files (MRTD {}) differ from the manifest's",
+                    dir.display(),
+                    again.mrtd
+                ),
+            ));
+        }
+        let rtmrs = match &a.tdx_event_log {
+            Some(p) => {
+                let r = tdx::replay_rtmrs(&read_file("event log", p)?)
+                    .map_err(|e| usage(format!("event log {}: {e}", p.display())))?;
+                r.rtmrs.map(|m| Some(Hex(m)))
+            }
+            None => {
+                eprintln!(
+                    "measure-guest pin: warning: the image's TDX entry pins MRTD only (the manifest has no whole \
+                     RTMR values; give --tdx-event-log of a reference boot to pin them); verify-attestation \
+                     accepts it only with --leave-rtmrs-unpinned"
+                );
+                [None, None, None, None]
+            }
+        };
+        let mrtd = hex48("manifest MRTD", &again.mrtd)?;
+        let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
+        tdx_entries.push(set::TdxEntry {
+            mrtd: Hex(mrtd),
+            rtmr0,
+            rtmr1,
+            rtmr2,
+            rtmr3,
+        });
+    }
+    let mut sim_entries = vec![set::SimEntry {
+        tier: "vm".to_owned(),
+        measurement: Hex(vm),
+        binary_sha256: None,
+    }];
+    for p in &a.process_binary {
+        let e = process_entry(p)?;
+        if !sim_entries.contains(&e) {
+            sim_entries.push(e);
+        }
+    }
+    let version = a.release_version.clone().unwrap_or_else(|| {
+        format!(
+            "sha256-{}",
+            &m.initramfs.sha256[..16.min(m.initramfs.sha256.len())]
+        )
+    });
+    Ok(MeasurementSet {
+        format: set::SET_FORMAT.to_owned(),
+        release: set::Release {
+            name: a.name.clone(),
+            version,
+        },
+        artifacts,
+        snp: snp_entries,
+        tdx: tdx_entries,
+        sim: sim_entries,
+    })
+}
+
+/// The firmware file names inside an image directory (host::vm::confidential writes the same names).
+const SNP_FIRMWARE_FILE: &str = "OVMF.amdsev.fd";
+/// See [`SNP_FIRMWARE_FILE`].
+const TDX_FIRMWARE_FILE: &str = "OVMF.tdx.fd";
+
+fn write_set(a: &PinArgs, s: &MeasurementSet) -> Result<(), Fail> {
+    let text = s.to_toml();
+    match &a.out {
+        Some(p) => std::fs::write(p, &text).map_err(|e| usage(format!("{}: {e}", p.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
 fn run_pin(a: PinArgs) -> Result<(), Fail> {
+    if let Some(dir) = a.image.clone() {
+        let s = pin_image(&a, &dir)?;
+        return write_set(&a, &s);
+    }
+    if a.tdx_event_log.is_some() && a.tdvf.is_none() {
+        return Err(usage(
+            "--tdx-event-log needs --tdvf (or --image with a TDX OVMF)",
+        ));
+    }
     let image = match (&a.kernel, &a.initrd) {
         (Some(k), Some(i)) => Some((read_file("kernel", k)?, read_file("initrd", i)?)),
         _ => None,
@@ -601,20 +816,15 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
     let measurement_set = MeasurementSet {
         format: set::SET_FORMAT.to_owned(),
         release: set::Release {
-            name: a.name,
-            version: a.release_version,
+            name: a.name.clone(),
+            version: a.release_version.clone().unwrap_or_default(),
         },
         artifacts,
         snp: snp_entries,
         tdx: tdx_entries,
         sim: sim_entries,
     };
-    let text = measurement_set.to_toml();
-    match &a.out {
-        Some(p) => std::fs::write(p, &text).map_err(|e| usage(format!("{}: {e}", p.display())))?,
-        None => print!("{text}"),
-    }
-    Ok(())
+    write_set(&a, &measurement_set)
 }
 
 fn run_sign(a: SignArgs) -> Result<(), Fail> {

@@ -92,6 +92,10 @@ pub struct PinArgs {
     /// The tree hash of the repository after the patch (full object id).
     #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
     pub tree: Option<String>,
+    /// The git tree of the protected paths (`[test] protect`) that the test phase ran: the verdict's
+    /// `inputs.test_tree` (full object id).
+    #[arg(long = "protect-tree", value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    pub protect_tree: Option<String>,
     /// The contributor's patch: its SHA-256 must be the verdict's.
     #[arg(long, value_name = "FILE", conflicts_with = "patch_sha256")]
     pub patch: Option<PathBuf>,
@@ -368,6 +372,7 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         expect_outcome: a.expect_outcome.clone(),
         commit: a.commit.clone(),
         tree: a.tree.clone(),
+        protect_tree: a.protect_tree.clone(),
         patch_sha256,
         job_sha256,
         isolation: a.isolation,

@@ -1,0 +1,191 @@
+//! The guest image manifest (`manifest.json`, format `fenced-run-image/1`) that `fenced-run image build`
+//! writes: the image's artifacts with their hashes and the measurements a launch of it must report. It lives
+//! here so that `measure-guest pin --image` reads the same type the builder writes.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256, Sha384};
+use std::path::Path;
+
+/// The manifest's format name.
+pub const MANIFEST_FORMAT: &str = "fenced-run-image/1";
+/// The manifest file name inside an image directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// Hashes of one artifact.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// File name inside the image directory.
+    pub file: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex.
+    pub sha256: String,
+    /// SHA-384, hex.
+    pub sha384: String,
+}
+
+impl Artifact {
+    /// The hashes of `bytes`, named `file`.
+    pub fn of(file: &str, bytes: &[u8]) -> Artifact {
+        Artifact {
+            file: file.into(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(bytes)),
+            sha384: hex::encode(Sha384::digest(bytes)),
+        }
+    }
+}
+
+/// The command line and its hashes (of the bytes followed by one NUL, as QEMU's SEV hashes table has them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cmdline {
+    /// The command line.
+    pub value: String,
+    /// SHA-256 of the command line and a NUL byte.
+    pub sha256: String,
+    /// SHA-384 of the command line and a NUL byte.
+    pub sha384: String,
+}
+
+/// A file of the build host copied into the initramfs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Included {
+    /// Path in the guest.
+    pub path: String,
+    /// SHA-256 of its bytes, hex.
+    pub sha256: String,
+}
+
+/// One expected SEV-SNP launch digest of the image (QEMU, `kernel-hashes=on`, the given OVMF).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnpMeasurement {
+    /// SHA-256 of the OVMF image, hex.
+    pub ovmf_sha256: String,
+    /// vCPU count.
+    pub vcpus: u32,
+    /// vCPU type (its CPUID signature goes into each VMSA).
+    pub vcpu_type: String,
+    /// SEV_FEATURES of the VMSAs.
+    pub guest_features: u64,
+    /// The launch digest, hex.
+    pub measurement: String,
+}
+
+/// One RTMR event digest the image's own bytes determine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RtmrEvent {
+    /// The RTMR the event extends (0-3).
+    pub rtmr: u8,
+    /// The TCG event type it is logged as.
+    pub event_type: String,
+    /// What was measured, and by whom.
+    pub what: String,
+    /// The SHA-384 digest extended, hex.
+    pub digest: String,
+}
+
+/// Expected TDX measurements of the image under a TDX OVMF (TDVF).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TdxMeasurement {
+    /// SHA-256 of the TDVF image, hex.
+    pub ovmf_sha256: String,
+    /// MRTD, hex: TDVF's sections as QEMU adds them (measurements::tdx::mrtd).
+    pub mrtd: String,
+    /// The RTMR event digests computed from the kernel and initramfs (not whole RTMR values).
+    pub rtmr_events: Vec<RtmrEvent>,
+    /// RTMR0-3 values, when known; `None` for each: they depend on firmware events (configuration,
+    /// variables, separators, ExitBootServices) that only a reference boot's event log shows.
+    pub rtmrs: [Option<String>; 4],
+    /// What is and is not computed, in one sentence.
+    pub note: String,
+}
+
+/// Expected measurements of the image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Measurements {
+    /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image.
+    pub vm: String,
+    /// SEV-SNP launch digests for the OVMF given at build time (empty without one).
+    #[serde(default)]
+    pub sev_snp: Vec<SnpMeasurement>,
+    /// TDX measurements for the TDX OVMF given at build time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tdx: Option<TdxMeasurement>,
+}
+
+/// The manifest (`manifest.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`MANIFEST_FORMAT`].
+    pub format: String,
+    /// The kernel.
+    pub kernel: Artifact,
+    /// The initramfs.
+    pub initramfs: Artifact,
+    /// The command line.
+    pub cmdline: Cmdline,
+    /// The agent binary (`/init`).
+    pub agent: Included,
+    /// Other files of the build host in the initramfs (busybox, git and its libraries, modules).
+    pub included: Vec<Included>,
+    /// Expected measurements.
+    pub measurements: Measurements,
+}
+
+impl Manifest {
+    /// Reads `DIR/manifest.json`; errors name the file and what is wrong.
+    pub fn load(dir: &Path) -> Result<Manifest, String> {
+        let p = dir.join(MANIFEST_FILE);
+        let text = attestation::cli_io::read_capped(&p, attestation::cli_io::MAX_INPUT)
+            .map_err(|e| format!("{}: {e}", p.display()))?;
+        let m: Manifest =
+            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        if m.format != MANIFEST_FORMAT {
+            return Err(format!(
+                "{}: format {:?}, expected {MANIFEST_FORMAT:?}",
+                p.display(),
+                attestation::text::escape(&m.format)
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// The note every [`TdxMeasurement`] carries.
+pub const TDX_NOTE: &str = "MRTD is computed from the TDVF metadata; of RTMR1 and RTMR2 only the event digests of the kernel \
+(PE Authenticode SHA-384, logged by TDVF when it starts the kernel's EFI stub) and of the initramfs (SHA-384, logged \
+by the Linux EFI stub as EV_EVENT_TAG) are computed; whole RTMR values need a reference boot's event log \
+(measure-guest pin --tdx-event-log).";
+
+/// The TDX measurements of `kernel` and `initrd` under the TDVF `tdvf`.
+pub fn tdx_measurement(
+    tdvf: &[u8],
+    kernel: &[u8],
+    initrd: &[u8],
+) -> Result<TdxMeasurement, String> {
+    let ovmf = crate::snp::Ovmf::parse(tdvf.to_vec()).map_err(|e| e.to_string())?;
+    let mrtd = crate::tdx::mrtd(&ovmf).map_err(|e| e.to_string())?;
+    let kernel_pe =
+        crate::pe::authenticode::<Sha384>(kernel).map_err(|e| format!("kernel: {e}"))?;
+    Ok(TdxMeasurement {
+        ovmf_sha256: hex::encode(Sha256::digest(tdvf)),
+        mrtd: hex::encode(mrtd),
+        rtmr_events: vec![
+            RtmrEvent {
+                rtmr: 1,
+                event_type: "EV_EFI_BOOT_SERVICES_APPLICATION".into(),
+                what: "the kernel's PE Authenticode SHA-384 (TDVF, when it starts the EFI stub)"
+                    .into(),
+                digest: hex::encode(kernel_pe),
+            },
+            RtmrEvent {
+                rtmr: 2,
+                event_type: "EV_EVENT_TAG".into(),
+                what: "SHA-384 of the initramfs (the Linux EFI stub, \"Linux initrd\")".into(),
+                digest: hex::encode(Sha384::digest(initrd)),
+            },
+        ],
+        rtmrs: [None, None, None, None],
+        note: TDX_NOTE.into(),
+    })
+}
