@@ -38,11 +38,31 @@ pub enum ReadError {
 
 /// Reads `path` if it holds at most `limit` bytes: the size is checked from the metadata before anything is
 /// read, and the read itself stops after `limit + 1` bytes (for files that grow, pipes and devices).
+/// The path `-` means standard input (read up to the same limit).
 pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     let io = |source| ReadError::Io {
         path: path.display().to_string(),
         source,
     };
+    if path == Path::new("-") {
+        let mut out = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut out)
+            .map_err(|source| ReadError::Io {
+                path: "standard input".into(),
+                source,
+            })?;
+        if out.len() as u64 > limit {
+            return Err(ReadError::TooLarge {
+                path: "standard input".into(),
+                size: out.len() as u64,
+                limit,
+            });
+        }
+        return Ok(out);
+    }
     let file = std::fs::File::open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if meta.is_file() && meta.len() > limit {
@@ -97,9 +117,88 @@ macro_rules! cli_print {
     };
 }
 
+/// True when the raw command line asks for JSON: `--json` appears before any `--`. The tools use it when their
+/// argument parser failed (a usage error), so that even then `--json` gets exactly one JSON object on stdout.
+pub fn json_requested<I, S>(args: I) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    args.into_iter()
+        .map(|a| a.as_ref().to_owned())
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json")
+}
+
+/// The one JSON failure object every tool prints on stdout with `--json` when it cannot go on:
+/// `{"<result_key>": false, "error": {"check": CHECK, "detail": DETAIL}, "failures": [the same]}`.
+/// `result_key` is the tool's success key (`verified` for verify-attestation, `ok` for the others).
+pub fn error_json(result_key: &str, check: &str, detail: &str) -> serde_json::Value {
+    let error = serde_json::json!({ "check": check, "detail": detail });
+    let mut o = serde_json::Map::new();
+    o.insert(result_key.to_owned(), false.into());
+    o.insert("error".into(), error.clone());
+    o.insert("failures".into(), serde_json::Value::Array(vec![error]));
+    serde_json::Value::Object(o)
+}
+
+/// A usage error's message as one readable paragraph for [`error_json`]: the parser's rendered text without
+/// its `error: ` prefix, trailing blank lines and the `For more information` hint.
+pub fn usage_detail(rendered: &str) -> String {
+    let text = rendered.trim();
+    let text = text.strip_prefix("error: ").unwrap_or(text);
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("For more information"))
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What a tool does when its argument parser refused the command line (or was asked for `--help` or
+/// `--version`): with `--json` in the raw arguments, one JSON object on stdout (`{"<result_key>": false,
+/// "error": {"check": "usage", ...}}` for an error, `{"help": TEXT}` for help and version); otherwise the
+/// parser's text, escaped, on stderr for an error and stdout for help. Returns the exit code: 2 for an error,
+/// 0 for help and version.
+pub fn parse_failure(result_key: &str, is_error: bool, rendered: &str) -> u8 {
+    let json = json_requested(std::env::args_os().skip(1));
+    if json {
+        let v = if is_error {
+            error_json(result_key, "usage", &usage_detail(rendered))
+        } else {
+            serde_json::json!({ "help": rendered.trim_end() })
+        };
+        write_stdout(&format!("{}\n", crate::text::json_safe(&v.to_string())));
+    } else if is_error {
+        let _ = write!(std::io::stderr(), "{}", crate::text::escape_text(rendered));
+    } else {
+        write_stdout(&crate::text::escape_text(rendered));
+    }
+    if is_error {
+        2
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_is_requested_only_before_a_double_dash() {
+        assert!(json_requested(["evidence", "--json", "x"]));
+        assert!(!json_requested(["evidence", "--", "--json"]));
+        assert!(!json_requested(["evidence", "--json-x"]));
+        let v = error_json("verified", "usage", "bad flag");
+        assert_eq!(v["verified"], false);
+        assert_eq!(v["error"]["check"], "usage");
+        assert_eq!(v["failures"][0], v["error"]);
+        assert_eq!(
+            usage_detail("error: unexpected argument '--x' found\n\nUsage: t\n\nFor more information, try '--help'.\n"),
+            "unexpected argument '--x' found\nUsage: t"
+        );
+    }
 
     #[test]
     fn a_sparse_file_above_the_limit_is_refused_without_reading() {

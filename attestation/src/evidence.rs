@@ -459,7 +459,17 @@ impl Evidence {
         for (k, v) in entries {
             let name = match k {
                 Value::Text(t) => t,
-                other => return Err(EvidenceError::UnknownKey(format!("{other:?}"))),
+                Value::Integer(i) => {
+                    return Err(EvidenceError::UnknownKey(format!(
+                        "integer {} (keys are text)",
+                        i128::from(i)
+                    )))
+                }
+                _ => {
+                    return Err(EvidenceError::UnknownKey(
+                        "a key that is not text".to_string(),
+                    ))
+                }
             };
             let Some(known) = KEYS.iter().find(|k| **k == name) else {
                 return Err(EvidenceError::UnknownKey(name));

@@ -585,7 +585,8 @@ impl Verdict {
 /// Renders a ciborium decoding error with its offset.
 pub(crate) fn cbor_error_text<T: fmt::Debug>(e: &ciborium::de::Error<T>) -> String {
     match e {
-        ciborium::de::Error::Io(io) => format!("input ended early or could not be read ({io:?})"),
+        // The reader's error type is Debug-only (`EndOfFile`, `Error { kind: .. }`): said in words instead.
+        ciborium::de::Error::Io(_) => "input ended early (truncated CBOR)".to_owned(),
         ciborium::de::Error::Syntax(off) => format!("malformed CBOR at byte {off}"),
         ciborium::de::Error::Semantic(Some(off), msg) => format!("{msg} (at byte {off})"),
         ciborium::de::Error::Semantic(None, msg) => msg.clone(),

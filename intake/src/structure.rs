@@ -95,20 +95,16 @@ pub fn structure_at(
     let repository_dir = match job.repository.url() {
         Some(Err(e)) => return Err(format!("repository.path: {e}")),
         Some(Ok(url)) => {
-            let addrs = check_repository_url(&url, resolver)?;
-            let shown: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-            notes.push(Finding::new(
-                Stage::Structure,
-                Severity::Note,
-                "repository.path",
-                format!(
-                    "repository is fetched from {}:{} ({}); intake did not fetch it, so its hooks were not scanned",
-                    url.host,
-                    url.port,
-                    shown.join(", ")
-                ),
+            // The address is checked first (a private or metadata address is named as such), then the URL
+            // is refused: nothing fetches a repository yet, and a URL accepted here would reach the fence
+            // with no repository at all.
+            check_repository_url(&url, resolver)?;
+            return Err(format!(
+                "repository.path = `{}` is a URL ({}:{}): fetching a repository is not built; put the \
+                 repository in the bundle (a directory, a .tar/.tar.gz/.zip archive or a git bundle) and name \
+                 it by its path",
+                job.repository.path, url.host, url.port
             ));
-            None
         }
         None => {
             let rel = Path::new(&job.repository.path);

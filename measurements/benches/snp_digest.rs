@@ -9,8 +9,7 @@ use measurements::snp;
 use sha2::{Digest, Sha384};
 
 fn bench(c: &mut Criterion) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/firmware/OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
+    let path = attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
     let Ok(bytes) = std::fs::read(&path) else {
         println!("skipped: {} not found", path.display());
         return;

@@ -84,10 +84,9 @@ fn process_measurement_is_the_sim_psps_and_pins_a_set_without_an_image() {
 
 #[test]
 fn ec2_entries_are_not_repeated_per_vcpu_type() {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/firmware/OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
+    let p = attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
     if !p.exists() {
-        attestation::vectors::skip("../shared/firmware OVMF not found");
+        attestation::vectors::skip(&format!("shared AmdSev OVMF not found at {}", p.display()));
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");

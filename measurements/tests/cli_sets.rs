@@ -18,12 +18,11 @@ fn s(p: &Path) -> &str {
 }
 
 fn shared_ovmf() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/firmware/OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
+    let p = attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
     if p.exists() {
         return Some(p);
     }
-    attestation::vectors::skip("../shared/firmware OVMF not found");
+    attestation::vectors::skip(&format!("shared AmdSev OVMF not found at {}", p.display()));
     None
 }
 

@@ -19,9 +19,7 @@ fn skip(why: &str) {
 
 /// The venv that .ci/run prepares (or SEV_SNP_MEASURE_VENV).
 fn venv() -> Option<PathBuf> {
-    let v = std::env::var_os("SEV_SNP_MEASURE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target/sev-snp-venv"));
+    let v = attestation::vectors::oracle_venv();
     v.join("bin/sev-snp-measure").exists().then_some(v)
 }
 
@@ -44,7 +42,7 @@ fn debian_kernel() -> Option<PathBuf> {
 }
 
 fn shared_ovmf() -> PathBuf {
-    workspace().join("../shared/firmware/OVMF.amdsev-edk2-2025.02-8+deb13u1.fd")
+    attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd")
 }
 
 const DEBIAN_OVMF: &str = "/usr/share/ovmf/OVMF.fd";

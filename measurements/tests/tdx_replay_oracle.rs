@@ -3,15 +3,13 @@
 //! and SHA-256+SHA-384 logs with every RTMR, EV_NO_ACTION events in the middle and the 0xFF fill at the end.
 //! Skips with a reason when the venv is absent, unless FENCED_RUN_REQUIRE_VECTORS=1.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use measurements::tdx;
 
 fn venv_python() -> Option<PathBuf> {
-    let v = std::env::var_os("SEV_SNP_MEASURE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sev-snp-venv"));
+    let v = attestation::vectors::oracle_venv();
     let py = v.join("bin/python");
     let ok = py.exists()
         && Command::new(&py)

@@ -1,4 +1,5 @@
 //! Shared helpers for the workspace-level end-to-end tests.
 
+pub mod cli;
 pub mod fence;
 pub mod viewer;

@@ -113,10 +113,11 @@ fn the_run_summary_escapes_the_output_tail_the_command_and_findings() {
         return;
     }
     let c = Case::new(FENCED_RUN);
-    // The suite prints the escape sequence (ESC, BEL, a UTF-8 C1 CSI, DEL) in its output and its summary line.
+    // The suite prints the escape sequence (ESC, BEL, a UTF-8 C1 CSI, DEL) in its output and its summary line,
+    // and fails (the summary shows the output tail only when the run did not pass).
     c.repo_file(
         "test.sh",
-        "printf 'before \\033[2J\\033]0;pwned\\007 \\302\\233 31m \\177 after\\n'\necho '1 passed, 0 failed'\n",
+        "printf 'before \\033[2J\\033]0;pwned\\007 \\302\\233 31m \\177 after\\n'\necho '1 passed, 1 failed'\nexit 1\n",
     );
     c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh # \\u001b[5m\"\n");
     let out = Command::new(FENCED_RUN)
@@ -141,7 +142,7 @@ fn the_run_summary_escapes_the_output_tail_the_command_and_findings() {
         .expect("spawn");
     assert!(is_safe_output(&json.stdout), "run --json");
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("run --json is JSON");
-    assert_eq!(v["outcome"], "tests_passed", "{v}");
+    assert_eq!(v["outcome"], "tests_failed", "{v}");
     assert!(
         v["output_tail"]["test"]
             .as_str()

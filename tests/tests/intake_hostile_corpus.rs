@@ -737,7 +737,8 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
     .expect("write");
     let r = c.run(&d);
     assert_refused(&r, Stage::Receive, "metadata");
-    // A public answer passes stage 1 (nothing is fetched).
+    // A public answer passes stage 1 (nothing is fetched); stage 3 then refuses the URL itself, since
+    // fetching a repository is not built.
     let c = Case::new();
     let p = c.archive(
         "bundle.tar",
@@ -753,7 +754,13 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
                 .parse()
                 .expect("ip")]))),
     );
-    assert!(r.accepted, "{:#?}", r.refusal);
+    let refusal = r.refusal.clone().expect("a URL is refused");
+    assert_eq!(refusal.stage, Stage::Structure, "{refusal:?}");
+    assert!(
+        refusal.reason.contains("is a URL") && refusal.reason.contains("not built"),
+        "{}",
+        refusal.reason
+    );
     r.cleanup().expect("cleanup");
 }
 

@@ -759,14 +759,10 @@ fn operator_config_in_the_vm_tier_is_refused_with_a_clear_error() {
 
 #[test]
 fn manifest_snp_digests_equal_sev_snp_measure_for_the_same_image() {
-    let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // ../shared beside the checkout (CI), or beside the vectors directory.
-    let firmware = std::env::var_os("FENCED_RUN_VECTORS")
-        .map(|v| PathBuf::from(v).join("../firmware"))
-        .filter(|p| p.is_dir())
-        .unwrap_or_else(|| ws.join("../shared/firmware"));
-    let ovmf = firmware.join("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
-    let oracle = ws.join("target/sev-snp-venv/bin/sev-snp-measure");
+    // The shared firmware and the oracle venv from FENCED_RUN_SHARED / FENCED_RUN_VECTORS and
+    // FENCED_RUN_ORACLE_VENV (a clone anywhere finds them), else beside the checkout.
+    let ovmf = attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
+    let oracle = attestation::vectors::oracle_venv().join("bin/sev-snp-measure");
     if !ovmf.is_file() || !oracle.is_file() {
         if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
             panic!(

@@ -87,6 +87,9 @@ pub fn snp_json(v: &SnpVerification, opts: &ChainOptions) -> serde_json::Value {
         "report_data": hex::encode(r.report_data),
         "chip_id": hex::encode(r.chip_id),
         "reported_tcb": decoded_tcb(r.reported_tcb, v.product()),
+        "current_tcb": decoded_tcb(r.current_tcb, v.product()),
+        "committed_tcb": decoded_tcb(r.committed_tcb, v.product()),
+        "launch_tcb": decoded_tcb(r.launch_tcb, v.product()),
         "policy": r.policy,
         "failures": v.failures,
         "report_version": r.version,
@@ -103,6 +106,14 @@ pub fn snp_json(v: &SnpVerification, opts: &ChainOptions) -> serde_json::Value {
         },
         "checked_at": fmt_at(&opts.at),
     })
+}
+
+/// A TCB_VERSION as a table value: raw, and decoded for the product when it is known.
+fn tcb_row(tcb: TcbVersion, product: Option<Product>) -> String {
+    match product {
+        Some(p) => format!("{tcb} ({})", tcb.decode(p)),
+        None => tcb.to_string(),
+    }
 }
 
 /// The rows of the human table for a SEV-SNP verification.
@@ -139,11 +150,17 @@ pub fn snp_rows(v: &SnpVerification, opts: &ChainOptions) -> Vec<(String, String
         ("measurement".to_string(), hex::encode(r.measurement)),
         ("report data".to_string(), hex::encode(r.report_data)),
         (
+            "current tcb".to_string(),
+            tcb_row(r.current_tcb, v.product()),
+        ),
+        (
+            "committed tcb".to_string(),
+            tcb_row(r.committed_tcb, v.product()),
+        ),
+        ("launch tcb".to_string(), tcb_row(r.launch_tcb, v.product())),
+        (
             "reported tcb".to_string(),
-            match v.product() {
-                Some(p) => format!("{} ({})", r.reported_tcb, r.reported_tcb.decode(p)),
-                None => r.reported_tcb.to_string(),
-            },
+            tcb_row(r.reported_tcb, v.product()),
         ),
         (
             "guest policy".to_string(),
@@ -230,6 +247,11 @@ pub fn evidence_run_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
             "unknown (the verdict did not verify)".to_string(),
         )];
     };
+    evidence_run_rows_of(d)
+}
+
+/// The outcome, counts and inputs of a verdict as rows (whether or not it was verified: the caller says).
+pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, String)> {
     let counts = match &d.tests {
         Some(c) => format!(
             "{} passed, {} failed, {} skipped (parser {})",
@@ -291,7 +313,7 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
             "measurement": hex::encode(t.quote.td().mrtd),
             "report_data": hex::encode(t.quote.td().report_data),
             "chip_id": serde_json::Value::Null,
-            "reported_tcb": t.tcb_status().map(|s| format!("{s:?}")),
+            "reported_tcb": t.tcb_status().map(|s| s.name()),
             "policy": serde_json::Value::Null,
             "collateral_used": t.collateral_used,
         }),

@@ -353,3 +353,37 @@ pub fn crls_from_file_bytes(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
         Ok(vec![data.to_vec()])
     }
 }
+
+/// A DER parse error of x509-parser in words, without the parser's Debug text (`Parsing Error:
+/// Der(UnexpectedTag { .. })`): what was wrong and, for a tag mismatch, the tags.
+pub fn der_error(e: &x509_parser::nom::Err<x509_parser::error::X509Error>) -> String {
+    use x509_parser::der_parser::error::BerError;
+    use x509_parser::error::X509Error;
+    use x509_parser::nom::{Err, Needed};
+    let inner = match e {
+        Err::Incomplete(Needed::Size(n)) => return format!("truncated: {n} more byte(s) needed"),
+        Err::Incomplete(Needed::Unknown) => return "truncated: more bytes needed".into(),
+        Err::Error(x) | Err::Failure(x) => x,
+    };
+    match inner {
+        X509Error::Der(ber) => match ber {
+            BerError::UnexpectedTag { expected, actual } => match expected {
+                Some(t) => format!(
+                    "unexpected DER tag {} where tag {} was expected",
+                    actual.0, t.0
+                ),
+                None => format!("unexpected DER tag {}", actual.0),
+            },
+            BerError::InvalidLength => "invalid DER length".into(),
+            BerError::Incomplete(_) => "truncated DER".into(),
+            BerError::UnknownTag(t) => format!("unknown DER tag {t}"),
+            BerError::InvalidTag => "invalid DER tag".into(),
+            BerError::IndefiniteLengthUnexpected => "indefinite length (not DER)".into(),
+            BerError::BerMaxDepth => "DER nested too deeply".into(),
+            BerError::DerConstraintFailed(_) => "not DER (a BER-only encoding)".into(),
+            _ => "malformed DER".into(),
+        },
+        X509Error::NomError(_) => "malformed DER".into(),
+        other => other.to_string(),
+    }
+}

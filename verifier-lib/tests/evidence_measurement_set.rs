@@ -16,7 +16,7 @@ const LAUNCHED: [u8; 48] = [0x3C; 48];
 const NONCE: [u8; 32] = [0x11; 32];
 
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 /// Sim evidence of a `vm`-tier launch whose measurement is `LAUNCHED`.

@@ -24,7 +24,7 @@ const PATCH: &[u8] = b"--- a/calc.sh\n+++ b/calc.sh\n@@ -1 +1 @@\n-echo 1\n+echo
 const JOB: &[u8] = b"[repository]\npath = \"repo\"\npatch = \"fix.patch\"\n";
 
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 fn sha(b: &[u8]) -> String {
@@ -387,10 +387,13 @@ fn tdx_register_pins_do_not_pin_snp_evidence() {
         .output()
         .expect("run");
     let json = json_of(&out);
-    assert_eq!(out.status.code(), Some(1), "{json}");
-    assert_eq!(
-        failure_checks(&json),
-        [checks::MEASUREMENT_UNPINNED],
+    // A TDX pin cannot apply to SEV-SNP evidence: unusable input (exit 2) naming the flag, never a pin.
+    assert_eq!(out.status.code(), Some(2), "{json}");
+    assert_eq!(failure_checks(&json), ["flag-not-applicable"], "{json}");
+    assert!(
+        json["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--mrtd")),
         "{json}"
     );
 }

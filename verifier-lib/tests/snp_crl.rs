@@ -13,7 +13,7 @@ use verifier_lib::snp::{verify_chain, CertBundle, ChainOptions};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {

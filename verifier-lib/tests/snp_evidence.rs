@@ -19,7 +19,7 @@ const MEASUREMENT: [u8; 48] = [0x5A; 48];
 
 /// A state directory shared by the tests so the sim RSA-4096 roots are generated once.
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 fn key(label: &str) -> SigningKey {

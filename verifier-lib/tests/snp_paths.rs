@@ -11,7 +11,7 @@ use verifier_lib::snp::chain::checks;
 use verifier_lib::snp::{verify_chain, verify_report, CertBundle, ChainOptions, Policy};
 
 fn state_dir() -> PathBuf {
-    std::env::temp_dir().join("fenced-run-verifier-lib-tests-sim")
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-verifier-lib-tests-sim")
 }
 
 fn sim() -> ChainOptions {

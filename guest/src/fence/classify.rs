@@ -28,6 +28,29 @@ pub struct PhaseFacts {
     pub pids_max: u64,
     /// The writable scratch was full when the command ended.
     pub disk_full: bool,
+    /// The command's toolchain said it cannot start (see [`toolchain_error`]), with its own words.
+    pub toolchain_error: Option<String>,
+}
+
+/// The line a toolchain manager prints when it cannot start the tool at all, if the output holds one: rustup
+/// with no default toolchain, or with the requested toolchain not installed. Only lines that begin with the
+/// manager's own `error:` prefix count; the caller uses it only when the command failed and no test was counted.
+pub fn toolchain_error(output: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(output);
+    text.lines().map(str::trim_end).find_map(|l| {
+        let e = l.strip_prefix("error: ")?;
+        let rustup = e.starts_with("rustup could not choose a version of")
+            || e.starts_with("no default toolchain configured")
+            || (e.starts_with("toolchain '") && e.ends_with("is not installed"))
+            || e.starts_with("rustup is not installed at");
+        rustup.then(|| {
+            let mut why: String = e.chars().take(300).collect();
+            if why.len() < e.len() {
+                why.push_str("...");
+            }
+            format!("the toolchain could not start: {why}")
+        })
+    })
 }
 
 impl PhaseFacts {
@@ -60,6 +83,11 @@ impl PhaseFacts {
     pub fn unavailable(&self) -> Option<String> {
         if let Some(e) = &self.exec_error {
             return Some(format!("the shell could not be executed: {e}"));
+        }
+        if let (Some(why), Some(c)) = (&self.toolchain_error, self.exit_code) {
+            if c != 0 {
+                return Some(format!("{why} (exit {c})"));
+            }
         }
         match self.exit_code {
             Some(127) => Some("the command was not found (exit 127 from the shell)".into()),
@@ -192,6 +220,39 @@ mod tests {
         let none = parse("sh: 1: cargo: not found\n", Some(127));
         assert_eq!(
             test_outcome(&exited(127), &none).0,
+            Outcome::TestCommandUnavailable
+        );
+    }
+
+    #[test]
+    fn a_toolchain_that_cannot_start_is_unavailable_not_failed() {
+        let out = b"error: rustup could not choose a version of cargo to run, because one wasn't specified \
+explicitly, and no default is configured.\nhelp: run 'rustup default stable' to download the latest stable release\n";
+        let why = toolchain_error(out).expect("recognised");
+        assert!(why.contains("no default is configured"), "{why}");
+        let facts = PhaseFacts {
+            exit_code: Some(1),
+            toolchain_error: Some(why),
+            ..Default::default()
+        };
+        let none = parse(std::str::from_utf8(out).expect("utf8"), Some(1));
+        let (outcome, reason) = test_outcome(&facts, &none);
+        assert_eq!(outcome, Outcome::TestCommandUnavailable);
+        let reason = reason.unwrap_or_default();
+        assert!(reason.contains("the toolchain could not start"), "{reason}");
+        let missing = b"error: toolchain 'nightly-x86_64-unknown-linux-gnu' is not installed\n";
+        assert!(toolchain_error(missing).is_some());
+        // Only the manager's own line at the start counts; counted tests still stand.
+        assert!(
+            toolchain_error(b"test x ... says error: rustup could not choose a version of\n")
+                .is_none()
+        );
+        let ran = parse("3 passed, 1 failed\n", Some(1));
+        assert_eq!(test_outcome(&facts, &ran).0, Outcome::TestsFailed);
+        // A missing interpreter: the shell's 127.
+        let gone = parse("sh: 1: python3: not found\n", Some(127));
+        assert_eq!(
+            test_outcome(&exited(127), &gone).0,
             Outcome::TestCommandUnavailable
         );
     }

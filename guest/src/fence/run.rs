@@ -1110,6 +1110,8 @@ impl PhaseCtx<'_> {
             oom_kills: events.oom_kills,
             pids_max: events.pids_max,
             disk_full,
+            toolchain_error: classify::toolchain_error(&run.output.tail)
+                .or_else(|| classify::toolchain_error(&run.output.head)),
         };
         run.findings = findings;
         run

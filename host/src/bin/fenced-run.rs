@@ -39,14 +39,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
-            let text = attestation::text::escape_text(&e.render().to_string()).into_owned();
-            if e.use_stderr() {
-                eprint!("{text}");
-                return ExitCode::from(2);
-            }
-            print!("{text}");
-            return ExitCode::SUCCESS;
+            // clap's own message names the argument as given; with `--json` anywhere before `--` it becomes
+            // the tool's one JSON error object on stdout.
+            let code =
+                attestation::cli_io::parse_failure("ok", e.use_stderr(), &e.render().to_string());
+            return ExitCode::from(code);
         }
     };
     match cli.command {

@@ -102,10 +102,7 @@ pub fn render(report: &IntakeReport) -> String {
 pub fn run(args: Args) -> ExitCode {
     let operator = match super::operator_policy(args.operator_config.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("fenced-run intake: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return super::run::fail(args.json, "intake", "operator-config", &e, 2),
     };
     let mut opts = IntakeOptions::for_tier(args.isolation.into()).with_runner(
         ::intake::normalise::RunnerPolicy::with_operator(operator, None),
@@ -116,8 +113,8 @@ pub fn run(args: Args) -> ExitCode {
         match serde_json::to_string_pretty(&report) {
             Ok(j) => println!("{}", attestation::text::json_safe(&j)),
             Err(e) => {
-                eprintln!("fenced-run intake: cannot write JSON: {}", shown(e));
-                return ExitCode::from(2);
+                let detail = format!("cannot write JSON: {e}");
+                return super::run::fail(true, "intake", "output", &detail, 2);
             }
         }
     } else {

@@ -48,8 +48,61 @@ pub struct Args {
     pub view: bool,
 }
 
+/// Prints why `fenced-run CMD` cannot go on and returns `code`: with `json` one object on stdout
+/// (`{"ok": false, "error": {"check": CHECK, "detail": DETAIL}, ...}`, docs/cli.md), otherwise a line on stderr.
+pub fn fail(json: bool, cmd: &str, check: &str, detail: &str, code: u8) -> ExitCode {
+    if json {
+        let v = attestation::cli_io::error_json("ok", check, detail);
+        println!("{}", attestation::text::json_safe(&v.to_string()));
+    } else {
+        eprintln!("fenced-run {cmd}: {}", escape(detail));
+    }
+    ExitCode::from(code)
+}
+
+/// Checks, before anything runs, that evidence can be written to `out`: its directory exists and a file can be
+/// created in it (a probe file, removed at once), and `out` itself is not a directory. A run whose evidence
+/// could not be written would have spent the founder's budget for nothing.
+pub fn check_evidence_path(out: &std::path::Path) -> Result<(), String> {
+    let shown_out = shown(out.display());
+    if out.is_dir() {
+        return Err(format!(
+            "--evidence {shown_out}: is a directory; give the path of a file to write"
+        ));
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "--evidence {shown_out}: the directory {} does not exist",
+            shown(parent.display())
+        ));
+    }
+    if out.exists() {
+        // Opened for appending, which changes nothing: only whether it could be written is learnt.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(out)
+            .map_err(|e| format!("--evidence {shown_out}: cannot write it: {}", shown(e)))?;
+    }
+    tempfile::Builder::new()
+        .prefix(".fenced-run-evidence-probe-")
+        .tempfile_in(&parent)
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "--evidence {shown_out}: cannot write in {}: {}",
+                shown(parent.display()),
+                shown(e)
+            )
+        })
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
+    let json = args.json;
     // sev-snp and tdx are checked against this host before anything runs; auto picks and says why.
     let image = args.image.clone().unwrap_or_else(super::vm::default_image);
     let tier = match crate::vm::confidential::resolve_for_run(&args.isolation, &image) {
@@ -59,28 +112,25 @@ pub fn run(args: Args) -> ExitCode {
             }
             c.tier
         }
-        Err(e) => {
-            eprintln!("fenced-run run: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(json, "run", "isolation", &e, 2),
     };
     let operator = match super::operator_policy(args.operator_config.as_deref()) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("fenced-run run: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(json, "run", "operator-config", &e, 2),
     };
     let nonce = match &args.nonce {
         Some(h) => match super::parse_nonce(h) {
             Ok(n) => n,
-            Err(e) => {
-                eprintln!("fenced-run run: --nonce: {}", shown(&e));
-                return ExitCode::from(2);
-            }
+            Err(e) => return fail(json, "run", "nonce", &format!("--nonce: {e}"), 2),
         },
         None => guest::fence::run::random_nonce(),
     };
+    // The evidence path is checked before anything runs: a run whose evidence cannot be written is wasted.
+    if let Some(out) = &args.evidence {
+        if let Err(e) = check_evidence_path(out) {
+            return fail(json, "run", "evidence-path", &e, 2);
+        }
+    }
     if tier != crate::vm::confidential::Tier::Process {
         let code = super::vm::run(&args, nonce.clone(), tier);
         return match (&args.evidence, args.view && code != ExitCode::from(2)) {
@@ -94,10 +144,7 @@ pub fn run(args: Args) -> ExitCode {
     let session = match &args.evidence {
         Some(_) => match crate::sim::begin_process_session(&nonce) {
             Ok((s, _)) => Some(s),
-            Err(e) => {
-                eprintln!("fenced-run run: --evidence: {}", shown(e));
-                return ExitCode::from(2);
-            }
+            Err(e) => return fail(json, "run", "evidence", &format!("--evidence: {e}"), 2),
         },
         None => None,
     };
@@ -107,15 +154,15 @@ pub fn run(args: Args) -> ExitCode {
     let verdict = match run_input(&args.job, &opts) {
         Ok(v) => v,
         Err(why) => {
-            eprintln!(
-                "fenced-run run: {}: {}",
-                shown(args.job.display()),
-                escape(&why)
-            );
-            return ExitCode::from(2);
+            return fail(
+                json,
+                "run",
+                "input",
+                &format!("{}: {why}", args.job.display()),
+                2,
+            )
         }
     };
-    print_verdict(&verdict, args.json);
     if let (Some(session), Some(out)) = (session, &args.evidence) {
         let written = session
             .seal(&verdict)
@@ -125,8 +172,14 @@ pub fn run(args: Args) -> ExitCode {
                 std::fs::write(out, bytes).map_err(|e| format!("{}: {e}", out.display()))
             });
         if let Err(e) = written {
-            eprintln!("fenced-run run: --evidence: {}", escape(&e));
-            return ExitCode::from(2);
+            return fail(json, "run", "evidence", &format!("--evidence: {e}"), 2);
+        }
+    }
+    print_verdict(&verdict, json);
+    if !json {
+        match &args.evidence {
+            Some(out) => println!("evidence: written to {}", shown(out.display())),
+            None => println!("evidence: none written (no --evidence)"),
         }
     }
     if let (true, Some(out)) = (args.view, &args.evidence) {
@@ -153,9 +206,39 @@ pub(crate) fn print_verdict(v: &Verdict, json: bool) {
     print!("{}", summary(v));
 }
 
-/// The human summary of a verdict. Every value that came from the job, the repository or the command's output
-/// is escaped ([`attestation::text`]): one-line values whole, the output tail line by line.
+/// How a phase ended, in words: `exit 0`, `killed by signal 9`, or `no exit status`.
+fn ended(exit_code: Option<i32>, signal: Option<i32>) -> String {
+    match (exit_code, signal) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        (None, None) => "no exit status".to_string(),
+    }
+}
+
+/// The last [`SUMMARY_TAIL_LINES`] lines of a tail, each escaped and indented, under a heading.
+fn tail_lines(out: &mut String, what: &str, tail: &str) {
+    use std::fmt::Write;
+    let lines: Vec<&str> = tail.lines().collect();
+    let shown_lines = &lines[lines.len().saturating_sub(SUMMARY_TAIL_LINES)..];
+    if shown_lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{what} output (last {} line(s); the whole tail is in --json):",
+        shown_lines.len()
+    );
+    for l in shown_lines {
+        let _ = writeln!(out, "  | {}", escape(l));
+    }
+}
+
+/// The human summary of a verdict: outcome, inputs and nonce, the install phase (command, how it ended, every
+/// denied egress attempt), the test phase, counts, processes, findings, and the output tails when the run did
+/// not pass. Every value that came from the job, the repository or the command's output is escaped
+/// ([`attestation::text`]): one-line values whole, the output tails line by line.
 pub fn summary(v: &Verdict) -> String {
+    use attestation::verdict::Outcome;
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "outcome: {}", v.outcome.as_str());
@@ -167,26 +250,79 @@ pub fn summary(v: &Verdict) -> String {
             escape(&r.reason)
         );
     }
-    if let Some(t) = &v.test {
-        let _ = writeln!(
-            out,
-            "test: {} ({}), exit {:?}, signal {:?}, {} ms, network none",
-            escape(&t.command),
-            escape(&t.source),
-            t.exit_code,
-            t.signal,
-            t.duration_ms
-        );
+    let or_none = |h: &Option<String>| {
+        h.as_deref()
+            .map(escape)
+            .unwrap_or("none".into())
+            .into_owned()
+    };
+    let _ = writeln!(
+        out,
+        "inputs: commit {}, tree {}, patch sha256 {}, job sha256 {}",
+        or_none(&v.inputs.commit),
+        or_none(&v.inputs.tree),
+        or_none(&v.inputs.patch_sha256),
+        or_none(&v.inputs.job_sha256)
+    );
+    let _ = writeln!(out, "nonce: {}", hex::encode(&v.inputs.nonce));
+    let _ = writeln!(out, "isolation: {}", v.isolation);
+    match &v.install {
+        Some(i) => {
+            let allowed = i.egress.iter().filter(|e| e.allowed).count();
+            let denied: Vec<_> = i.egress.iter().filter(|e| !e.allowed).collect();
+            let _ = writeln!(
+                out,
+                "install: {} ({}), {}, {} ms, egress {} allowed, {} denied",
+                escape(&i.command),
+                escape(&i.source),
+                ended(i.exit_code, i.signal),
+                i.duration_ms,
+                allowed,
+                denied.len()
+            );
+            for e in denied {
+                let _ = writeln!(
+                    out,
+                    "  egress denied: {}:{}: {}",
+                    escape(&e.host),
+                    e.port,
+                    escape(&e.reason)
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(out, "install: none (no install phase)");
+        }
     }
-    if let Some(c) = &v.tests {
-        let _ = writeln!(
-            out,
-            "counts: {} passed, {} failed, {} skipped ({})",
-            c.passed,
-            c.failed,
-            c.skipped,
-            escape(&c.parser)
-        );
+    match &v.test {
+        Some(t) => {
+            let _ = writeln!(
+                out,
+                "test: {} ({}), {}, {} ms, network none",
+                escape(&t.command),
+                escape(&t.source),
+                ended(t.exit_code, t.signal),
+                t.duration_ms
+            );
+        }
+        None => {
+            let _ = writeln!(out, "test: not run");
+        }
+    }
+    match &v.tests {
+        Some(c) => {
+            let _ = writeln!(
+                out,
+                "counts: {} passed, {} failed, {} skipped ({})",
+                c.passed,
+                c.failed,
+                c.skipped,
+                escape(&c.parser)
+            );
+        }
+        None => {
+            let _ = writeln!(out, "counts: none");
+        }
     }
     let _ = writeln!(
         out,
@@ -200,17 +336,9 @@ pub fn summary(v: &Verdict) -> String {
         }
         let _ = writeln!(out, ": {}", escape(&f.detail));
     }
-    let lines: Vec<&str> = v.output_tail.test.lines().collect();
-    let shown_lines = &lines[lines.len().saturating_sub(SUMMARY_TAIL_LINES)..];
-    if !shown_lines.is_empty() {
-        let _ = writeln!(
-            out,
-            "test output (last {} line(s); the whole tail is in --json):",
-            shown_lines.len()
-        );
-        for l in shown_lines {
-            let _ = writeln!(out, "  | {}", escape(l));
-        }
+    if v.outcome != Outcome::TestsPassed {
+        tail_lines(&mut out, "install", &v.output_tail.install);
+        tail_lines(&mut out, "test", &v.output_tail.test);
     }
     out
 }

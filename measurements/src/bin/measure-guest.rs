@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use attestation::text::{escape, escape_text, json_safe, shown};
+use attestation::text::{escape, json_safe, shown};
 use base64::Engine;
 use clap::{Parser, Subcommand, ValueEnum};
 use measurements::set::{self, Hex, HexU64, MeasurementSet};
@@ -274,8 +274,8 @@ fn parse_int<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
     } else {
         t.parse::<u64>()
     }
-    .map_err(|e| format!("{s:?} is not a number: {e}"))?;
-    T::try_from(v).map_err(|_| format!("{s:?} is out of range"))
+    .map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    T::try_from(v).map_err(|_| format!("`{s}` is out of range"))
 }
 
 /// A failure with its exit code (1 check failed, 2 unusable input).
@@ -942,14 +942,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
-            let text = e.render().to_string();
-            if e.use_stderr() {
-                eprint!("{}", escape_text(&text));
-                return ExitCode::from(2);
-            }
-            print!("{}", escape_text(&text));
-            return ExitCode::SUCCESS;
+            // clap's own message names the argument as given; with `--json` anywhere before `--` it becomes
+            // the tool's one JSON error object on stdout.
+            let code =
+                attestation::cli_io::parse_failure("ok", e.use_stderr(), &e.render().to_string());
+            return ExitCode::from(code);
         }
     };
     let r = match cli.cmd {
@@ -964,7 +961,13 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(Fail(code, msg)) => {
-            eprintln!("measure-guest: {}", escape(&msg));
+            if attestation::cli_io::json_requested(std::env::args_os().skip(1)) {
+                let check = if code == 1 { "check" } else { "input" };
+                let v = attestation::cli_io::error_json("ok", check, &msg);
+                println!("{}", json_safe(&v.to_string()));
+            } else {
+                eprintln!("measure-guest: {}", escape(&msg));
+            }
             ExitCode::from(code)
         }
     }

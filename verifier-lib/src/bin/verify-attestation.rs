@@ -24,20 +24,22 @@ enum Command {
     Fetch(cli::fetch::Args),
     /// Add an auditor's Ed25519 signature to a collateral bundle.
     BundleSign(cli::fetch::SignArgs),
+    /// Decode a report, quote or evidence WITHOUT verifying it: every field, TCBs decoded, the verdict.
+    Show(cli::show::Args),
 }
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            // clap's own message (plain text: its colours are dropped) names the argument as given; escaped.
-            let text = attestation::text::escape_text(&e.render().to_string()).into_owned();
-            if e.use_stderr() {
-                eprint!("{text}");
-                return ExitCode::from(2);
-            }
-            print!("{text}");
-            return ExitCode::SUCCESS;
+            // clap's own message names the argument as given; with `--json` anywhere before `--` it becomes
+            // the tool's one JSON error object on stdout.
+            let code = attestation::cli_io::parse_failure(
+                "verified",
+                e.use_stderr(),
+                &e.render().to_string(),
+            );
+            return ExitCode::from(code);
         }
     };
     match cli.command {
@@ -46,5 +48,6 @@ fn main() -> ExitCode {
         Command::TdxQuote(args) => cli::tdx_quote::run(args),
         Command::Fetch(args) => cli::fetch::run(args),
         Command::BundleSign(args) => cli::fetch::run_sign(args),
+        Command::Show(args) => cli::show::run(args),
     }
 }

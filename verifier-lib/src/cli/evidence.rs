@@ -17,7 +17,7 @@ use std::process::ExitCode;
 
 /// Arguments of `verify-attestation evidence`.
 #[derive(clap::Args, Debug)]
-#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements", "mrtd", "rtmr"])))]
+#[command(group(clap::ArgGroup::new("launch").required(true).multiple(true).args(["measurement", "any_measurement", "measurements", "mrtd", "rtmr", "policy_file"])))]
 #[command(group(clap::ArgGroup::new("freshness").required(true).args(["nonce", "no_nonce"])))]
 pub struct Args {
     /// The evidence file (CBOR, `.evidence`).
@@ -33,9 +33,9 @@ pub struct Args {
     /// A trusted auditor's public key (Ed25519 PEM, from `measure-guest keygen`); repeat for each auditor.
     #[arg(long = "auditor-key", value_name = "KEY", requires = "measurements")]
     pub auditor_key: Vec<PathBuf>,
-    /// How many distinct trusted auditors must have signed the set (default 1).
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub auditors_required: u32,
+    /// How many distinct trusted auditors must have signed the set (default 1; only with --measurements).
+    #[arg(long, value_name = "K", requires = "measurements", value_parser = clap::value_parser!(u32).range(1..))]
+    pub auditors_required: Option<u32>,
     /// An auditor's detached signature over the set; repeat for each. Default: every `SET.*.sig` beside the set
     /// (the name `measure-guest sign` writes).
     #[arg(long = "set-signature", value_name = "FILE", requires = "measurements")]
@@ -74,6 +74,10 @@ pub struct Args {
     /// Fetching (TDX), cache, bundle auditors, SEV-SNP TCB baseline.
     #[command(flatten)]
     pub collateral_args: super::fetch::CollateralArgs,
+    /// The SEV-SNP policy in a TOML file (keys are the policy flags' names without `--`, docs/cli.md); a
+    /// policy flag given as well overrides the file's value.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -235,15 +239,15 @@ pub fn options(
     OptionsError,
 > {
     use OptionsError::Unusable;
-    let bytes = super::read_input(&args.evidence)
-        .map_err(|e| Unusable("input", format!("evidence: {e}")))?;
+    let bytes = super::main_input("evidence", &args.evidence, super::kind::Kind::Cbor)
+        .map_err(|(check, e)| Unusable(check, e))?;
     let flag_file = |flag: &str,
                      path: Option<&std::path::Path>|
      -> Result<Option<Vec<u8>>, OptionsError> {
         path.map(|p| super::read_input(p).map_err(|e| Unusable("input", format!("{flag}: {e}"))))
             .transpose()
     };
-    let crl = flag_file("--crl", args.crl.as_deref())?;
+    let crl = super::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
     let at = super::at_or_now(args.at);
     let baseline = args
         .collateral_args
@@ -286,13 +290,15 @@ pub fn options(
             format!("--rtmr {dup}= given twice with different values"),
         ));
     }
+    let policy = super::policy_file::effective(args.policy_file.as_deref(), &args.policy)
+        .map_err(|e| Unusable("policy-file", e))?;
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
             crl,
             allow_simulated: args.allow_simulated,
         },
-        policy: args.policy.to_policy(),
+        policy: policy.to_policy(),
         nonce: args.nonce.as_ref().map(|n| match args.pool_attempt {
             Some(attempt) => attestation::pool_nonce::attempt_nonce(&n.0, attempt),
             None => n.0.clone(),
@@ -305,6 +311,30 @@ pub fn options(
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
+    let ev = attestation::evidence::Evidence::from_cbor(&bytes).map_err(|e| {
+        Unusable(
+            crate::evidence::checks::EVIDENCE_FORMAT,
+            format!("{}: {e}", args.evidence.display()),
+        )
+    })?;
+    let mut cannot_apply = inapplicable_flags(args, ev.tee.is_snp());
+    if !ev.tee.is_snp() && args.policy_file.is_some() && !policy.snp_only_flags_given().is_empty() {
+        cannot_apply.push("--policy (a file with SEV-SNP keys)");
+    }
+    if !cannot_apply.is_empty() {
+        let one = cannot_apply.len() == 1;
+        return Err(Unusable(
+            "flag-not-applicable",
+            format!(
+                "{} {} not apply to {} evidence ({}); remove {}",
+                cannot_apply.join(", "),
+                if one { "does" } else { "do" },
+                if ev.tee.is_snp() { "SEV-SNP" } else { "TDX" },
+                ev.tee,
+                if one { "it" } else { "them" }
+            ),
+        ));
+    }
     Ok((bytes, opts, baseline))
 }
 
@@ -328,7 +358,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut baseline_json = None;
     if let (Some(b), crate::evidence::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
         let before = sv.failures.len();
-        baseline_json = Some(super::snp_report::apply_baseline(b, sv));
+        baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();
         v.failures.extend(added);
     }
@@ -346,6 +376,34 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The flags given that cannot apply to this evidence: SEV-SNP policy flags and `--crl` on TDX evidence, TDX
+/// flags and `--collateral` on SEV-SNP evidence (`--auditors-required` without `--measurements` is a usage
+/// error of the parser).
+fn inapplicable_flags(args: &Args, snp: bool) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if snp {
+        if !args.tdx.mrtd.is_empty() {
+            out.push("--mrtd");
+        }
+        if !args.tdx.rtmr.is_empty() {
+            out.push("--rtmr");
+        }
+        if args.tdx.leave_rtmrs_unpinned {
+            out.push("--leave-rtmrs-unpinned");
+        }
+        out.extend(args.tdx.accept.flags_given());
+        if args.collateral.is_some() {
+            out.push("--collateral");
+        }
+    } else {
+        out.extend(args.policy.snp_only_flags_given());
+        if args.crl.is_some() {
+            out.push("--crl");
+        }
+    }
+    out
 }
 
 /// The pins of the flags; `--patch`/`--job` files are hashed here (an unreadable one is unusable input).
@@ -400,7 +458,7 @@ fn load_set(
         set,
         &signatures,
         &args.auditor_key,
-        args.auditors_required as usize,
+        args.auditors_required.unwrap_or(1) as usize,
     )
     .map_err(|e| match e {
         SetError::NotEnoughAuditors { .. } => (1, e.to_string()),

@@ -14,6 +14,9 @@ macro_rules! print {
 
 pub mod evidence;
 pub mod fetch;
+pub mod kind;
+pub mod policy_file;
+pub mod show;
 pub mod snp_report;
 pub mod tdx_quote;
 
@@ -46,4 +49,73 @@ pub(crate) fn at_or_now(at: Option<time::OffsetDateTime>) -> time::OffsetDateTim
         let now = time::OffsetDateTime::now_utc();
         now.replace_nanosecond(0).unwrap_or(now)
     })
+}
+
+/// Reads the main input of a subcommand (`-` is standard input), decodes it when it was given as hex or base64
+/// text, and refuses it with a hint when it is plainly another kind of file than `wanted` (a TDX quote given
+/// to `snp-report`, a PEM or JSON file given as evidence, ...). `Err` carries exit 2 after printing why.
+pub(crate) fn read_main_input(
+    json: bool,
+    what: &str,
+    path: &Path,
+    wanted: kind::Kind,
+) -> Result<Vec<u8>, ExitCode> {
+    main_input(what, path, wanted).map_err(|(check, e)| snp_report::unusable(json, check, e))
+}
+
+/// [`read_main_input`] without the printing: `Err` is the check name and what is wrong.
+pub(crate) fn main_input(
+    what: &str,
+    path: &Path,
+    wanted: kind::Kind,
+) -> Result<Vec<u8>, (&'static str, String)> {
+    let raw = read_input(path).map_err(|e| ("input", format!("{what}: {e}")))?;
+    let (bytes, _encoding) = kind::decode_text(&raw);
+    let found = kind::sniff(&bytes);
+    if let Some(hint) = kind::wrong_kind_hint(&found, &wanted) {
+        return Err((
+            "input-kind",
+            format!(
+                "{what} {}: {hint}",
+                attestation::text::shown(path.display())
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads `--crl FILE` and checks that it holds at least one parsable DER or PEM CRL: anything else is unusable
+/// input (exit 2) naming the file and what it holds instead, never a failed check of the chain.
+pub(crate) fn read_crl(json: bool, path: Option<&Path>) -> Result<Option<Vec<u8>>, ExitCode> {
+    crl_input(path).map_err(|(check, e)| snp_report::unusable(json, check, e))
+}
+
+/// [`read_crl`] without the printing: `Err` is the check name and what is wrong.
+pub(crate) fn crl_input(path: Option<&Path>) -> Result<Option<Vec<u8>>, (&'static str, String)> {
+    let Some(p) = path else {
+        return Ok(None);
+    };
+    let bytes = read_input(p).map_err(|e| ("input", format!("--crl: {e}")))?;
+    let shown = attestation::text::shown(p.display());
+    let not_crl = |why: String| {
+        let found = kind::sniff(&bytes);
+        let what = match found {
+            kind::Kind::Binary | kind::Kind::Text => String::new(),
+            k => format!(" (the file is {})", k.describe()),
+        };
+        (
+            "input-kind",
+            format!("--crl {shown}: not a CRL{what}: {why}"),
+        )
+    };
+    let ders = crate::pki::crls_from_file_bytes(&bytes).map_err(|e| not_crl(e.to_string()))?;
+    for der in &ders {
+        use x509_parser::prelude::FromDer;
+        if let Err(e) = x509_parser::revocation_list::CertificateRevocationList::from_der(der)
+            .map_err(|e| crate::pki::der_error(&e))
+        {
+            return Err(not_crl(format!("not a DER CertificateList ({e})")));
+        }
+    }
+    Ok(Some(bytes))
 }

@@ -6,7 +6,6 @@
 use crate::output;
 use crate::snp::policy::{AbiVersion, HexBytes, TcbMinimum};
 use crate::snp::{self, CertBundle, ChainOptions, Policy};
-use crate::Failure;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,6 +70,36 @@ pub struct PolicyArgs {
 }
 
 impl PolicyArgs {
+    /// The SEV-SNP-only flags given (every flag but `--measurement`, `--report-data` and `--allow-debug`, which
+    /// TDX evidence uses too), by name: on TDX evidence each is an error, not silently ignored.
+    pub fn snp_only_flags_given(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut given = |b: bool, name: &'static str| {
+            if b {
+                out.push(name);
+            }
+        };
+        given(self.host_data.is_some(), "--host-data");
+        given(self.family_id.is_some(), "--family-id");
+        given(self.image_id.is_some(), "--image-id");
+        given(!self.id_key_digest.is_empty(), "--id-key-digest");
+        given(!self.author_key_digest.is_empty(), "--author-key-digest");
+        given(self.allow_migration_agent, "--allow-migration-agent");
+        given(self.forbid_smt, "--forbid-smt");
+        given(self.require_single_socket, "--require-single-socket");
+        given(self.min_abi.is_some(), "--min-abi");
+        given(self.vmpl.is_some(), "--vmpl");
+        given(self.min_guest_svn.is_some(), "--min-guest-svn");
+        given(self.min_tcb.is_some(), "--min-tcb");
+        given(self.min_launch_tcb.is_some(), "--min-launch-tcb");
+        given(self.min_build.is_some(), "--min-build");
+        given(
+            self.forbid_provisional_firmware,
+            "--forbid-provisional-firmware",
+        );
+        out
+    }
+
     /// The [`Policy`] these flags describe.
     pub fn to_policy(&self) -> Policy {
         Policy {
@@ -130,6 +159,10 @@ pub struct Args {
     /// Accept a chain whose root is not a pinned AMD ARK (sim evidence); output then says SIMULATED.
     #[arg(long)]
     pub allow_simulated: bool,
+    /// The SEV-SNP policy in a TOML file (keys are the policy flags' names without `--`, docs/cli.md); a
+    /// policy flag given as well overrides the file's value.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -138,10 +171,11 @@ pub struct Args {
     pub policy: PolicyArgs,
 }
 
-/// Prints an unusable-input result (JSON or message) and returns exit code 2.
-pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
+/// Prints an unusable-input result and returns exit code 2: with `json` the one object
+/// `{"verified": false, "error": {"check", "detail"}, "failures": [the error]}`, otherwise a message on stderr.
+pub fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
     if json {
-        let v = serde_json::json!({ "verified": false, "failures": [Failure::new(check, detail)] });
+        let v = attestation::cli_io::error_json("verified", check, &detail);
         println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         eprintln!("verify-attestation: {}", attestation::text::escape(&detail));
@@ -152,7 +186,7 @@ pub fn unusable(json: bool, check: &'static str, detail: String) -> ExitCode {
 /// Prints a rejection found before verification (exit 1), e.g. a bundle without enough auditor signatures.
 pub fn rejected(json: bool, check: &'static str, detail: String) -> ExitCode {
     if json {
-        let v = serde_json::json!({ "verified": false, "failures": [Failure::new(check, detail)] });
+        let v = serde_json::json!({ "verified": false, "failures": [crate::Failure::new(check, detail)] });
         println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         eprintln!(
@@ -170,7 +204,7 @@ pub fn apply_baseline(
     v: &mut snp::SnpVerification,
 ) -> serde_json::Value {
     let Some(product) = v.product() else {
-        v.failures.push(Failure::new(
+        v.failures.push(crate::Failure::new(
             "tcb-baseline",
             "the product is unknown: the baseline cannot be applied",
         ));
@@ -179,7 +213,8 @@ pub fn apply_baseline(
     let parts = v.report.reported_tcb.decode(product);
     let short = b.check(product, &parts);
     for s in &short {
-        v.failures.push(Failure::new("tcb-baseline", s.describe()));
+        v.failures
+            .push(crate::Failure::new("tcb-baseline", s.describe()));
     }
     serde_json::json!({
         "version": b.version,
@@ -192,9 +227,14 @@ pub fn apply_baseline(
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_input(&args.report) {
+    let bytes = match super::read_main_input(
+        args.json,
+        "report",
+        &args.report,
+        super::kind::Kind::SnpReport,
+    ) {
         Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("report: {e}")),
+        Err(exit) => return exit,
     };
     let report = match AttestationReport::from_bytes(&bytes) {
         Ok(r) => r,
@@ -268,7 +308,7 @@ pub fn run(args: Args) -> ExitCode {
         Ok(b) => b,
         Err(e) => return unusable(args.json, "input", e),
     };
-    let crl = match super::read_flag_file(args.json, "--crl", args.crl.as_deref()) {
+    let crl = match super::read_crl(args.json, args.crl.as_deref()) {
         Ok(b) => b.or(source_crl),
         Err(exit) => return exit,
     };
@@ -277,11 +317,15 @@ pub fn run(args: Args) -> ExitCode {
         crl,
         allow_simulated: args.allow_simulated,
     };
+    let policy = match super::policy_file::effective(args.policy_file.as_deref(), &args.policy) {
+        Ok(p) => p,
+        Err(e) => return unusable(args.json, "policy-file", e),
+    };
     let input = snp::SnpInput {
         report: &bytes,
         certs: &bundle,
     };
-    let mut v = match snp::verify_report_bytes(&input, &opts, &args.policy.to_policy()) {
+    let mut v = match snp::verify_report_bytes(&input, &opts, &policy.to_policy()) {
         Ok(v) => v,
         Err(e) => {
             return unusable(

@@ -90,6 +90,29 @@ fn parse_status(s: &str) -> Result<TcbStatus, String> {
 }
 
 impl TdxAcceptArgs {
+    /// The flags given, by name (on SEV-SNP evidence each is an error, not silently ignored).
+    pub fn flags_given(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        let mut given = |b: bool, name: &'static str| {
+            if b {
+                out.push(name);
+            }
+        };
+        given(self.mr_config_id.is_some(), "--mr-config-id");
+        given(self.mr_owner.is_some(), "--mr-owner");
+        given(self.mr_owner_config.is_some(), "--mr-owner-config");
+        given(self.xfam.is_some(), "--xfam");
+        given(self.td_attributes.is_some(), "--td-attributes");
+        given(self.min_tee_tcb_svn.is_some(), "--min-tee-tcb-svn");
+        given(!self.accept_tcb_status.is_empty(), "--accept-tcb-status");
+        given(!self.deny_advisory.is_empty(), "--deny-advisory");
+        given(self.allow_sept_ve, "--allow-sept-ve");
+        given(self.allow_service_td, "--allow-service-td");
+        given(self.allow_migratable, "--allow-migratable");
+        given(self.allow_perfmon, "--allow-perfmon");
+        out
+    }
+
     /// Sets the fields of `p` these flags describe.
     pub fn apply(&self, p: &mut Policy) {
         p.accepted_tcb_statuses
@@ -185,11 +208,8 @@ pub struct Args {
 
 fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
     if json {
-        let v = serde_json::json!({
-            "verified": false,
-            "tee": "tdx",
-            "failures": [{ "check": check, "detail": detail }],
-        });
+        let mut v = attestation::cli_io::error_json("verified", check, &detail);
+        v["tee"] = "tdx".into();
         println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         eprintln!(
@@ -340,9 +360,14 @@ pub fn table(v: &TdxVerification) -> String {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_input(&args.quote) {
+    let bytes = match super::read_main_input(
+        args.json,
+        "quote",
+        &args.quote,
+        super::kind::Kind::TdxQuote,
+    ) {
         Ok(b) => b,
-        Err(e) => return unusable(args.json, "input", format!("quote: {e}")),
+        Err(exit) => return exit,
     };
     let quote = match Quote::parse(&bytes) {
         Ok(q) => q,

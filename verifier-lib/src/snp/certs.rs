@@ -108,26 +108,34 @@ fn first_existing(dir: &Path, names: &[&str]) -> Option<PathBuf> {
 }
 
 impl CertBundle {
-    /// Loads the layout snpguest and AMD's key server use: `ark.pem`, `ask.pem` (VCEK) or `asvk.pem` (VLEK),
-    /// `vcek.der`/`vcek.pem` or `vlek.der`/`vlek.pem`, or a `cert_chain.pem` (intermediate then ARK) in place of
-    /// the separate ARK/intermediate files. `key` picks VCEK or VLEK files.
+    /// Loads the layouts snpguest and AMD's key server use: `ark.pem`, `ask.pem` (VCEK) or `asvk.pem` (VLEK),
+    /// `vcek.der`/`vcek.pem` or `vlek.der`/`vlek.pem`; the DER layout `snpguest fetch ca der` writes (`ark.der`,
+    /// `ask.der`/`asvk.der`, and `vcek.der`), or a `cert_chain.pem` (intermediate then ARK) in place of the
+    /// separate ARK/intermediate files. `key` picks VCEK or VLEK files. A genuine AMD ARK and intermediate in
+    /// each other's files is an error that says so (not a chain that looks simulated).
     pub fn from_dir(dir: &Path, key: SigningKey) -> Result<CertBundle, CertError> {
         if !dir.is_dir() {
             return Err(CertError::Missing(format!(
-                "certificate directory {} does not exist",
-                dir.display()
+                "certificate directory {} does not exist{}",
+                dir.display(),
+                if dir.is_file() {
+                    " (it is a file: give the directory that holds ark, ask and vcek)"
+                } else {
+                    ""
+                }
             )));
         }
-        let (leaf_names, inter_name): (&[&str], &str) = match key {
+        let (leaf_names, inter_names): (&[&str], &[&str]) = match key {
             SigningKey::Vlek => (
                 &["vlek.der", "vlek.pem", "vlek.crt", "vlek.cert"],
-                "asvk.pem",
+                &["asvk.pem", "asvk.der", "asvk.crt"],
             ),
             _ => (
                 &["vcek.der", "vcek.pem", "vcek.crt", "vcek.cert"],
-                "ask.pem",
+                &["ask.pem", "ask.der", "ask.crt"],
             ),
         };
+        let ark_names: &[&str] = &["ark.pem", "ark.der", "ark.crt"];
         let leaf_path = first_existing(dir, leaf_names).ok_or_else(|| {
             CertError::Missing(format!(
                 "{} holds none of {} (the report is signed by the {key})",
@@ -136,33 +144,45 @@ impl CertBundle {
             ))
         })?;
         let leaf = one_cert(&leaf_path)?;
-        let ark_path = dir.join("ark.pem");
-        let inter_path = dir.join(inter_name);
         let chain_path = dir.join("cert_chain.pem");
-        let (intermediate, ark) = if ark_path.is_file() && inter_path.is_file() {
-            (one_cert(&inter_path)?, one_cert(&ark_path)?)
-        } else if chain_path.is_file() {
-            let ders =
-                ders_from_file_bytes(&read(&chain_path)?, &chain_path.display().to_string())?;
-            if ders.len() != 2 {
-                return Err(CertError::Malformed {
-                    what: chain_path.display().to_string(),
-                    detail: format!(
-                        "holds {} certificates, expected 2 (intermediate then ARK)",
-                        ders.len()
-                    ),
-                });
+        let (intermediate, ark) = match (
+            first_existing(dir, ark_names),
+            first_existing(dir, inter_names),
+        ) {
+            (Some(ark_path), Some(inter_path)) => {
+                let (inter, ark) = (one_cert(&inter_path)?, one_cert(&ark_path)?);
+                check_not_swapped(&ark, &ark_path, &inter, &inter_path)?;
+                (inter, ark)
             }
-            let mut it = ders.into_iter();
-            match (it.next(), it.next()) {
-                (Some(i), Some(a)) => (i, a),
-                _ => return Err(CertError::Missing("cert_chain.pem is incomplete".into())),
+            _ if chain_path.is_file() => {
+                let ders =
+                    ders_from_file_bytes(&read(&chain_path)?, &chain_path.display().to_string())?;
+                if ders.len() != 2 {
+                    return Err(CertError::Malformed {
+                        what: chain_path.display().to_string(),
+                        detail: format!(
+                            "holds {} certificates, expected 2 (intermediate then ARK)",
+                            ders.len()
+                        ),
+                    });
+                }
+                let mut it = ders.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(i), Some(a)) => {
+                        check_not_swapped(&a, &chain_path, &i, &chain_path)?;
+                        (i, a)
+                    }
+                    _ => return Err(CertError::Missing("cert_chain.pem is incomplete".into())),
+                }
             }
-        } else {
-            return Err(CertError::Missing(format!(
-                "{} holds neither ark.pem + {inter_name} nor cert_chain.pem",
-                dir.display()
-            )));
+            _ => {
+                return Err(CertError::Missing(format!(
+                    "{} holds neither an ARK ({}) with an intermediate ({}) nor cert_chain.pem",
+                    dir.display(),
+                    ark_names.join(", "),
+                    inter_names.join(", ")
+                )))
+            }
         };
         Ok(CertBundle {
             ark,
@@ -187,6 +207,51 @@ impl CertBundle {
     }
 }
 
+/// Refuses an ARK and an intermediate that stand in each other's places: the certificate given as the
+/// intermediate is a pinned AMD ARK (or is self-signed while the one given as the ARK is not).
+fn check_not_swapped(
+    ark: &[u8],
+    ark_path: &Path,
+    inter: &[u8],
+    inter_path: &Path,
+) -> Result<(), CertError> {
+    let (Ok(a), Ok(i)) = (parse_cert(ark, "ARK"), parse_cert(inter, "ASK/ASVK")) else {
+        return Ok(()); // the chain check names the certificate that does not parse
+    };
+    let self_signed = |c: &X509Certificate<'_>| c.subject().as_raw() == c.issuer().as_raw();
+    let pinned =
+        |c: &X509Certificate<'_>| super::chain::pinned_product(&super::chain::spki_sha256(c));
+    let inter_is_root = pinned(&i).is_some() || (self_signed(&i) && !self_signed(&a));
+    if pinned(&a).is_none() && inter_is_root && a.issuer().as_raw() == i.subject().as_raw() {
+        let cn = |c: &X509Certificate<'_>| common_name(c.subject()).unwrap_or_else(|| "?".into());
+        let same_file = ark_path == inter_path;
+        return Err(CertError::Malformed {
+            what: if same_file {
+                ark_path.display().to_string()
+            } else {
+                format!("{} and {}", ark_path.display(), inter_path.display())
+            },
+            detail: format!(
+                "the ARK and the intermediate are swapped: the certificate given as the ARK is {} (issued by \
+                 {}), the one given as the intermediate is the root {}{}; {}",
+                cn(&a),
+                common_name(a.issuer()).unwrap_or_else(|| "?".into()),
+                cn(&i),
+                match pinned(&i) {
+                    Some(p) => format!(" (AMD's pinned {p} ARK)"),
+                    None => String::new(),
+                },
+                if same_file {
+                    "cert_chain.pem must hold the intermediate first, then the ARK"
+                } else {
+                    "exchange the two files"
+                }
+            ),
+        });
+    }
+    Ok(())
+}
+
 fn one_cert(path: &Path) -> Result<Vec<u8>, CertError> {
     let what = path.display().to_string();
     let mut ders = ders_from_file_bytes(&read(path)?, &what)?;
@@ -207,7 +272,10 @@ pub fn parse_cert<'a>(der: &'a [u8], what: &str) -> Result<X509Certificate<'a>, 
             "{what}: {} trailing bytes after the certificate",
             rest.len()
         )),
-        Err(e) => Err(format!("{what}: not a DER X.509 certificate ({e})")),
+        Err(e) => Err(format!(
+            "{what}: not a DER X.509 certificate ({})",
+            crate::pki::der_error(&e)
+        )),
     }
 }
 

@@ -275,7 +275,7 @@ fn p384_key(cert: &X509Certificate<'_>) -> Result<P384Key, String> {
         .unwrap_or_default();
     if alg != OID_EC_PUBLIC_KEY || curve != OID_SECP384R1 {
         return Err(format!(
-            "public key is {alg} on {curve:?}, expected an EC key on P-384 ({OID_SECP384R1})"
+            "public key is {alg} on curve `{curve}`, expected an EC key on P-384 ({OID_SECP384R1})"
         ));
     }
     P384Key::from_sec1(&spki.subject_public_key.data)
@@ -591,7 +591,7 @@ fn check_one_crl(
         Err(e) => {
             return vec![Failure::new(
                 checks::CRL,
-                format!("not a DER CertificateList ({e})"),
+                format!("not a DER CertificateList ({})", crate::pki::der_error(&e)),
             )]
         }
     };

@@ -62,7 +62,7 @@ impl Cert {
             }),
             Err(e) => Err(X509Error::Der {
                 what: what.into(),
-                detail: e.to_string(),
+                detail: crate::pki::der_error(&e),
             }),
         }
     }
@@ -223,7 +223,7 @@ impl Crl {
             }),
             Err(e) => Err(X509Error::Der {
                 what: what.into(),
-                detail: e.to_string(),
+                detail: crate::pki::der_error(&e),
             }),
         }
     }
