@@ -326,6 +326,23 @@ fn every_bad_invocation_prints_one_json_object_with_its_exit_code() {
         case(FENCED_RUN, &["intake", "--json"], 2, "ok", "usage"),
         case(
             FENCED_RUN,
+            &["demo", "--nonce", "zz", "--json"],
+            2,
+            "ok",
+            "demo-not-started",
+        ),
+        case(FENCED_RUN, &["view", "--json"], 2, "ok", "usage"),
+        case(FENCED_RUN, &["view", missing, "--json"], 2, "ok", "input"),
+        case(
+            FENCED_RUN,
+            &["doctor", "--json", "--bogus"],
+            2,
+            "ok",
+            "usage",
+        ),
+        case(FENCED_RUN, &["image", "build", "--json"], 2, "ok", "usage"),
+        case(
+            FENCED_RUN,
             &["intake", missing, "--operator-config", missing, "--json"],
             2,
             "ok",

@@ -61,10 +61,7 @@ pub fn run(args: Args) -> ExitCode {
     match demo(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e) => {
-            eprintln!("fenced-run demo: {}", escape(&e));
-            ExitCode::from(2)
-        }
+        Err(e) => super::run::fail(args.json, "demo", "demo-not-started", &e, 2),
     }
 }
 

@@ -34,9 +34,14 @@ pub fn run(args: Args) -> ExitCode {
     use std::os::unix::process::CommandExt;
     let prog = program();
     let err = std::process::Command::new(&prog).args(&args.args).exec();
-    eprintln!(
-        "fenced-run pool: cannot run {}: {err} (build it with `cargo build -p pool`, or put it on PATH)",
-        prog.display()
-    );
-    ExitCode::from(2)
+    super::run::fail(
+        attestation::cli_io::json_requested(&args.args),
+        "pool",
+        "pool-program",
+        &format!(
+            "cannot run {}: {err} (build it with `cargo build -p pool`, or put it on PATH)",
+            prog.display()
+        ),
+        2,
+    )
 }

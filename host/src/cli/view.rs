@@ -4,7 +4,8 @@
 //! Exit 0 when the viewer stopped normally (Ctrl-C or `--once`), 1 for a rejected measurement set, 2 when the
 //! input is unusable or the viewer cannot listen.
 
-use attestation::text::{escape, shown};
+use super::run::fail;
+use attestation::text::shown;
 use std::path::Path;
 use std::process::ExitCode;
 use verifier_lib::cli::evidence::{options, OptionsError};
@@ -37,21 +38,28 @@ pub fn run(args: Args) -> ExitCode {
     let (bytes, opts, _baseline) = match options(&args.verify) {
         Ok(x) => x,
         Err(OptionsError::Unusable(check, e)) => {
-            eprintln!("fenced-run view: {check}: {}", escape(&e));
-            return ExitCode::from(2);
+            return fail(args.verify.json, "view", check, &e, 2)
         }
         Err(OptionsError::Rejected(check, e)) => {
-            eprintln!("fenced-run view: REJECTED {check}: {}", escape(&e));
-            return ExitCode::from(1);
+            return fail(
+                args.verify.json,
+                "view",
+                check,
+                &format!("REJECTED: {e}"),
+                1,
+            )
         }
     };
     let source = args.verify.evidence.display().to_string();
     match Page::from_bytes(&source, &bytes, &opts) {
         Ok(page) => serve(&page, args.port, args.once, args.verify.json),
-        Err(e) => {
-            eprintln!("fenced-run view: {}", shown(e));
-            ExitCode::from(2)
-        }
+        Err(e) => fail(
+            args.verify.json,
+            "view",
+            "evidence-format",
+            &e.to_string(),
+            2,
+        ),
     }
 }
 
@@ -60,10 +68,7 @@ pub fn run(args: Args) -> ExitCode {
 pub fn serve(page: &Page, port: u16, once: bool, json: bool) -> ExitCode {
     let credential = match Credential::load(Path::new(CREDENTIAL_PATH)) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("fenced-run view: {}", shown(e));
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(json, "view", "viewer-credential", &e.to_string(), 2),
     };
     let cfg = ServeConfig {
         port,
@@ -77,10 +82,7 @@ pub fn serve(page: &Page, port: u16, once: bool, json: bool) -> ExitCode {
     };
     let running = match viewer::start(page, cfg) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("fenced-run view: {}", shown(e));
-            return ExitCode::from(2);
-        }
+        Err(e) => return fail(json, "view", "viewer-start", &e.to_string(), 2),
     };
     for w in running.warnings() {
         eprintln!("fenced-run view: {}", shown(w));

@@ -7,13 +7,10 @@ fn main() -> ExitCode {
     let cli = match pool::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let text = attestation::text::escape_text(&e.render().to_string()).into_owned();
-            if e.use_stderr() {
-                eprint!("{text}");
-                return ExitCode::from(2);
-            }
-            print!("{text}");
-            return ExitCode::SUCCESS;
+            // As the other tools: with `--json` anywhere before `--`, a usage error is one JSON object on stdout.
+            let code =
+                attestation::cli_io::parse_failure("ok", e.use_stderr(), &e.render().to_string());
+            return ExitCode::from(code);
         }
     };
     pool::cli::main_with(cli)
