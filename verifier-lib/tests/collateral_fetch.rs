@@ -317,7 +317,9 @@ fn kds_needs_a_product_for_a_version_2_report_and_refuses_vlek() {
         .for_report(&vlek, None, false, now)
         .expect_err("must fail");
     assert!(e.to_string().contains("VLEK"), "{e}");
-    assert_eq!(srv.total_hits(), before, "nothing is asked for a VLEK");
+    // Only the VLEK side's chain is asked for (404 here; collateral_kds.rs serves it); never a VCEK.
+    assert_eq!(srv.hits("/vlek/v1/Milan/cert_chain"), 1);
+    assert_eq!(srv.total_hits(), before + 1, "no VCEK is asked for a VLEK");
 }
 
 #[test]

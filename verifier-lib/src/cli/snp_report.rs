@@ -286,10 +286,12 @@ pub fn run(args: Args) -> ExitCode {
             }
         }
     } else if args.collateral_args.wants_cache_or_network() {
-        match args
-            .collateral_args
-            .snp_from_sources(&report, args.crl.is_none(), at_s)
-        {
+        match args.collateral_args.snp_from_sources(
+            &report,
+            args.crl.is_none(),
+            args.allow_simulated,
+            at_s,
+        ) {
             Ok(f) => {
                 source_crl = f.crl.clone();
                 collateral_note = serde_json::json!({"source": if args.collateral_args.online { "online" } else { "cache" }});
