@@ -115,6 +115,98 @@ fn a_retry_after_longer_than_allowed_is_not_waited_out() {
 }
 
 #[test]
+fn retry_after_parses_delay_seconds_and_all_three_http_date_forms() {
+    use verifier_lib::collateral::http::parse_retry_after_at;
+    // 1994-11-06T08:49:37Z, the example date of RFC 9110.
+    let t = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+    let ten = Some(Duration::from_secs(10));
+    assert_eq!(parse_retry_after_at("10", t), ten);
+    assert_eq!(
+        parse_retry_after_at("Sun, 06 Nov 1994 08:49:47 GMT", t),
+        ten
+    );
+    assert_eq!(
+        parse_retry_after_at("Sunday, 06-Nov-94 08:49:47 GMT", t),
+        ten
+    );
+    assert_eq!(parse_retry_after_at("Sun Nov  6 08:49:47 1994", t), ten);
+    // A date already past is no wait; garbage is neither form (the client then backs off on its own).
+    assert_eq!(
+        parse_retry_after_at("Sun, 06 Nov 1994 08:00:00 GMT", t),
+        Some(Duration::ZERO)
+    );
+    assert_eq!(parse_retry_after_at("soon", t), None);
+    assert_eq!(parse_retry_after_at("-5", t), None);
+}
+
+#[test]
+fn a_429_with_an_http_date_retry_after_is_retried_then_served() {
+    let Some((tv, srv)) = fixture() else { return };
+    // A date one second ahead (HTTP dates have whole seconds: the wait is 0 to 2 s).
+    let when = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(1));
+    srv.route(
+        &tcb_route(&tv.fmspc),
+        vec![
+            Reply::status(429).header("Retry-After", &when),
+            tv.tcb_reply(),
+        ],
+    );
+    let http = client(Duration::from_secs(5), 2);
+    pcs(&http, &srv, None)
+        .tcb_info(
+            verifier_lib::collateral::pcs::Tee::Tdx,
+            &tv.fmspc,
+            tv.reference_time,
+        )
+        .expect("served after one retry");
+    assert_eq!(srv.hits(&tcb_route(&tv.fmspc)), 2);
+}
+
+#[test]
+fn http_date_retry_afters_in_the_past_still_meet_the_retry_bound() {
+    let Some((tv, srv)) = fixture() else { return };
+    srv.route(
+        QE_ROUTE,
+        vec![Reply::status(503).header("Retry-After", "Sun, 06 Nov 1994 08:49:37 GMT")],
+    );
+    let http = client(Duration::from_secs(5), 2);
+    let e = pcs(&http, &srv, None)
+        .qe_identity(tv.reference_time)
+        .expect_err("must fail");
+    assert_eq!(
+        srv.hits(QE_ROUTE),
+        3,
+        "one request and two retries, however often the date says now"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("gave up after 2 retries") && msg.contains("1994"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_http_date_far_in_the_future_is_capped_and_the_error_says_so() {
+    let Some((tv, srv)) = fixture() else { return };
+    let far = "Fri, 31 Dec 2100 23:59:59 GMT";
+    srv.route(
+        QE_ROUTE,
+        vec![Reply::status(429).header("Retry-After", far)],
+    );
+    let http = client(Duration::from_secs(5), 3);
+    let e = pcs(&http, &srv, None)
+        .qe_identity(tv.reference_time)
+        .expect_err("must fail");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(far) && msg.contains("cap of 5s") && msg.contains("not waited out"),
+        "{msg}"
+    );
+    assert!(msg.contains(QE_ROUTE) && msg.contains("HTTP 429"), "{msg}");
+    assert_eq!(srv.hits(QE_ROUTE), 1, "no retry once the cap is exceeded");
+}
+
+#[test]
 fn a_404_is_an_error_naming_url_and_status() {
     let Some((tv, srv)) = fixture() else { return };
     srv.route(QE_ROUTE, vec![Reply::status(404)]);
@@ -316,7 +408,7 @@ fn kds_needs_a_product_for_a_version_2_report_and_refuses_vlek() {
     let e = kds(&http, &srv, None)
         .for_report(&vlek, None, false, now)
         .expect_err("must fail");
-    assert!(e.to_string().contains("VLEK"), "{e}");
+    assert!(e.to_string().contains("/vlek/v1/Milan/cert_chain"), "{e}");
     // Only the VLEK side's chain is asked for (404 here; collateral_kds.rs serves it); never a VCEK.
     assert_eq!(srv.hits("/vlek/v1/Milan/cert_chain"), 1);
     assert_eq!(srv.total_hits(), before + 1, "no VCEK is asked for a VLEK");
