@@ -207,6 +207,64 @@ fn an_http_date_far_in_the_future_is_capped_and_the_error_says_so() {
 }
 
 #[test]
+fn tdx_tcb_info_served_for_an_sgx_request_is_refused() {
+    let Some((tv, srv)) = fixture() else { return };
+    // Intel signs SGX and TDX TCB Info with one key: only the body's id tells them apart.
+    let sgx_route = format!(
+        "/sgx/certification/v4/tcb?fmspc={}&update=standard",
+        tv.fmspc
+    );
+    srv.route(&sgx_route, vec![tv.tcb_reply()]);
+    let http = client(Duration::from_secs(5), 0);
+    let e = pcs(&http, &srv, None)
+        .tcb_info(
+            verifier_lib::collateral::pcs::Tee::Sgx,
+            &tv.fmspc,
+            tv.reference_time,
+        )
+        .expect_err("TDX TCB Info is not SGX TCB Info");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("TDX TCB Info") && msg.contains("SGX TCB Info was asked for"),
+        "{msg}"
+    );
+    assert!(msg.contains(&sgx_route), "{msg}");
+    assert_eq!(srv.hits(&sgx_route), 1);
+}
+
+#[test]
+fn update_early_is_sent_to_the_server_and_cached_apart() {
+    let Some((tv, srv)) = fixture() else { return };
+    let early_tcb = format!("/tdx/certification/v4/tcb?fmspc={}&update=early", tv.fmspc);
+    let early_qe = "/tdx/certification/v4/qe/identity?update=early";
+    srv.route(&early_tcb, vec![tv.tcb_reply()]);
+    srv.route(early_qe, vec![tv.qe_reply()]);
+    let http = client(Duration::from_secs(5), 0);
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = Cache::new(dir.path());
+    let mut p = pcs(&http, &srv, Some(&cache));
+    p.update = verifier_lib::collateral::pcs::Update::Early;
+    let needs = QuoteNeeds::of_quote(&tv.quote).expect("needs");
+    p.for_quote(&needs, tv.reference_time).expect("early");
+    assert_eq!((srv.hits(&early_tcb), srv.hits(early_qe)), (1, 1));
+    assert_eq!(srv.hits(&tcb_route(&tv.fmspc)), 0, "standard was not asked");
+    assert!(cache
+        .read(&format!(
+            "pcs/tdx/{}-{}-early",
+            needs.fmspc,
+            needs.ca.name()
+        ))
+        .is_some());
+    assert!(cache
+        .read(&format!(
+            "pcs/tdx/{}-{}-standard",
+            needs.fmspc,
+            needs.ca.name()
+        ))
+        .is_none());
+}
+
+#[test]
 fn a_404_is_an_error_naming_url_and_status() {
     let Some((tv, srv)) = fixture() else { return };
     srv.route(QE_ROUTE, vec![Reply::status(404)]);

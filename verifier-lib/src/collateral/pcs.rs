@@ -350,6 +350,38 @@ pub fn check_signed_body(
     })
 }
 
+/// Checks a verified TCB Info's `id` against the TEE asked for: Intel signs SGX and TDX TCB Info with the same
+/// key, so an SGX answer served for a TDX request would otherwise pass. TCB Info v3 carries `id` ("SGX" or
+/// "TDX"); an SGX v2 body has none and is accepted for SGX only.
+pub fn check_tcb_info_id(url: &str, tee: Tee, signed: &str) -> Result<(), FetchError> {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    let want = match tee {
+        Tee::Tdx => "TDX",
+        Tee::Sgx => "SGX",
+    };
+    let id = serde_json::from_str::<Id>(signed)
+        .map_err(|e| rejected(url, "TCB Info", format!("signed body: {e}")))?
+        .id;
+    match id.as_deref() {
+        Some(have) if have == want => Ok(()),
+        None if tee == Tee::Sgx => Ok(()),
+        Some(have) => Err(rejected(
+            url,
+            "TCB Info",
+            format!("it is {have} TCB Info (id {have:?}), {want} TCB Info was asked for"),
+        )),
+        None => Err(rejected(
+            url,
+            "TCB Info",
+            format!("it has no id; {want} TCB Info (version 3) says id \"{want}\""),
+        )),
+    }
+}
+
 /// Verifies a CRL (DER or PEM) signed by `issuer` and current at `now`; returns (DER, nextUpdate).
 pub fn check_crl(
     url: &str,
@@ -488,7 +520,9 @@ impl Pcs<'_> {
         let url = tcb_info_url(&self.base, tee, fmspc, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &TCB_INFO_CHAIN_HEADERS, "TCB Info")?;
-        check_signed_body(&url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)
+        let part = check_signed_body(&url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)?;
+        check_tcb_info_id(&url, tee, &part.text)?;
+        Ok(part)
     }
 
     /// The TD QE Identity, verified.
@@ -746,6 +780,7 @@ pub fn from_responses(dir: &Path, now: i64) -> Result<CollateralFile, FetchError
         None,
         now,
     )?;
+    check_tcb_info_id(&tcb_url, Tee::Tdx, &tcb.text)?;
     let qe_path = need(1)?;
     let qe = check_signed_body(
         &qe_path.display().to_string(),
