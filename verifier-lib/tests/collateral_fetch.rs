@@ -625,6 +625,102 @@ fn https_proxy_is_used_and_no_proxy_bypasses_it() {
 }
 
 #[test]
+fn the_cli_takes_its_proxy_from_https_proxy() {
+    let Some(v) = vectors() else { return };
+    // The fake server plays the proxy: requests for kds.example arrive with the absolute URL, so the name is
+    // never resolved and nothing leaves loopback.
+    let srv = FakeServer::start();
+    let scratch = FakeServer::start();
+    let (_, chain_route, vcek_route) = serve_snp(&scratch, &v, "genoa-v3-yaxi", "Genoa");
+    let dir = v.join("snp/genoa-v3-yaxi");
+    let host = "http://kds.example";
+    srv.route(
+        &format!("{host}{chain_route}"),
+        vec![Reply::ok(
+            [read(dir.join("ask.pem")), read(dir.join("ark.pem"))].concat(),
+        )],
+    );
+    srv.route(
+        &format!("{host}{vcek_route}"),
+        vec![Reply::ok(read(dir.join("vcek.der")))],
+    );
+    let out = tempfile::tempdir().expect("tmp");
+    let run = |env: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_verify-attestation"));
+        c.args([
+            "fetch",
+            dir.join("report.bin").to_str().expect("utf8"),
+            "--kds-url",
+            host,
+            "--no-cache",
+            "--no-crl",
+            "--out",
+            out.path().to_str().expect("utf8"),
+        ])
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy");
+        for (k, val) in env {
+            c.env(k, val);
+        }
+        let o = c.output().expect("run");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[("HTTPS_PROXY", &srv.base)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(srv.hits(&format!("{host}{chain_route}")), 1);
+    assert_eq!(srv.hits(&format!("{host}{vcek_route}")), 1);
+    assert_eq!(
+        read(out.path().join("vcek.der")),
+        read(dir.join("vcek.der"))
+    );
+    // NO_PROXY naming the host (no port in the URL, as with the real services): the proxy, here a closed
+    // port, is bypassed and the loopback KDS is reached directly.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let direct = scratch.base.clone();
+    let run2 = |env: &[(&str, &str)]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_verify-attestation"))
+            .args([
+                "fetch",
+                dir.join("report.bin").to_str().expect("utf8"),
+                "--kds-url",
+                &direct,
+                "--no-cache",
+                "--no-crl",
+                "--out",
+                out.path().to_str().expect("utf8"),
+            ])
+            .env_remove("NO_PROXY")
+            .env_remove("no_proxy")
+            .env_remove("https_proxy")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run2(&[
+        ("HTTPS_PROXY", &dead),
+        ("NO_PROXY", "example.org,127.0.0.1"),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(scratch.hits(&chain_route), 1);
+    // Without NO_PROXY the dead proxy is used, and the error names the URL.
+    let (code, err) = run2(&[("HTTPS_PROXY", &dead)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains(&chain_route), "{err}");
+    assert_eq!(scratch.hits(&chain_route), 1);
+}
+
+#[test]
 fn pcs_urls_follow_the_v4_api() {
     use verifier_lib::collateral::pcs::*;
     let b = "https://pccs.example/";

@@ -215,17 +215,21 @@ impl Client {
         let Some(p) = &self.proxied else {
             return &self.direct;
         };
-        let host = url
+        let authority = url
             .split_once("://")
             .map(|(_, r)| r)
             .unwrap_or(url)
-            .split(['/', '?'])
+            .split(['/', '?', '#'])
             .next()
-            .unwrap_or("")
-            .rsplit_once(':')
-            .map(|(h, _)| h.to_string())
-            .unwrap_or_else(|| url.to_string())
-            .to_ascii_lowercase();
+            .unwrap_or("");
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        // The host without its port ([v6] literals keep their brackets off).
+        let host = if let Some(rest) = authority.strip_prefix('[') {
+            rest.split(']').next().unwrap_or("")
+        } else {
+            authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+        }
+        .to_ascii_lowercase();
         let bypass = self.opts.no_proxy.iter().any(|n| {
             n == "*" || host == *n || host.ends_with(&format!(".{}", n.trim_start_matches('.')))
         });
