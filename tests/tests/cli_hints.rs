@@ -106,6 +106,38 @@ fn a_wrong_kind_of_file_gets_a_hint_naming_what_it_is() {
         (
             {
                 let mut v = ev_args(ev);
+                v.extend(own(&[
+                    "--min-tcb-eval-num",
+                    "17",
+                    "--collateral-grace",
+                    "60",
+                ]));
+                v
+            },
+            2,
+            vec![
+                "--min-tcb-eval-num",
+                "--collateral-grace",
+                "do not apply to SEV-SNP evidence",
+            ],
+        ),
+        (
+            {
+                let mut v = ev_args(tdx_ev);
+                v.extend(own(&["--tcb-baseline", json]));
+                v
+            },
+            2,
+            vec!["--tcb-baseline", "does not apply to TDX evidence"],
+        ),
+        (
+            own(&["tdx-quote", quote, "--tcb-baseline", json]),
+            2,
+            vec!["--tcb-baseline", "does not apply to a TDX quote"],
+        ),
+        (
+            {
+                let mut v = ev_args(ev);
                 v.extend(own(&["--auditors-required", "2"]));
                 v
             },

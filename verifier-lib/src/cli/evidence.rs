@@ -241,6 +241,32 @@ pub fn options(
     use OptionsError::Unusable;
     let bytes = super::main_input("evidence", &args.evidence, super::kind::Kind::Cbor)
         .map_err(|(check, e)| Unusable(check, e))?;
+    let policy = super::policy_file::effective(args.policy_file.as_deref(), &args.policy)
+        .map_err(|e| Unusable("policy-file", e))?;
+    let ev = attestation::evidence::Evidence::from_cbor(&bytes).map_err(|e| {
+        Unusable(
+            crate::evidence::checks::EVIDENCE_FORMAT,
+            format!("{}: {e}", args.evidence.display()),
+        )
+    })?;
+    let mut cannot_apply = inapplicable_flags(args, ev.tee.is_snp());
+    if !ev.tee.is_snp() && args.policy_file.is_some() && !policy.snp_only_flags_given().is_empty() {
+        cannot_apply.push("--policy (a file with SEV-SNP keys)");
+    }
+    if !cannot_apply.is_empty() {
+        let one = cannot_apply.len() == 1;
+        return Err(Unusable(
+            "flag-not-applicable",
+            format!(
+                "{} {} not apply to {} evidence ({}); remove {}",
+                cannot_apply.join(", "),
+                if one { "does" } else { "do" },
+                if ev.tee.is_snp() { "SEV-SNP" } else { "TDX" },
+                ev.tee,
+                if one { "it" } else { "them" }
+            ),
+        ));
+    }
     let flag_file = |flag: &str,
                      path: Option<&std::path::Path>|
      -> Result<Option<Vec<u8>>, OptionsError> {
@@ -290,8 +316,6 @@ pub fn options(
             format!("--rtmr {dup}= given twice with different values"),
         ));
     }
-    let policy = super::policy_file::effective(args.policy_file.as_deref(), &args.policy)
-        .map_err(|e| Unusable("policy-file", e))?;
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
@@ -311,30 +335,6 @@ pub fn options(
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
-    let ev = attestation::evidence::Evidence::from_cbor(&bytes).map_err(|e| {
-        Unusable(
-            crate::evidence::checks::EVIDENCE_FORMAT,
-            format!("{}: {e}", args.evidence.display()),
-        )
-    })?;
-    let mut cannot_apply = inapplicable_flags(args, ev.tee.is_snp());
-    if !ev.tee.is_snp() && args.policy_file.is_some() && !policy.snp_only_flags_given().is_empty() {
-        cannot_apply.push("--policy (a file with SEV-SNP keys)");
-    }
-    if !cannot_apply.is_empty() {
-        let one = cannot_apply.len() == 1;
-        return Err(Unusable(
-            "flag-not-applicable",
-            format!(
-                "{} {} not apply to {} evidence ({}); remove {}",
-                cannot_apply.join(", "),
-                if one { "does" } else { "do" },
-                if ev.tee.is_snp() { "SEV-SNP" } else { "TDX" },
-                ev.tee,
-                if one { "it" } else { "them" }
-            ),
-        ));
-    }
     Ok((bytes, opts, baseline))
 }
 
@@ -401,6 +401,9 @@ fn inapplicable_flags(args: &Args, snp: bool) -> Vec<&'static str> {
         out.extend(args.policy.snp_only_flags_given());
         if args.crl.is_some() {
             out.push("--crl");
+        }
+        if args.collateral_args.tcb_baseline.is_some() {
+            out.push("--tcb-baseline");
         }
     }
     out

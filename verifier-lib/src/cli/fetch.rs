@@ -615,7 +615,10 @@ impl CollateralArgs {
     pub fn baseline(&self) -> Result<Option<crate::collateral::baseline::Baseline>, String> {
         self.tcb_baseline
             .as_deref()
-            .map(crate::collateral::baseline::Baseline::load)
+            .map(|p| {
+                crate::collateral::baseline::Baseline::load(p)
+                    .map_err(|e| format!("--tcb-baseline: {e}"))
+            })
             .transpose()
     }
 }

@@ -302,8 +302,9 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         return unusable(
             args.json,
-            "input",
-            "give --certs DIR, --collateral BUNDLE, --cache DIR or --online".into(),
+            "usage",
+            "snp-report needs the report's certificates: give --certs DIR, --collateral BUNDLE, --cache DIR or --online"
+                .into(),
         );
     };
     let baseline = match args.collateral_args.baseline() {

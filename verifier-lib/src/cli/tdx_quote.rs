@@ -110,6 +110,9 @@ impl TdxAcceptArgs {
         given(self.allow_service_td, "--allow-service-td");
         given(self.allow_migratable, "--allow-migratable");
         given(self.allow_perfmon, "--allow-perfmon");
+        given(self.min_tcb_eval_num.is_some(), "--min-tcb-eval-num");
+        given(self.min_tcb_date.is_some(), "--min-tcb-date");
+        given(self.collateral_grace != 0, "--collateral-grace");
         out
     }
 
@@ -379,6 +382,14 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    if args.collateral_args.tcb_baseline.is_some() {
+        return unusable(
+            args.json,
+            "flag-not-applicable",
+            "--tcb-baseline does not apply to a TDX quote (it holds SEV-SNP TCB floors); remove it"
+                .into(),
+        );
+    }
     let at = super::at_or_now(args.at).unix_timestamp();
     let (collateral_bytes, collateral_note) = match super::fetch::tdx_collateral(
         &args.collateral_args,
