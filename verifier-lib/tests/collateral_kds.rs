@@ -179,6 +179,23 @@ fn fetch_cli_on_a_vlek_report_writes_the_asvk_chain_and_needs_the_vlek() {
         "--json",
     ]);
     assert_eq!(code, 0, "{stdout}{stderr}");
+    // A verify command cannot complete a VLEK-signed report from KDS: named before any request.
+    let before = srv.total_hits();
+    let (code, stdout, stderr) = cli(&[
+        "snp-report",
+        report.to_str().expect("utf8"),
+        "--online",
+        "--kds-url",
+        &srv.base,
+        "--no-cache",
+        "--json",
+    ]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("SIGNING_KEY is VLEK") && stdout.contains("--certs"),
+        "{stdout}"
+    );
+    assert_eq!(srv.total_hits(), before);
     // --vlek on a VCEK-signed report is an input error.
     let vcek_report = v.join("snp/genoa-v3-yaxi/report.bin");
     let (code, stdout, stderr) = cli(&[
@@ -203,7 +220,6 @@ struct SimKds {
     psp: SimPsp,
     report: Vec<u8>,
     crl_route: String,
-    _state: tempfile::TempDir,
 }
 
 const DAY: u64 = 86_400;
@@ -213,8 +229,10 @@ fn now() -> u64 {
 }
 
 fn sim_kds() -> SimKds {
-    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tmp");
-    let psp = SimPsp::new(state.path(), Product::Milan).expect("sim psp");
+    // One sim state for these tests (its RSA keys are made once), beside the other tests' in the target dir.
+    let state =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("fenced-run-collateral-kds-sim");
+    let psp = SimPsp::new(&state, Product::Milan).expect("sim psp");
     let (report, certs) = psp
         .sign_report(psp.report_template([0x11; 48], [0x22; 64]))
         .expect("sign");
@@ -240,7 +258,6 @@ fn sim_kds() -> SimKds {
         psp,
         report,
         crl_route: "/vcek/v1/Milan/crl".into(),
-        _state: state,
     }
 }
 

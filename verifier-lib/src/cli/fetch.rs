@@ -582,6 +582,10 @@ impl CollateralArgs {
         allow_simulated: bool,
         now: i64,
     ) -> Result<crate::collateral::kds::SnpFetched, FetchError> {
+        if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
+            // Nothing fetched or cached completes a VLEK-signed report: say so before any request.
+            return Err(crate::collateral::kds::vlek_error());
+        }
         let mut s = self.source.resolve().map_err(FetchError::Input)?;
         s.allow_simulated = allow_simulated;
         if self.online {
