@@ -179,6 +179,34 @@ fn fetch_cli_on_a_vlek_report_writes_the_asvk_chain_and_needs_the_vlek() {
         "--json",
     ]);
     assert_eq!(code, 0, "{stdout}{stderr}");
+    // The same as one offline bundle: `snp-report --collateral` verifies the VLEK-signed report with it.
+    let bundle = dir.path().join("vlek.bundle.json");
+    let (code, stdout, stderr) = cli(&[
+        "fetch",
+        report.to_str().expect("utf8"),
+        "--bundle",
+        bundle.to_str().expect("utf8"),
+        "--kds-url",
+        &srv.base,
+        "--cache",
+        cache.to_str().expect("utf8"),
+        "--no-crl",
+        "--at",
+        &at,
+        "--vlek",
+        vlek.to_str().expect("utf8"),
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, stdout, stderr) = cli(&[
+        "snp-report",
+        report.to_str().expect("utf8"),
+        "--collateral",
+        bundle.to_str().expect("utf8"),
+        "--at",
+        &at,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
     // A verify command cannot complete a VLEK-signed report from KDS: named before any request.
     let before = srv.total_hits();
     let (code, stdout, stderr) = cli(&[

@@ -348,6 +348,13 @@ pub fn run(args: Args) -> ExitCode {
                     Err(e) => return fail(args.json, e.check(), e.to_string()),
                 };
                 for (what, url, o) in &got.origins {
+                    if url.starts_with("given") {
+                        // The VLEK the founder gave: not fetched, not a URL.
+                        lines.push(format!(
+                            "{what}: {url}, checked against the ASVK and the report"
+                        ));
+                        continue;
+                    }
                     lines.push(format!("{what}: {} ({url})", origin_word(*o)));
                     content.sources.push(url.clone());
                 }
