@@ -1,7 +1,8 @@
 //! KDS beyond the VCEK happy path, against the loopback fake KDS: the VLEK side (`/vlek/v1/{product}/
 //! cert_chain` and `crl`, real AWS VLEK vectors; the VLEK itself is named as the provider's to give), and the
-//! whole valid-CRL path with a CRL the test signs with the sim ARK (good CRL accepted, revoked ASK rejected,
-//! a stale CRL refetched online and a named failure offline). The vectors hold no AMD CRL to parse.
+//! whole valid-CRL path with CRLs the test signs with the sim ARK (good CRL accepted, revoked ASK rejected,
+//! a forged one refused, a stale CRL refetched online and a named failure offline, the VLEK side's CRL cached
+//! under its own key). The vectors hold no AMD CRL to parse.
 
 mod collateral_common;
 
@@ -366,6 +367,31 @@ fn a_good_ark_signed_crl_is_accepted_and_a_revoked_ask_rejected_through_the_fake
         "sim answers are cached apart from real ones"
     );
     assert!(!c1.join("kds").exists());
+    // `fetch --allow-simulated` serves the same entries (no new request) and writes the certificate directory;
+    // without the flag the sim entries are not used and the sim root is refused.
+    let hits = s.srv.total_hits();
+    let out_dir = dir.path().join("out");
+    let fetch = |extra: &[&str]| {
+        let mut a = vec![
+            "fetch",
+            rp.to_str().expect("utf8"),
+            "--out",
+            out_dir.to_str().expect("utf8"),
+            "--kds-url",
+            &s.srv.base,
+            "--cache",
+            c1.to_str().expect("utf8"),
+        ];
+        a.extend_from_slice(extra);
+        cli(&a)
+    };
+    let (code, out, err) = fetch(&["--allow-simulated"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(s.srv.total_hits(), hits, "served from kds-sim/");
+    assert_eq!(read(out_dir.join("crl.der")), good);
+    let (code, out, err) = fetch(&[]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("not AMD's pinned Milan root"), "{err}");
 
     // The CRL revokes the ASK that issued the VCEK: the report is rejected, the revocation named.
     let (_, ask) = X509Certificate::from_der(s.psp.ask_der()).expect("ask");
@@ -459,4 +485,57 @@ fn a_stale_crl_is_refetched_online_and_a_named_failure_offline() {
     let (code, out) = run(t0 + 40 * DAY, true);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("stale") || out.contains("nextUpdate"), "{out}");
+}
+
+#[test]
+fn the_vlek_sides_crl_is_fetched_verified_and_cached_under_its_own_key() {
+    // The sim has no ASVK; its ASK stands in for one here: the VLEK CRL path checks the same things (issued
+    // and signed by the ARK, current) and caches under its own key.
+    let s = sim_kds();
+    let t = now();
+    let crl = s.psp.ark_crl_der(t - DAY, t + 30 * DAY, &[]).expect("crl");
+    s.srv
+        .route("/vlek/v1/Milan/crl", vec![Reply::ok(crl.clone())]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = verifier_lib::collateral::cache::Cache::new(dir.path());
+    let http = client(Duration::from_secs(5), 0);
+    let k = sim_kds_client(&http, &s, Some(&cache));
+    let (got, origin, url) = k
+        .crl_for(
+            Product::Milan,
+            Endorsement::Vlek,
+            s.psp.ask_der(),
+            s.psp.ark_der(),
+            t as i64,
+        )
+        .expect("VLEK CRL");
+    assert_eq!(got, crl);
+    assert_eq!(origin, verifier_lib::collateral::cache::Origin::Fetched);
+    assert!(url.ends_with("/vlek/v1/Milan/crl"), "{url}");
+    let entry = cache
+        .read("kds-sim/Milan/vlek_crl")
+        .expect("cached under the VLEK key");
+    assert_eq!(entry.expires, (t + 30 * DAY) as i64);
+    assert!(
+        cache.read("kds-sim/Milan/crl").is_none(),
+        "apart from the VCEK side's"
+    );
+    // A CRL signed by another key at the VLEK URL is refused and not cached.
+    let mut forged = crl.clone();
+    let n = forged.len();
+    forged[n - 1] ^= 0x01;
+    s.srv.route("/vlek/v1/Milan/crl", vec![Reply::ok(forged)]);
+    let other = tempfile::tempdir().expect("tmp");
+    let cache2 = verifier_lib::collateral::cache::Cache::new(other.path());
+    let e = sim_kds_client(&http, &s, Some(&cache2))
+        .crl_for(
+            Product::Milan,
+            Endorsement::Vlek,
+            s.psp.ask_der(),
+            s.psp.ark_der(),
+            t as i64,
+        )
+        .expect_err("forged");
+    assert_eq!(e.check(), "collateral-rejected", "{e}");
+    assert!(cache2.read("kds-sim/Milan/vlek_crl").is_none());
 }
