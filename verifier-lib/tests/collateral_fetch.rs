@@ -233,6 +233,32 @@ fn tdx_tcb_info_served_for_an_sgx_request_is_refused() {
 }
 
 #[test]
+fn a_qe_identity_that_is_not_the_td_qes_is_refused_at_fetch() {
+    use verifier_lib::collateral::pcs::check_qe_identity_id;
+    // The vectors hold no signed SGX QE Identity; the check runs on the verified signed text, so it is driven
+    // here with that text: the real vector's (TD_QE) passes, the SGX QE's and QVE's ids and a missing id do not.
+    let Some((tv, srv)) = fixture() else { return };
+    let http = client(Duration::from_secs(5), 0);
+    let qe = pcs(&http, &srv, None)
+        .qe_identity(tv.reference_time)
+        .expect("the vector's TD QE identity");
+    check_qe_identity_id("u", &qe.text).expect("TD_QE");
+    for (body, want) in [
+        (r#"{"id":"QE","version":2}"#, "\"QE\""),
+        (r#"{"id":"QVE","version":2}"#, "\"QVE\""),
+        (r#"{"version":2}"#, "has no id"),
+    ] {
+        let e = check_qe_identity_id("https://pcs.example/qe", body).expect_err(body);
+        let msg = e.to_string();
+        assert_eq!(e.check(), "collateral-rejected", "{msg}");
+        assert!(
+            msg.contains(want) && msg.contains("TD_QE") && msg.contains("https://pcs.example/qe"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
 fn update_early_is_sent_to_the_server_and_cached_apart() {
     let Some((tv, srv)) = fixture() else { return };
     let early_tcb = format!("/tdx/certification/v4/tcb?fmspc={}&update=early", tv.fmspc);

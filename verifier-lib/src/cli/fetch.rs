@@ -674,3 +674,74 @@ pub fn tdx_collateral(
         serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
     )))
 }
+
+/// SEV-SNP collateral from outside the input: the certificates, the CRL when one came with them, and a note
+/// for the output's `collateral_source`.
+pub struct SnpCollateral {
+    /// ARK, ASK|ASVK, VCEK|VLEK.
+    pub certs: crate::snp::CertBundle,
+    /// The bundle's or KDS's CRL, if any.
+    pub crl: Option<Vec<u8>>,
+    /// `{"source": "bundle"|"online"|"cache", ...}`.
+    pub note: serde_json::Value,
+}
+
+/// The SEV-SNP certificates a verify command uses when they do not come from `--certs` or the evidence: the
+/// `--collateral` bundle (its auditor signatures checked), else the cache or KDS when asked (`--cache`,
+/// `--online`). `want_crl`: fetch the product's CRL too (false when the founder gave `--crl`). `Ok(None)`:
+/// none of these was asked for. `Err((exit, check, why))`: exit 1 for a rejection (a bundle without the
+/// auditor signatures asked for), 2 for unusable input (a missing or stale cache entry, a failed fetch).
+pub fn snp_collateral(
+    args: &CollateralArgs,
+    flag: Option<&Path>,
+    report: &AttestationReport,
+    want_crl: bool,
+    allow_simulated: bool,
+    now: i64,
+) -> Result<Option<SnpCollateral>, Refusal> {
+    if let Some(path) = flag {
+        let bytes =
+            super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
+        if !Bundle::is_bundle(&bytes) {
+            return Err((
+                2,
+                "collateral-format",
+                format!(
+                    "{}: not a collateral bundle (`verify-attestation fetch --bundle` writes one); SEV-SNP \
+                     takes its certificates from a bundle, a --certs directory or the cache",
+                    path.display()
+                ),
+            ));
+        }
+        let (b, signers) = args.open_bundle(path, &bytes)?;
+        let snp = b.content.snp.as_ref().ok_or_else(|| {
+            (
+                2,
+                "collateral-format",
+                format!("{}: the bundle has no SEV-SNP part", path.display()),
+            )
+        })?;
+        let certs = snp
+            .certs()
+            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        let crl = snp
+            .crl()
+            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        return Ok(Some(SnpCollateral {
+            certs,
+            crl,
+            note: serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers}),
+        }));
+    }
+    if !args.wants_cache_or_network() {
+        return Ok(None);
+    }
+    let f = args
+        .snp_from_sources(report, want_crl, allow_simulated, now)
+        .map_err(|e| (2, e.check(), e.to_string()))?;
+    Ok(Some(SnpCollateral {
+        certs: f.bundle(),
+        crl: f.crl,
+        note: serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
+    }))
+}

@@ -382,6 +382,33 @@ pub fn check_tcb_info_id(url: &str, tee: Tee, signed: &str) -> Result<(), FetchE
     }
 }
 
+/// Checks a verified QE Identity's `id`: the TD QE's identity says "TD_QE". Intel signs the SGX QE's ("QE")
+/// and QVE's ("QVE") identities with the same key, so one of those served at the TDX URL would otherwise be
+/// cached and then fail every verification until its nextUpdate.
+pub fn check_qe_identity_id(url: &str, signed: &str) -> Result<(), FetchError> {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    let id = serde_json::from_str::<Id>(signed)
+        .map_err(|e| rejected(url, "QE Identity", format!("signed body: {e}")))?
+        .id;
+    match id.as_deref() {
+        Some("TD_QE") => Ok(()),
+        Some(have) => Err(rejected(
+            url,
+            "QE Identity",
+            format!("it is the identity of {have:?}, the TD QE's (id \"TD_QE\") was asked for"),
+        )),
+        None => Err(rejected(
+            url,
+            "QE Identity",
+            "it has no id; the TD QE's identity says id \"TD_QE\"",
+        )),
+    }
+}
+
 /// Verifies a CRL (DER or PEM) signed by `issuer` and current at `now`; returns (DER, nextUpdate).
 pub fn check_crl(
     url: &str,
@@ -530,7 +557,9 @@ impl Pcs<'_> {
         let url = qe_identity_url(&self.base, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &[QE_IDENTITY_CHAIN_HEADER], "QE Identity")?;
-        check_signed_body(&url, "QE Identity", &r.body, pem, &chain, None, now)
+        let part = check_signed_body(&url, "QE Identity", &r.body, pem, &chain, None, now)?;
+        check_qe_identity_id(&url, &part.text)?;
+        Ok(part)
     }
 
     /// The PCK CRL of `ca`, verified: (DER, issuer chain PEM, expiry).
@@ -782,8 +811,9 @@ pub fn from_responses(dir: &Path, now: i64) -> Result<CollateralFile, FetchError
     )?;
     check_tcb_info_id(&tcb_url, Tee::Tdx, &tcb.text)?;
     let qe_path = need(1)?;
+    let qe_url = qe_path.display().to_string();
     let qe = check_signed_body(
-        &qe_path.display().to_string(),
+        &qe_url,
         "QE Identity",
         &read_file(&qe_path)?,
         to_pem(&qe_chain),
@@ -791,6 +821,7 @@ pub fn from_responses(dir: &Path, now: i64) -> Result<CollateralFile, FetchError
         None,
         now,
     )?;
+    check_qe_identity_id(&qe_url, &qe.text)?;
     let pck_path = need(2)?;
     let pck_url = pck_path.display().to_string();
     check_intel_chain(&pck_url, "PCK CRL", &pck_chain, now)?;
