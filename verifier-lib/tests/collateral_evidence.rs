@@ -297,8 +297,15 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     );
     let dir = tempfile::tempdir().expect("tmp");
     let seal = |name: &str, certs: Vec<Vec<u8>>| {
-        let ev = Evidence::seal(TeeLabel::SimSevSnp, report.clone(), certs, None, &k, &verdict)
-            .expect("seal");
+        let ev = Evidence::seal(
+            TeeLabel::SimSevSnp,
+            report.clone(),
+            certs,
+            None,
+            &k,
+            &verdict,
+        )
+        .expect("seal");
         let p = dir.path().join(name);
         std::fs::write(&p, ev.to_cbor().expect("cbor")).expect("write");
         p
@@ -363,9 +370,7 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     assert_eq!(code, 1, "{all}");
     assert!(checks(&j).contains(&"certs".to_string()), "{all}");
     assert!(
-        all.contains("0 certificates")
-            && all.contains("--online")
-            && all.contains("--collateral"),
+        all.contains("0 certificates") && all.contains("--online") && all.contains("--collateral"),
         "{all}"
     );
 
@@ -395,10 +400,17 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     let empty = dir.path().join("empty-cache");
     let (code, j, all) = verify(
         &bare,
-        &["--allow-simulated", "--cache", empty.to_str().expect("utf8")],
+        &[
+            "--allow-simulated",
+            "--cache",
+            empty.to_str().expect("utf8"),
+        ],
     );
     assert_eq!(code, 2, "{all}");
-    assert!(checks(&j).contains(&"collateral-missing".to_string()), "{all}");
+    assert!(
+        checks(&j).contains(&"collateral-missing".to_string()),
+        "{all}"
+    );
 
     // 4. One offline bundle of the evidence's collateral (from the cache, no request).
     let bundle_path = dir.path().join("snp.bundle.json");
@@ -428,16 +440,29 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     )
     .expect("write");
     let pk = pk.to_str().expect("utf8");
-    let with_key = ["--allow-simulated", "--collateral", b, "--collateral-auditor-key", pk];
+    let with_key = [
+        "--allow-simulated",
+        "--collateral",
+        b,
+        "--collateral-auditor-key",
+        pk,
+    ];
     let (code, j, all) = verify(&bare, &with_key);
     assert_eq!(code, 1, "{all}");
-    assert!(checks(&j).contains(&"collateral-signatures".to_string()), "{all}");
+    assert!(
+        checks(&j).contains(&"collateral-signatures".to_string()),
+        "{all}"
+    );
     let mut signed = Bundle::from_json(&std::fs::read(&bundle_path).expect("read")).expect("b");
     signed.sign(&key, "auditor-a");
     std::fs::write(&bundle_path, signed.to_json()).expect("write");
     let (code, j, all) = verify(&bare, &with_key);
     assert_eq!(code, 0, "{all}");
-    assert_eq!(j["collateral_source"]["auditors"].as_array().map(Vec::len), Some(1), "{all}");
+    assert_eq!(
+        j["collateral_source"]["auditors"].as_array().map(Vec::len),
+        Some(1),
+        "{all}"
+    );
 
     // 5. The bundle is trusted no further than its roots: without --allow-simulated the sim chain is refused.
     let (code, j, all) = verify(&bare, &["--collateral", b]);
@@ -474,7 +499,12 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
         std::fs::write(&fp, foreign.to_json()).expect("write");
         let (code, j, all) = verify(
             &bare,
-            &["--collateral", fp.to_str().expect("utf8"), "--at", "2025-06-01T00:00:00Z"],
+            &[
+                "--collateral",
+                fp.to_str().expect("utf8"),
+                "--at",
+                "2025-06-01T00:00:00Z",
+            ],
         );
         assert_eq!(code, 1, "{all}");
         assert_eq!(j["verified"], false, "{all}");
@@ -490,5 +520,8 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     assert_eq!(code, 1, "{all}");
     let (code, j, all) = verify(&junk, &["--allow-simulated", "--collateral", b]);
     assert_eq!(code, 0, "{all}");
-    assert_eq!(j["collateral_source"]["evidence_certs"], "set aside", "{all}");
+    assert_eq!(
+        j["collateral_source"]["evidence_certs"], "set aside",
+        "{all}"
+    );
 }
