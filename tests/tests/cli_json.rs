@@ -197,7 +197,8 @@ fn every_bad_invocation_prints_one_json_object_with_its_exit_code() {
             ],
             2,
             v,
-            "flag-not-applicable",
+            // SEV-SNP evidence takes a collateral bundle (its certificates); any other file is named.
+            "collateral-format",
         ),
         case(
             VERIFY,

@@ -152,6 +152,11 @@ pub struct EvidenceOptions {
     /// TDX collateral (`collateral.json` layout) to use when the evidence carries none, as evidence from
     /// configfs-tsm usually does: the founder fetches it and verifies offline.
     pub tdx_collateral: Option<Vec<u8>>,
+    /// SEV-SNP certificates (VCEK|VLEK, ASK|ASVK, ARK) from outside the evidence: a collateral bundle, the
+    /// cache or KDS, for evidence whose host gave no certificate table (its `certs` are then empty). When
+    /// given they are used and the evidence's own `certs` are set aside; either way the chain must end in a
+    /// pinned AMD ARK (or, with `allow_simulated`, a sim root) and the report must verify under the leaf.
+    pub snp_certs: Option<CertBundle>,
     /// Skip the nonce on purpose (`--no-nonce`): without it a missing [`Self::nonce`] is a failure
     /// ([`checks::NONCE_UNPINNED`]), since freshness is the founder's only defence against a replayed run.
     pub no_nonce: bool,
@@ -688,10 +693,20 @@ fn verify_snp_part(
             return (ReportVerification::Unverified, None, ev.tee.is_simulated());
         }
     };
-    let bundle = match CertBundle::from_der_list(&ev.certs) {
+    let from_evidence = match &opts.snp_certs {
+        Some(b) => Ok(b.clone()),
+        None => CertBundle::from_der_list(&ev.certs),
+    };
+    let bundle = match from_evidence {
         Ok(b) => b,
         Err(e) => {
-            failures.push(Failure::new(checks::CERTS, e.to_string()));
+            let advice = if ev.certs.is_empty() {
+                " (the host gave no certificate table: verify with --online, --cache DIR or --collateral BUNDLE \
+                 from `verify-attestation fetch`)"
+            } else {
+                ""
+            };
+            failures.push(Failure::new(checks::CERTS, format!("{e}{advice}")));
             return (
                 ReportVerification::Unverified,
                 Some(report.report_data),

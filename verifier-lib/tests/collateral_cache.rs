@@ -51,6 +51,49 @@ fn miss_then_hit_and_expiry() {
 }
 
 #[test]
+fn kds_certificates_are_cached_until_they_expire_and_never_after() {
+    let Some(v) = vectors() else { return };
+    let srv = FakeServer::start();
+    let (report, chain_route, vcek_route) = serve_snp(&srv, &v, "genoa-v3-yaxi", "Genoa");
+    let report = attestation::snp::AttestationReport::from_bytes(&report).expect("report");
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = Cache::new(dir.path());
+    let http = client(Duration::from_secs(5), 0);
+    let k = kds(&http, &srv, Some(&cache));
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let got = k.for_report(&report, None, false, now).expect("fetch");
+    let not_after = |der: &[u8]| {
+        use x509_parser::prelude::FromDer;
+        x509_parser::certificate::X509Certificate::from_der(der)
+            .expect("cert")
+            .1
+            .validity()
+            .not_after
+            .timestamp()
+    };
+    let chain_key = k.chain_key(
+        attestation::snp::Product::Genoa,
+        verifier_lib::collateral::kds::Endorsement::Vcek,
+    );
+    let vcek_key = k.vcek_key(attestation::snp::Product::Genoa, &report);
+    let chain = cache.read(&chain_key).expect("chain cached");
+    let vcek = cache.read(&vcek_key).expect("VCEK cached");
+    assert_eq!(chain.expires, not_after(&got.ask).min(not_after(&got.ark)));
+    assert_eq!(vcek.expires, not_after(&got.vcek));
+    // Served up to the VCEK's notAfter, never at or after it.
+    assert!(cache.get(&vcek_key, vcek.expires - 1).is_some());
+    assert!(cache.get(&vcek_key, vcek.expires).is_none());
+    match cache.get_offline(&vcek_key, vcek.expires) {
+        Err(CacheError::Stale { key, .. }) => assert_eq!(key, vcek_key),
+        other => panic!("{other:?}"),
+    }
+    // A second lookup inside the validity asks nothing.
+    k.for_report(&report, None, false, now + 60)
+        .expect("cached");
+    assert_eq!((srv.hits(&chain_route), srv.hits(&vcek_route)), (1, 1));
+}
+
+#[test]
 fn a_torn_or_foreign_file_is_a_miss_not_a_crash() {
     let dir = tempfile::tempdir().expect("tmp");
     let cache = Cache::new(dir.path());

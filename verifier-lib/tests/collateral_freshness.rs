@@ -132,7 +132,10 @@ fn snp_tcb_baseline_names_each_component_below_and_by_how_much() {
             .expect(c)
     };
     assert_eq!(find("snp")["below_by"], 4);
-    assert_eq!(find("snp")["bulletin"], "AMD-SB-3020");
+    // Two bulletins set the Genoa SNP floor 27: both are named.
+    assert_eq!(find("snp")["bulletin"], "AMD-SB-3020, AMD-SB-3023");
+    assert_eq!(find("snp")["minimum"], 27);
+    assert_eq!(find("snp")["seen"], 23);
     assert_eq!(find("microcode")["below_by"], 14);
     assert_eq!(find("microcode")["verified_at_source"], false);
     assert!(below.iter().all(|b| b["component"] != "bootloader"));
@@ -167,6 +170,57 @@ fn snp_tcb_baseline_names_each_component_below_and_by_how_much() {
     ]);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("Naples") && out.contains("bad.toml"), "{out}");
+}
+
+#[test]
+fn the_builtin_baseline_has_milan_and_turin_floors_and_says_how_far_below() {
+    let Some(v) = vectors() else { return };
+    // A Milan report at SNP SPL 24 (0x18): 3 below the AMD-SB-3023 floor 27.
+    let dir = v.join("snp/milan-v3-oak-oc-release");
+    let exp: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).expect("exp"))
+            .expect("json");
+    let snp = exp["reported_tcb_decoded"]["snp"].as_u64().expect("snp");
+    let r = dir.join("report.bin");
+    let (code, out, _) = cli(&[
+        "snp-report",
+        r.to_str().expect("utf8"),
+        "--certs",
+        dir.to_str().expect("utf8"),
+        "--json",
+        "--tcb-baseline",
+        "builtin",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let below = j["tcb_baseline"]["below"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let s = below.iter().find(|b| b["component"] == "snp");
+    if snp < 27 {
+        assert_eq!(code, 1, "{out}");
+        let s = s.expect("snp below");
+        assert_eq!(s["below_by"].as_u64(), Some(27 - snp), "{out}");
+        assert_eq!(s["bulletin"], "AMD-SB-3023");
+        assert_eq!(s["verified_at_source"], false);
+    } else {
+        assert!(s.is_none(), "{out}");
+    }
+    let b = verifier_lib::collateral::baseline::Baseline::builtin().expect("builtin");
+    for p in ["Milan", "Genoa", "Turin"] {
+        assert!(b.floors.iter().any(|f| f.product == p), "no {p} floor");
+    }
+    // Turin: the check per component on a synthetic TCB (fmc, bl, tee, snp, ucode).
+    let tcb = attestation::snp::TcbParts {
+        fmc: Some(1),
+        bootloader: 1,
+        tee: 1,
+        snp: 3,
+        microcode: 9,
+    };
+    let short = b.check(attestation::snp::Product::Turin, &tcb);
+    assert_eq!(short.len(), 1, "{short:?}");
+    assert_eq!((short[0].component, short[0].below_by), ("snp", 1));
 }
 
 #[test]

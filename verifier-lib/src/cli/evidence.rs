@@ -68,7 +68,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub crl: Option<PathBuf>,
     /// TDX collateral (`collateral.json`: TCB info, QE identity, CRLs) for evidence that carries none, or a
-    /// collateral bundle (`verify-attestation fetch --bundle`).
+    /// collateral bundle (`verify-attestation fetch --bundle`); for SEV-SNP evidence a bundle only, whose
+    /// ARK, ASK and VCEK (and CRL) are used in place of the evidence's certificates.
     #[arg(long, value_name = "FILE")]
     pub collateral: Option<PathBuf>,
     /// Fetching (TDX), cache, bundle auditors, SEV-SNP TCB baseline.
@@ -226,6 +227,15 @@ pub enum OptionsError {
     Rejected(&'static str, String),
 }
 
+/// What [`options_and_source`] makes: the evidence bytes, the options, the TCB baseline, and where collateral
+/// from outside the evidence came from (`collateral_source` of the JSON; `null` when none did).
+pub type Prepared = (
+    Vec<u8>,
+    EvidenceOptions,
+    Option<crate::collateral::baseline::Baseline>,
+    serde_json::Value,
+);
+
 /// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
 /// used by `fenced-run view`, which flattens these [`Args`]).
 pub fn options(
@@ -238,6 +248,12 @@ pub fn options(
     ),
     OptionsError,
 > {
+    options_and_source(args).map(|(b, o, base, _)| (b, o, base))
+}
+
+/// [`options`], with where the collateral came from: the `--collateral` bundle (its auditors), the cache or
+/// the network; for SEV-SNP evidence these certificates replace the evidence's own.
+pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
     use OptionsError::Unusable;
     let bytes = super::main_input("evidence", &args.evidence, super::kind::Kind::Cbor)
         .map_err(|(check, e)| Unusable(check, e))?;
@@ -267,12 +283,6 @@ pub fn options(
             ),
         ));
     }
-    let flag_file = |flag: &str,
-                     path: Option<&std::path::Path>|
-     -> Result<Option<Vec<u8>>, OptionsError> {
-        path.map(|p| super::read_input(p).map_err(|e| Unusable("input", format!("{flag}: {e}"))))
-            .transpose()
-    };
     let crl = super::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
     let at = super::at_or_now(args.at);
     let baseline = args
@@ -284,18 +294,59 @@ pub fn options(
         .ok()
         .filter(|e| !e.tee.is_snp())
         .map(|e| e.report);
-    let tdx_collateral = match (&quote, args.collateral.as_deref()) {
-        (None, None) => None,
-        (None, Some(_)) => flag_file("--collateral", args.collateral.as_deref())?,
-        (Some(q), flag) => {
-            match super::fetch::tdx_collateral(&args.collateral_args, flag, q, at.unix_timestamp())
-            {
-                Ok(c) => c.map(|(b, _)| b),
-                Err((1, check, why)) => return Err(OptionsError::Rejected(check, why)),
-                Err((_, check, why)) => return Err(Unusable(check, why)),
-            }
+    let refused = |(exit, check, why): super::fetch::Refusal| {
+        if exit == 1 {
+            OptionsError::Rejected(check, why)
+        } else {
+            Unusable(check, why)
         }
     };
+    let mut collateral_source = serde_json::Value::Null;
+    let tdx_collateral = match &quote {
+        None => None,
+        Some(q) => super::fetch::tdx_collateral(
+            &args.collateral_args,
+            args.collateral.as_deref(),
+            q,
+            at.unix_timestamp(),
+        )
+        .map_err(refused)?
+        .map(|(b, note)| {
+            collateral_source = note;
+            b
+        }),
+    };
+    // SEV-SNP evidence: the founder's certificates (bundle, cache or KDS) in place of the evidence's, which a
+    // host that sets no certificate table leaves empty. The report is parsed again by the verification, which
+    // names a malformed one; here a report that does not parse simply asks for nothing.
+    let snp_report = if ev.tee.is_snp() {
+        attestation::snp::AttestationReport::from_bytes(&ev.report).ok()
+    } else {
+        None
+    };
+    let mut snp_certs = None;
+    let mut crl = crl;
+    if let Some(report) = &snp_report {
+        if let Some(c) = super::fetch::snp_collateral(
+            &args.collateral_args,
+            args.collateral.as_deref(),
+            report,
+            crl.is_none(),
+            args.allow_simulated,
+            at.unix_timestamp(),
+        )
+        .map_err(refused)?
+        {
+            crl = crl.or(c.crl);
+            collateral_source = c.note;
+            if !ev.certs.is_empty() {
+                if let Some(o) = collateral_source.as_object_mut() {
+                    o.insert("evidence_certs".into(), "set aside".into());
+                }
+            }
+            snp_certs = Some(c.certs);
+        }
+    }
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, args) {
             Ok(t) => Some(std::sync::Arc::new(t)),
@@ -330,17 +381,18 @@ pub fn options(
         any_measurement: args.any_measurement,
         measurement_set,
         tdx_collateral,
+        snp_certs,
         no_nonce: args.no_nonce,
         tdx_policy: args.tdx.to_policy(),
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
-    Ok((bytes, opts, baseline))
+    Ok((bytes, opts, baseline, collateral_source))
 }
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let (bytes, opts, baseline) = match options(&args) {
+    let (bytes, opts, baseline, collateral_source) = match options_and_source(&args) {
         Ok(x) => x,
         Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
         Err(OptionsError::Rejected(check, e)) => return rejected(args.json, check, e),
@@ -364,8 +416,13 @@ pub fn run(args: Args) -> ExitCode {
     }
     if args.json {
         let mut j = output::evidence_json(&v, &opts);
-        if let (Some(o), Some(b)) = (j.as_object_mut(), baseline_json) {
-            o.insert("tcb_baseline".into(), b);
+        if let Some(o) = j.as_object_mut() {
+            if let Some(b) = baseline_json {
+                o.insert("tcb_baseline".into(), b);
+            }
+            if !collateral_source.is_null() {
+                o.insert("collateral_source".into(), collateral_source);
+            }
         }
         println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
@@ -378,8 +435,8 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// The flags given that cannot apply to this evidence: SEV-SNP policy flags and `--crl` on TDX evidence, TDX
-/// flags and `--collateral` on SEV-SNP evidence (`--auditors-required` without `--measurements` is a usage
+/// The flags given that cannot apply to this evidence: SEV-SNP policy flags, `--crl` and `--tcb-baseline` on
+/// TDX evidence, TDX flags on SEV-SNP evidence (`--auditors-required` without `--measurements` is a usage
 /// error of the parser).
 fn inapplicable_flags(args: &Args, snp: bool) -> Vec<&'static str> {
     let mut out = Vec::new();
@@ -394,9 +451,6 @@ fn inapplicable_flags(args: &Args, snp: bool) -> Vec<&'static str> {
             out.push("--leave-rtmrs-unpinned");
         }
         out.extend(args.tdx.accept.flags_given());
-        if args.collateral.is_some() {
-            out.push("--collateral");
-        }
     } else {
         out.extend(args.policy.snp_only_flags_given());
         if args.crl.is_some() {

@@ -70,6 +70,8 @@ pub struct Sources {
     pub cache: Option<Cache>,
     /// --product.
     pub product: Option<Product>,
+    /// Accept simulated (non-AMD) roots from KDS; such answers are cached apart (`kds-sim/`).
+    pub allow_simulated: bool,
 }
 
 impl SourceArgs {
@@ -104,6 +106,7 @@ impl SourceArgs {
             },
             cache,
             product: self.product,
+            allow_simulated: false,
         })
     }
 }
@@ -115,6 +118,7 @@ impl Sources {
             http: &self.http,
             base: self.kds_url.clone(),
             cache: self.cache.as_ref(),
+            allow_simulated: self.allow_simulated,
         }
     }
 
@@ -149,6 +153,14 @@ pub struct Args {
     /// SEV-SNP: do not fetch the product's CRL.
     #[arg(long)]
     pub no_crl: bool,
+    /// SEV-SNP, VLEK-signed report: the VLEK certificate (DER or PEM) got from the host or cloud provider
+    /// (KDS gives VLEKs to the provider only). It is checked against the fetched ASVK chain and the report.
+    #[arg(long, value_name = "FILE")]
+    pub vlek: Option<PathBuf>,
+    /// SEV-SNP: accept a KDS whose root is not AMD's pinned ARK (the sim chain); cached apart from real
+    /// answers, and written output is then simulated collateral.
+    #[arg(long)]
+    pub allow_simulated: bool,
     /// Verify what is fetched at this time (RFC 3339 or Unix seconds). Default: now.
     #[arg(long, value_name = "TIME", value_parser = super::snp_report::parse_time)]
     pub at: Option<time::OffsetDateTime>,
@@ -289,21 +301,60 @@ pub fn run(args: Args) -> ExitCode {
             Ok(k) => k,
             Err(e) => return fail(args.json, "input", format!("{}: {e}", input.display())),
         };
-        let sources = match args.source.resolve() {
+        let mut sources = match args.source.resolve() {
             Ok(s) => s,
             Err(e) => return fail(args.json, "input", e),
         };
+        sources.allow_simulated = args.allow_simulated;
         match kind {
             Input::Snp(report) => {
-                let got =
-                    match sources
-                        .kds()
-                        .for_report(&report, sources.product, !args.no_crl, now_s)
-                    {
-                        Ok(g) => g,
-                        Err(e) => return fail(args.json, e.check(), e.to_string()),
-                    };
+                let vlek = report.key_info.signing_key == attestation::snp::SigningKey::Vlek;
+                let given = match (&args.vlek, vlek) {
+                    (Some(p), true) => match super::read_input(p) {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            return fail(args.json, "input", format!("--vlek {}: {e}", p.display()))
+                        }
+                    },
+                    (Some(p), false) => {
+                        return fail(
+                            args.json,
+                            "input",
+                            format!(
+                                "--vlek {}: the report's KEY_INFO.SIGNING_KEY is not VLEK (its VCEK is fetched from KDS)",
+                                p.display()
+                            ),
+                        )
+                    }
+                    (None, _) => None,
+                };
+                let kds = sources.kds();
+                let fetched = if vlek {
+                    kds.for_vlek_report(
+                        &report,
+                        sources.product,
+                        !args.no_crl,
+                        given.as_deref(),
+                        now_s,
+                    )
+                } else {
+                    kds.for_report(&report, sources.product, !args.no_crl, now_s)
+                };
+                let got = match fetched {
+                    Ok(g) => g,
+                    Err(crate::collateral::FetchError::VlekNotFetchable { partial }) => {
+                        return vlek_partial(&args, &partial)
+                    }
+                    Err(e) => return fail(args.json, e.check(), e.to_string()),
+                };
                 for (what, url, o) in &got.origins {
+                    if url.starts_with("given") {
+                        // The VLEK the founder gave: not fetched, not a URL.
+                        lines.push(format!(
+                            "{what}: {url}, checked against the ASVK and the report"
+                        ));
+                        continue;
+                    }
                     lines.push(format!("{what}: {} ({url})", origin_word(*o)));
                     content.sources.push(url.clone());
                 }
@@ -312,11 +363,13 @@ pub fn run(args: Args) -> ExitCode {
                         out.join("ark.pem"),
                         pem("CERTIFICATE", &got.ark).into_bytes(),
                     ));
-                    files.push((
-                        out.join("ask.pem"),
-                        pem("CERTIFICATE", &got.ask).into_bytes(),
-                    ));
-                    files.push((out.join("vcek.der"), got.vcek.clone()));
+                    let (inter, leaf) = if vlek {
+                        ("asvk.pem", "vlek.der")
+                    } else {
+                        ("ask.pem", "vcek.der")
+                    };
+                    files.push((out.join(inter), pem("CERTIFICATE", &got.ask).into_bytes()));
+                    files.push((out.join(leaf), got.vcek.clone()));
                     if let Some(c) = &got.crl {
                         files.push((out.join("crl.der"), c.clone()));
                     }
@@ -373,6 +426,50 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// A VLEK-signed report without `--vlek`: writes the fetched ARK, ASVK (and CRL) to `--out` when given, then
+/// fails (exit 2, `collateral-vlek`) saying that the VLEK is the cloud provider's and what to get.
+fn vlek_partial(args: &Args, partial: &crate::collateral::kds::SnpFetched) -> ExitCode {
+    let mut written = Vec::new();
+    if let Some(out) = &args.out {
+        let mut files = vec![
+            (
+                out.join("ark.pem"),
+                pem("CERTIFICATE", &partial.ark).into_bytes(),
+            ),
+            (
+                out.join("asvk.pem"),
+                pem("CERTIFICATE", &partial.ask).into_bytes(),
+            ),
+        ];
+        if let Some(c) = &partial.crl {
+            files.push((out.join("crl.der"), c.clone()));
+        }
+        for (p, b) in &files {
+            if let Err(e) = write_atomic(p, b) {
+                return fail(args.json, "output", e);
+            }
+            written.push(p.display().to_string());
+        }
+    }
+    let fetched: Vec<String> = partial
+        .origins
+        .iter()
+        .map(|(what, url, o)| format!("{what} {} from {url}", origin_word(*o)))
+        .collect();
+    let mut detail = format!(
+        "{}. Fetched and verified: {}",
+        crate::collateral::kds::VLEK_ADVICE,
+        fetched.join(", ")
+    );
+    if !written.is_empty() {
+        detail.push_str(&format!("; wrote {}", written.join(", ")));
+    }
+    if args.bundle.is_some() {
+        detail.push_str("; no bundle was written: it would lack the VLEK");
+    }
+    fail(args.json, "collateral-vlek", detail)
 }
 
 /// Arguments of `verify-attestation bundle-sign`.
@@ -482,55 +579,26 @@ impl CollateralArgs {
         }
     }
 
-    /// The SEV-SNP certificates (and CRL) for `report` from the cache (offline) or KDS (`--online`).
+    /// The SEV-SNP certificates (and CRL) for `report` from the cache (offline) or KDS (`--online`);
+    /// `allow_simulated` (the verify command's flag) also lets a sim root come from KDS and the `kds-sim/`
+    /// cache entries.
     pub fn snp_from_sources(
         &self,
         report: &AttestationReport,
         with_crl: bool,
+        allow_simulated: bool,
         now: i64,
     ) -> Result<crate::collateral::kds::SnpFetched, FetchError> {
-        let s = self.source.resolve().map_err(FetchError::Input)?;
+        if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
+            // Nothing fetched or cached completes a VLEK-signed report: say so before any request.
+            return Err(crate::collateral::kds::vlek_error());
+        }
+        let mut s = self.source.resolve().map_err(FetchError::Input)?;
+        s.allow_simulated = allow_simulated;
         if self.online {
             return s.kds().for_report(report, s.product, with_crl, now);
         }
-        let cache = s.cache.as_ref().ok_or_else(|| {
-            FetchError::Input("--no-cache without --online leaves no collateral source".into())
-        })?;
-        let product = crate::collateral::kds::product_of(report, s.product)?;
-        if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
-            return Err(crate::collateral::kds::vlek_error());
-        }
-        let chain = cache.get_offline(&format!("kds/{}/cert_chain", product.name()), now)?;
-        let hwid = if product == Product::Turin {
-            hex::encode(&report.chip_id[..8])
-        } else {
-            hex::encode(report.chip_id)
-        };
-        let vcek = cache.get_offline(
-            &format!(
-                "kds/{}/vcek/{hwid}-{:016x}",
-                product.name(),
-                report.reported_tcb.0
-            ),
-            now,
-        )?;
-        let crl = if with_crl {
-            Some(cache.get_offline(&format!("kds/{}/crl", product.name()), now)?)
-        } else {
-            None
-        };
-        let part = |e: &crate::collateral::cache::Entry, n: &str| {
-            e.part(n)
-                .ok_or_else(|| FetchError::Input(format!("cache entry {} lacks {n}", e.key)))
-        };
-        Ok(crate::collateral::kds::SnpFetched {
-            product,
-            ark: part(&chain, "ark")?,
-            ask: part(&chain, "ask")?,
-            vcek: part(&vcek, "vcek")?,
-            crl: crl.as_ref().map(|c| part(c, "crl")).transpose()?,
-            origins: vec![],
-        })
+        s.kds().from_cache_offline(report, s.product, with_crl, now)
     }
 
     /// TDX `collateral.json` for a quote from the cache (offline) or PCS (`--online`).
@@ -605,4 +673,75 @@ pub fn tdx_collateral(
         json,
         serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
     )))
+}
+
+/// SEV-SNP collateral from outside the input: the certificates, the CRL when one came with them, and a note
+/// for the output's `collateral_source`.
+pub struct SnpCollateral {
+    /// ARK, ASK|ASVK, VCEK|VLEK.
+    pub certs: crate::snp::CertBundle,
+    /// The bundle's or KDS's CRL, if any.
+    pub crl: Option<Vec<u8>>,
+    /// `{"source": "bundle"|"online"|"cache", ...}`.
+    pub note: serde_json::Value,
+}
+
+/// The SEV-SNP certificates a verify command uses when they do not come from `--certs` or the evidence: the
+/// `--collateral` bundle (its auditor signatures checked), else the cache or KDS when asked (`--cache`,
+/// `--online`). `want_crl`: fetch the product's CRL too (false when the founder gave `--crl`). `Ok(None)`:
+/// none of these was asked for. `Err((exit, check, why))`: exit 1 for a rejection (a bundle without the
+/// auditor signatures asked for), 2 for unusable input (a missing or stale cache entry, a failed fetch).
+pub fn snp_collateral(
+    args: &CollateralArgs,
+    flag: Option<&Path>,
+    report: &AttestationReport,
+    want_crl: bool,
+    allow_simulated: bool,
+    now: i64,
+) -> Result<Option<SnpCollateral>, Refusal> {
+    if let Some(path) = flag {
+        let bytes =
+            super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
+        if !Bundle::is_bundle(&bytes) {
+            return Err((
+                2,
+                "collateral-format",
+                format!(
+                    "{}: not a collateral bundle (`verify-attestation fetch --bundle` writes one); SEV-SNP \
+                     takes its certificates from a bundle, a --certs directory or the cache",
+                    path.display()
+                ),
+            ));
+        }
+        let (b, signers) = args.open_bundle(path, &bytes)?;
+        let snp = b.content.snp.as_ref().ok_or_else(|| {
+            (
+                2,
+                "collateral-format",
+                format!("{}: the bundle has no SEV-SNP part", path.display()),
+            )
+        })?;
+        let certs = snp
+            .certs()
+            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        let crl = snp
+            .crl()
+            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        return Ok(Some(SnpCollateral {
+            certs,
+            crl,
+            note: serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers}),
+        }));
+    }
+    if !args.wants_cache_or_network() {
+        return Ok(None);
+    }
+    let f = args
+        .snp_from_sources(report, want_crl, allow_simulated, now)
+        .map_err(|e| (2, e.check(), e.to_string()))?;
+    Ok(Some(SnpCollateral {
+        certs: f.bundle(),
+        crl: f.crl,
+        note: serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
+    }))
 }

@@ -254,56 +254,31 @@ pub fn run(args: Args) -> ExitCode {
             Ok(b) => b,
             Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
         }
-    } else if let Some(path) = &args.collateral {
-        let bytes = match super::read_input(path) {
-            Ok(b) => b,
-            Err(e) => return unusable(args.json, "input", format!("--collateral: {e}")),
-        };
-        let (b, signers) = match args.collateral_args.open_bundle(path, &bytes) {
-            Ok(x) => x,
-            Err((1, check, why)) => return rejected(args.json, check, why),
-            Err((_, check, why)) => return unusable(args.json, check, why),
-        };
-        let Some(snp) = &b.content.snp else {
-            return unusable(
-                args.json,
-                "collateral-format",
-                format!("{}: the bundle has no SEV-SNP part", path.display()),
-            );
-        };
-        match (snp.certs(), snp.crl()) {
-            (Ok(c), Ok(crl)) => {
-                source_crl = crl;
-                collateral_note = serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers});
-                c
+    } else {
+        match super::fetch::snp_collateral(
+            &args.collateral_args,
+            args.collateral.as_deref(),
+            &report,
+            args.crl.is_none(),
+            args.allow_simulated,
+            at_s,
+        ) {
+            Ok(Some(c)) => {
+                source_crl = c.crl;
+                collateral_note = c.note;
+                c.certs
             }
-            (Err(e), _) | (_, Err(e)) => {
+            Ok(None) => {
                 return unusable(
                     args.json,
-                    "collateral-format",
-                    format!("{}: {e}", path.display()),
+                    "usage",
+                    "snp-report needs the report's certificates: give --certs DIR, --collateral BUNDLE, --cache DIR or --online"
+                        .into(),
                 )
             }
+            Err((1, check, why)) => return rejected(args.json, check, why),
+            Err((_, check, why)) => return unusable(args.json, check, why),
         }
-    } else if args.collateral_args.wants_cache_or_network() {
-        match args
-            .collateral_args
-            .snp_from_sources(&report, args.crl.is_none(), at_s)
-        {
-            Ok(f) => {
-                source_crl = f.crl.clone();
-                collateral_note = serde_json::json!({"source": if args.collateral_args.online { "online" } else { "cache" }});
-                f.bundle()
-            }
-            Err(e) => return unusable(args.json, e.check(), e.to_string()),
-        }
-    } else {
-        return unusable(
-            args.json,
-            "usage",
-            "snp-report needs the report's certificates: give --certs DIR, --collateral BUNDLE, --cache DIR or --online"
-                .into(),
-        );
     };
     let baseline = match args.collateral_args.baseline() {
         Ok(b) => b,

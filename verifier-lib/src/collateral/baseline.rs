@@ -71,7 +71,7 @@ pub struct Shortfall {
     pub minimum: u8,
     /// `minimum - seen`.
     pub below_by: u8,
-    /// The bulletin setting the highest floor for this component.
+    /// The bulletin(s) setting the highest floor for this component (comma-separated when several agree).
     pub bulletin: String,
     /// Whether that floor was verified at AMD's page.
     pub verified_at_source: bool,
@@ -160,24 +160,36 @@ impl Baseline {
         ];
         let mut out = Vec::new();
         for (name, get, seen) in comps {
-            let top = self
+            let floors: Vec<(u8, &Floor)> = self
                 .floors
                 .iter()
                 .filter(|f| Product::from_name(&f.product) == Some(product))
                 .filter_map(|f| get(f).map(|m| (m, f)))
-                .max_by_key(|(m, _)| *m);
-            if let Some((min, f)) = top {
-                let seen = seen.unwrap_or(0);
-                if seen < min {
-                    out.push(Shortfall {
-                        component: name,
-                        seen,
-                        minimum: min,
-                        below_by: min - seen,
-                        bulletin: f.bulletin.clone(),
-                        verified_at_source: f.verified_at_source,
-                    });
-                }
+                .collect();
+            let Some(min) = floors.iter().map(|(m, _)| *m).max() else {
+                continue;
+            };
+            // Every bulletin that sets the highest floor is named (in file order); the floor counts as
+            // verified when any of them was read at AMD's page.
+            let top: Vec<&Floor> = floors
+                .iter()
+                .filter(|(m, _)| *m == min)
+                .map(|(_, f)| *f)
+                .collect();
+            let seen = seen.unwrap_or(0);
+            if seen < min {
+                out.push(Shortfall {
+                    component: name,
+                    seen,
+                    minimum: min,
+                    below_by: min - seen,
+                    bulletin: top
+                        .iter()
+                        .map(|f| f.bulletin.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    verified_at_source: top.iter().any(|f| f.verified_at_source),
+                });
             }
         }
         out

@@ -159,17 +159,20 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Parses a `Retry-After` value: delay seconds or an HTTP date (relative to now).
+/// Parses a `Retry-After` value: delay seconds or an HTTP date (RFC 9110 section 10.2.3; IMF-fixdate and the
+/// two obsolete forms), as the wait from now; a date in the past is no wait. `None`: neither form.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    parse_retry_after_at(v, SystemTime::now())
+}
+
+/// [`parse_retry_after`] relative to `now`.
+pub fn parse_retry_after_at(v: &str, now: SystemTime) -> Option<Duration> {
     let v = v.trim();
     if let Ok(secs) = v.parse::<u64>() {
         return Some(Duration::from_secs(secs));
     }
     let when = httpdate::parse_http_date(v).ok()?;
-    Some(
-        when.duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO),
-    )
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 impl Client {
@@ -212,17 +215,21 @@ impl Client {
         let Some(p) = &self.proxied else {
             return &self.direct;
         };
-        let host = url
+        let authority = url
             .split_once("://")
             .map(|(_, r)| r)
             .unwrap_or(url)
-            .split(['/', '?'])
+            .split(['/', '?', '#'])
             .next()
-            .unwrap_or("")
-            .rsplit_once(':')
-            .map(|(h, _)| h.to_string())
-            .unwrap_or_else(|| url.to_string())
-            .to_ascii_lowercase();
+            .unwrap_or("");
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        // The host without its port ([v6] literals keep their brackets off).
+        let host = if let Some(rest) = authority.strip_prefix('[') {
+            rest.split(']').next().unwrap_or("")
+        } else {
+            authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+        }
+        .to_ascii_lowercase();
         let bypass = self.opts.no_proxy.iter().any(|n| {
             n == "*" || host == *n || host.ends_with(&format!(".{}", n.trim_start_matches('.')))
         });
@@ -269,14 +276,19 @@ impl Client {
                         Some(None) | None => backoff,
                     };
                     if wait > self.opts.max_retry_wait {
+                        // Capped: a wait past max_retry_wait is not waited out (a server, or a clock, asking
+                        // for hours would hang the verifier); the error says what was asked and the cap.
                         return Err(HttpError::GaveUp {
                             url: url.to_string(),
                             status,
                             detail: format!(
-                                "the server asks to wait {}s (Retry-After: {}), more than the {}s allowed",
+                                "the server asks to wait {}s (Retry-After: {}), more than the cap of {}s on one \
+                                 wait, so it was not waited out (after {} retr{}); try again later",
                                 wait.as_secs(),
                                 retry_after.as_deref().unwrap_or("none"),
-                                self.opts.max_retry_wait.as_secs()
+                                self.opts.max_retry_wait.as_secs(),
+                                attempt,
+                                if attempt == 1 { "y" } else { "ies" },
                             ),
                         });
                     }

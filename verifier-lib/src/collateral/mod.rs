@@ -36,6 +36,13 @@ pub enum FetchError {
     /// The report, quote or a local file does not allow the fetch.
     #[error("{0}")]
     Input(String),
+    /// A VLEK-signed report: the ASVK chain (and CRL) were fetched and verified, but the VLEK itself is only
+    /// issued to the cloud provider; `partial` holds what was fetched (its `vcek` is empty).
+    #[error("{}", kds::VLEK_ADVICE)]
+    VlekNotFetchable {
+        /// The ARK, ASVK (in `ask`) and CRL fetched.
+        partial: Box<kds::SnpFetched>,
+    },
 }
 
 impl FetchError {
@@ -48,6 +55,7 @@ impl FetchError {
             FetchError::Cache(_) => "collateral-cache",
             FetchError::Rejected { .. } => "collateral-rejected",
             FetchError::Input(_) => "collateral-input",
+            FetchError::VlekNotFetchable { .. } => "collateral-vlek",
         }
     }
 }

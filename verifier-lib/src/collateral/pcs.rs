@@ -350,6 +350,65 @@ pub fn check_signed_body(
     })
 }
 
+/// Checks a verified TCB Info's `id` against the TEE asked for: Intel signs SGX and TDX TCB Info with the same
+/// key, so an SGX answer served for a TDX request would otherwise pass. TCB Info v3 carries `id` ("SGX" or
+/// "TDX"); an SGX v2 body has none and is accepted for SGX only.
+pub fn check_tcb_info_id(url: &str, tee: Tee, signed: &str) -> Result<(), FetchError> {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    let want = match tee {
+        Tee::Tdx => "TDX",
+        Tee::Sgx => "SGX",
+    };
+    let id = serde_json::from_str::<Id>(signed)
+        .map_err(|e| rejected(url, "TCB Info", format!("signed body: {e}")))?
+        .id;
+    match id.as_deref() {
+        Some(have) if have == want => Ok(()),
+        None if tee == Tee::Sgx => Ok(()),
+        Some(have) => Err(rejected(
+            url,
+            "TCB Info",
+            format!("it is {have} TCB Info (id {have:?}), {want} TCB Info was asked for"),
+        )),
+        None => Err(rejected(
+            url,
+            "TCB Info",
+            format!("it has no id; {want} TCB Info (version 3) says id \"{want}\""),
+        )),
+    }
+}
+
+/// Checks a verified QE Identity's `id`: the TD QE's identity says "TD_QE". Intel signs the SGX QE's ("QE")
+/// and QVE's ("QVE") identities with the same key, so one of those served at the TDX URL would otherwise be
+/// cached and then fail every verification until its nextUpdate.
+pub fn check_qe_identity_id(url: &str, signed: &str) -> Result<(), FetchError> {
+    #[derive(Deserialize)]
+    struct Id {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    let id = serde_json::from_str::<Id>(signed)
+        .map_err(|e| rejected(url, "QE Identity", format!("signed body: {e}")))?
+        .id;
+    match id.as_deref() {
+        Some("TD_QE") => Ok(()),
+        Some(have) => Err(rejected(
+            url,
+            "QE Identity",
+            format!("it is the identity of {have:?}, the TD QE's (id \"TD_QE\") was asked for"),
+        )),
+        None => Err(rejected(
+            url,
+            "QE Identity",
+            "it has no id; the TD QE's identity says id \"TD_QE\"",
+        )),
+    }
+}
+
 /// Verifies a CRL (DER or PEM) signed by `issuer` and current at `now`; returns (DER, nextUpdate).
 pub fn check_crl(
     url: &str,
@@ -488,7 +547,9 @@ impl Pcs<'_> {
         let url = tcb_info_url(&self.base, tee, fmspc, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &TCB_INFO_CHAIN_HEADERS, "TCB Info")?;
-        check_signed_body(&url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)
+        let part = check_signed_body(&url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)?;
+        check_tcb_info_id(&url, tee, &part.text)?;
+        Ok(part)
     }
 
     /// The TD QE Identity, verified.
@@ -496,7 +557,9 @@ impl Pcs<'_> {
         let url = qe_identity_url(&self.base, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &[QE_IDENTITY_CHAIN_HEADER], "QE Identity")?;
-        check_signed_body(&url, "QE Identity", &r.body, pem, &chain, None, now)
+        let part = check_signed_body(&url, "QE Identity", &r.body, pem, &chain, None, now)?;
+        check_qe_identity_id(&url, &part.text)?;
+        Ok(part)
     }
 
     /// The PCK CRL of `ca`, verified: (DER, issuer chain PEM, expiry).
@@ -746,9 +809,11 @@ pub fn from_responses(dir: &Path, now: i64) -> Result<CollateralFile, FetchError
         None,
         now,
     )?;
+    check_tcb_info_id(&tcb_url, Tee::Tdx, &tcb.text)?;
     let qe_path = need(1)?;
+    let qe_url = qe_path.display().to_string();
     let qe = check_signed_body(
-        &qe_path.display().to_string(),
+        &qe_url,
         "QE Identity",
         &read_file(&qe_path)?,
         to_pem(&qe_chain),
@@ -756,6 +821,7 @@ pub fn from_responses(dir: &Path, now: i64) -> Result<CollateralFile, FetchError
         None,
         now,
     )?;
+    check_qe_identity_id(&qe_url, &qe.text)?;
     let pck_path = need(2)?;
     let pck_url = pck_path.display().to_string();
     check_intel_chain(&pck_url, "PCK CRL", &pck_chain, now)?;

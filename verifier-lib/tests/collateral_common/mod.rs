@@ -339,6 +339,7 @@ pub fn kds<'a>(
         http,
         base: srv.base.clone(),
         cache,
+        allow_simulated: false,
     }
 }
 
