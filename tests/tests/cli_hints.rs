@@ -97,11 +97,20 @@ fn a_wrong_kind_of_file_gets_a_hint_naming_what_it_is() {
         (
             {
                 let mut v = ev_args(ev);
-                v.extend(own(&["--xfam", "e702060000000000", "--collateral", json]));
+                v.extend(own(&[
+                    "--xfam",
+                    "e702060000000000",
+                    "--min-tcb-eval-num",
+                    "17",
+                ]));
                 v
             },
             2,
-            vec!["--xfam", "--collateral", "do not apply to SEV-SNP evidence"],
+            vec![
+                "--xfam",
+                "--min-tcb-eval-num",
+                "do not apply to SEV-SNP evidence",
+            ],
         ),
         (
             {
