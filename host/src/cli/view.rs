@@ -5,7 +5,7 @@
 //! input is unusable or the viewer cannot listen.
 
 use super::run::fail;
-use attestation::text::shown;
+use attestation::text::{escape, shown};
 use std::path::Path;
 use std::process::ExitCode;
 use verifier_lib::cli::evidence::{options, OptionsError};
@@ -37,18 +37,8 @@ pub fn run(args: Args) -> ExitCode {
     // A `--tcb-baseline` is applied by `verify-attestation evidence`; the page shows the verification itself.
     let (bytes, opts, _baseline) = match options(&args.verify) {
         Ok(x) => x,
-        Err(OptionsError::Unusable(check, e)) => {
-            return fail(args.verify.json, "view", check, &e, 2)
-        }
-        Err(OptionsError::Rejected(check, e)) => {
-            return fail(
-                args.verify.json,
-                "view",
-                check,
-                &format!("REJECTED: {e}"),
-                1,
-            )
-        }
+        Err(OptionsError::Unusable(check, e)) => return refuse(args.verify.json, check, &e, 2),
+        Err(OptionsError::Rejected(check, e)) => return refuse(args.verify.json, check, &e, 1),
     };
     let source = args.verify.evidence.display().to_string();
     match Page::from_bytes(&source, &bytes, &opts) {
@@ -61,6 +51,22 @@ pub fn run(args: Args) -> ExitCode {
             2,
         ),
     }
+}
+
+/// A verify flag or the evidence refused before anything is served: one failure object with `json`, else
+/// `fenced-run view: CHECK: DETAIL` (`REJECTED CHECK: ...` for exit 1) on stderr, the check named either way.
+fn refuse(json: bool, check: &str, detail: &str, code: u8) -> ExitCode {
+    if json {
+        let detail = if code == 1 {
+            format!("REJECTED: {detail}")
+        } else {
+            detail.to_string()
+        };
+        return fail(true, "view", check, &detail, code);
+    }
+    let prefix = if code == 1 { "REJECTED " } else { "" };
+    eprintln!("fenced-run view: {prefix}{check}: {}", escape(detail));
+    ExitCode::from(code)
 }
 
 /// Serves `page` until Ctrl-C (or the first load with `once`), printing the URL as one line on stdout (as
