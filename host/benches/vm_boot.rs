@@ -32,6 +32,7 @@ fn bare_boot(image: &Path, cpio_path: &Path, dir: &Path) -> Result<f64, String> 
         memory_mib: 2048,
         accel: qemu::choose_accel(Path::new("/sys/module"), Path::new("/dev/kvm")),
         dialer: None,
+        qmp: None,
     };
     // The bare boot has no channel: drop the chardev and port arguments.
     let mut args = qemu::args(&l);

@@ -641,6 +641,11 @@ fn the_install_phase_reaches_an_allowlisted_server_through_the_host_dialer_and_t
         "{err}"
     );
     assert!(!err.contains("denied.example"), "{err}");
+    // At the cut the host removed QEMU's user network itself (QMP netdev_del), beside the guest's own cut.
+    assert!(
+        err.contains("host cut: QEMU's install network removed (QMP netdev_del net0)"),
+        "{err}"
+    );
     assert_eq!(
         *seen.lock().expect("lock"),
         vec!["GET /pkg HTTP/1.1".to_string()]

@@ -184,6 +184,9 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
         );
     }
     print_dialer_log(&out.dialer_log);
+    if let Some(c) = &out.cut {
+        eprintln!("host cut: {}", attestation::text::escape(c));
+    }
     super::run::print_verdict(&out.verdict, args.json);
     if let Some(path) = &args.evidence {
         if let Err(e) = std::fs::write(path, &out.evidence_bytes) {

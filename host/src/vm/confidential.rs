@@ -743,6 +743,7 @@ mod tests {
             memory_mib: 2048,
             accel: super::super::qemu::Accel::Tcg,
             dialer: None,
+            qmp: None,
         })
     }
 

@@ -11,6 +11,7 @@ pub mod confidential;
 pub mod dialer;
 pub mod progress;
 pub mod qemu;
+pub mod qmp;
 
 use attestation::evidence::Evidence;
 use attestation::sim::{SimPsp, SimSnpTee};
@@ -149,7 +150,12 @@ pub struct VmRun {
     pub dialer_log: Vec<dialer::DialerRecord>,
     /// Each step and how long it took.
     pub steps: Vec<(&'static str, Duration)>,
+    /// What the host did at the cut (`None`: no cut, the job had no install phase).
+    pub cut: Option<String>,
 }
+
+/// How long the host waits for QEMU's answers when it removes the install network at the cut.
+const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -343,6 +349,7 @@ fn run_steps(
             (Some(d), true) => Some(dialer_command(d, dir.path(), &opts.dialer_map)),
             _ => None,
         },
+        qmp: network.then(|| dir.path().join(qmp::SOCKET_FILE)),
     };
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
@@ -466,6 +473,7 @@ fn run_steps(
     let mut budget = t.attest;
     let mut what = "the report request or bundle request";
     let mut cut_done = false;
+    let mut cut_note: Option<String> = None;
     let evidence_bytes = loop {
         let f = vm.recv(deadline, budget, what)?;
         match f.kind {
@@ -536,9 +544,20 @@ fn run_steps(
                 progress.step("cut", "cutting the install network");
                 let killed = vm.dir.as_ref().map_or(0, |d| dialer::cut(d.path()));
                 cut_done = true;
+                let netdev = match (&launch.qmp, network) {
+                    (Some(q), true) => match qmp::netdev_del(q, qmp::NETDEV_ID, QMP_TIMEOUT) {
+                        Ok(()) => format!(
+                            "QEMU's install network removed (QMP netdev_del {})",
+                            qmp::NETDEV_ID
+                        ),
+                        Err(e) => format!("QEMU's install network NOT removed: {e}"),
+                    },
+                    _ => "no install network device".to_string(),
+                };
                 let said = format!(
-                    "the host refuses every further dialer connection; {killed} running dialer(s) killed"
+                    "{netdev}; the host refuses every further dialer connection; {killed} running dialer(s) killed"
                 );
+                cut_note = Some(said.clone());
                 vm.send(FrameType::CutDone, said.as_bytes())?;
                 progress.step("test", "the test phase in the guest, no network");
                 budget = t.test;
@@ -602,5 +621,6 @@ fn run_steps(
         accel,
         dialer_log,
         steps: Vec::new(),
+        cut: cut_note,
     })
 }

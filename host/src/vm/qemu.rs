@@ -3,7 +3,8 @@
 //! q35 (microvm does not boot Debian's kernel reliably), direct kernel boot, no default devices, one
 //! virtio-serial port for the job channel and the serial console into a file; for a job with an install phase
 //! also one virtio-net device on QEMU user networking with `restrict=on` (no way out but the one `guestfwd`,
-//! which starts the host dialer per connection). [`args`] is a function of the plain [`Launch`] struct only. TCG where `/dev/kvm` is the
+//! which starts the host dialer per connection) and a QMP socket, through which the host removes that network
+//! at the cut. [`args`] is a function of the plain [`Launch`] struct only. TCG where `/dev/kvm` is the
 //! `kvm_pvm` module (an ordinary kernel hangs under it, and a probe would only burn its timeout), KVM elsewhere.
 
 use std::path::{Path, PathBuf};
@@ -59,6 +60,9 @@ pub struct Launch {
     pub accel: Accel,
     /// The install phase's network: the host dialer's command line (`None`: no network device at all).
     pub dialer: Option<String>,
+    /// With a network: the QMP socket QEMU listens on, through which the host removes the netdev at the cut
+    /// (host::vm::qmp). No monitor of any kind without it.
+    pub qmp: Option<PathBuf>,
 }
 
 /// Where the guest reaches the host dialer (QEMU user networking's guestfwd).
@@ -121,10 +125,19 @@ pub fn args(l: &Launch) -> Vec<String> {
     if let Some(cmd) = &l.dialer {
         a.extend([
             "-netdev".into(),
-            format!("user,id=net0,restrict=on,guestfwd={GUESTFWD}-cmd:{cmd}"),
+            format!(
+                "user,id={},restrict=on,guestfwd={GUESTFWD}-cmd:{cmd}",
+                super::qmp::NETDEV_ID
+            ),
             "-device".into(),
             "virtio-net-pci,netdev=net0,romfile=".into(),
         ]);
+        if let Some(q) = &l.qmp {
+            a.extend([
+                "-qmp".into(),
+                format!("unix:{},server=on,wait=off", q.display()),
+            ]);
+        }
     }
     a
 }
@@ -158,6 +171,7 @@ mod tests {
             memory_mib: 1024,
             accel: Accel::Tcg,
             dialer: None,
+            qmp: Some("/q".into()),
         };
         let a = args(&l);
         let pos = |s: &str| a.iter().position(|x| x == s).expect(s);
@@ -167,6 +181,10 @@ mod tests {
         assert!(a.contains(&"-nodefaults".to_string()));
         assert!(a.iter().any(|x| x.ends_with("name=fenced-run.job")));
         assert!(!a.iter().any(|x| x.contains("netdev")));
+        assert!(
+            !a.iter().any(|x| x == "-qmp"),
+            "no monitor without a network"
+        );
 
         // With an install phase: one restricted user network whose only way out is the dialer.
         let mut l = l;
@@ -184,5 +202,11 @@ mod tests {
         );
         assert!(b.iter().any(|x| x == "virtio-net-pci,netdev=net0,romfile="));
         assert_eq!(b.iter().filter(|x| x.as_str() == "-netdev").count(), 1);
+        // The netdev's id is the one the cut removes over QMP.
+        assert!(netdev.starts_with(&format!("user,id={},", super::super::qmp::NETDEV_ID)));
+        assert_eq!(
+            b[b.iter().position(|x| x == "-qmp").expect("-qmp") + 1],
+            "unix:/q,server=on,wait=off"
+        );
     }
 }
