@@ -21,6 +21,26 @@ fn mnt(
         .map_err(|e| format!("mount {fstype} on {target}: {e}"))
 }
 
+/// Seconds since the kernel booted (CLOCK_BOOTTIME), for the boot timeline on the console.
+pub fn since_boot() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `ts`.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// One line of the boot timeline on the console: `guest-agent: boot +S.SSS s: WHAT`.
+pub fn mark(what: &str) {
+    eprintln!("guest-agent: boot +{:.3} s: {what}", since_boot());
+}
+
 /// Stage 1 (on the initramfs): mounts /proc, /sys and /dev, copies the initramfs into a tmpfs, moves that over
 /// `/` and chroots into it. The caller then re-executes `/init` from the new root.
 pub fn stage1() -> Result<(), String> {
@@ -63,6 +83,7 @@ pub fn stage1() -> Result<(), String> {
         )
         .map_err(|e| format!("move /{m} to {target}: {e}"))?;
     }
+    mark("stage 1: the initramfs copied into the tmpfs");
     std::env::set_current_dir(NEW_ROOT).map_err(|e| format!("chdir {NEW_ROOT}: {e}"))?;
     mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
         .map_err(|e| format!("move {NEW_ROOT} over /: {e}"))?;
@@ -104,8 +125,8 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the kernel modules, configfs. Returns a note per module
-/// that did not load (ENODEV from `sev-guest`/`tdx-guest` in a plain VM means "not this TEE" and is no note).
+/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the kernel modules, configfs (the install network's
+/// modules in a background thread, see [`network_modules`]). Returns a note per module that did not load (ENODEV from `sev-guest`/`tdx-guest` in a plain VM means "not this TEE" and is no note).
 pub fn stage2() -> Result<Vec<String>, String> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mnt(
@@ -117,9 +138,15 @@ pub fn stage2() -> Result<Vec<String>, String> {
     )?;
     mnt("tmpfs", "/tmp", "tmpfs", nosuid, Some("mode=1777"))?;
     mnt("tmpfs", "/run", "tmpfs", nosuid, Some("mode=0755"))?;
+    mark("stage 2: re-executed in the tmpfs root");
     let mut notes = Vec::new();
     let list = std::fs::read_to_string(MODULE_LIST).unwrap_or_default();
-    for line in list.lines().map(str::trim).filter(|l| !l.is_empty()) {
+    let (network, early): (Vec<&str>, Vec<&str>) = list
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .partition(|l| is_network_module(l));
+    for line in early {
         if let Err(e) = load_module(Path::new(line)) {
             notes.push(e);
         }
@@ -133,10 +160,50 @@ pub fn stage2() -> Result<Vec<String>, String> {
             );
         }
     }
+    mark("stage 2: attestation modules loaded");
     // Set while the agent is still single-threaded.
     std::env::set_var("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
     std::env::set_var("HOME", "/root");
+    // The install network's modules are not needed before the install phase: they load beside the report
+    // exchange and intake, and the install phase waits for them (network_modules).
+    let network: Vec<String> = network.into_iter().map(str::to_owned).collect();
+    let handle = std::thread::spawn(move || {
+        let notes: Vec<String> = network
+            .iter()
+            .filter_map(|m| load_module(Path::new(m)).err())
+            .collect();
+        mark("the install network's modules loaded");
+        notes
+    });
+    *NETWORK_MODULES.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
     Ok(notes)
+}
+
+/// The modules of the install network (the virtio-net driver and what it needs), by file name.
+const NETWORK_MODULE_NAMES: &[&str] = &["failover", "net_failover", "virtio_net"];
+
+/// The loading of the install network's modules that stage 2 started, until [`network_modules`] takes it.
+static NETWORK_MODULES: std::sync::Mutex<Option<std::thread::JoinHandle<Vec<String>>>> =
+    std::sync::Mutex::new(None);
+
+fn is_network_module(path: &str) -> bool {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file.split('.').next().unwrap_or(file);
+    NETWORK_MODULE_NAMES.contains(&stem)
+}
+
+/// Waits until the install network's modules are loaded (stage 2 loads them in the background); returns a
+/// note per module that did not load. Empty when they were already waited for, or stage 2 never ran.
+pub fn network_modules() -> Vec<String> {
+    let handle = NETWORK_MODULES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    match handle.map(std::thread::JoinHandle::join) {
+        Some(Ok(notes)) => notes,
+        Some(Err(_)) => vec!["loading the install network's modules panicked".to_string()],
+        None => Vec::new(),
+    }
 }
 
 /// Loads one module file (`.ko` or `.ko.xz`, which the kernel decompresses itself).
@@ -172,4 +239,31 @@ pub fn power_off() -> ! {
     let _ = nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_POWER_OFF);
     // Only reached when not PID 1 or without CAP_SYS_BOOT.
     std::process::exit(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_network_driver_and_its_dependencies_load_in_the_background() {
+        for m in [
+            "/lib/modules/failover.ko.xz",
+            "/lib/modules/net_failover.ko.xz",
+            "/lib/modules/virtio_net.ko",
+        ] {
+            assert!(is_network_module(m), "{m}");
+        }
+        for m in [
+            "/lib/modules/configfs.ko.xz",
+            "/lib/modules/tsm.ko.xz",
+            "/lib/modules/sev-guest.ko.xz",
+            "/lib/modules/tdx-guest.ko.xz",
+            "/lib/modules/virtio_net_extra.ko.xz",
+        ] {
+            assert!(!is_network_module(m), "{m}");
+        }
+        // Without stage 2 there is nothing to wait for.
+        assert!(network_modules().is_empty());
+    }
 }

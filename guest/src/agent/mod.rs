@@ -37,6 +37,7 @@ pub fn pid1_main(args: &[String]) -> ! {
         init::power_off();
     }));
     if !args.iter().any(|a| a == SWITCHED_ARG) {
+        init::mark("/init started");
         if let Err(e) = init::stage1() {
             console(&format!("set-up failed: {e}; powering off"));
             init::power_off();
@@ -105,6 +106,7 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let mut wr = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let ch = |e: ChannelError| format!("job channel: {e}");
     channel::write_frame(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
+    init::mark("the job channel is open; Hello sent (agent ready)");
     let fail = |wr: &mut File, why: String| {
         let _ = channel::write_frame(wr, FrameType::Failure, why.as_bytes());
         why

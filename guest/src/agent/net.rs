@@ -183,6 +183,9 @@ impl EgressProvider for VmEgress {
         .ok_or("the install phase's network was already used once")?;
         channel::write_frame(&mut port, FrameType::InstallStart, b"")
             .map_err(|e| format!("job channel: {e}"))?;
+        for n in super::init::network_modules() {
+            note(&self.notes, n);
+        }
         let dev = interface();
         let dialer: Arc<dyn NameDialer> = match &dev {
             Some(d) => match configure(d) {
