@@ -13,9 +13,13 @@ use x509_cert::Certificate;
 
 /// One state directory per test process (RSA-4096 generation happens once).
 fn shared_state() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("tempdir"))
-        .path()
+    // Under the target's own temporary directory, not a TempDir in a static: statics are never dropped, so
+    // a TempDir there would be left in /tmp by every run.
+    static DIR: OnceLock<std::path::PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("fenced-run-attestation-sim-psp-tests-sim")
+    })
 }
 
 fn vectors() -> Option<PathBuf> {

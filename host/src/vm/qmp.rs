@@ -193,16 +193,24 @@ mod tests {
     const GREETING: &str =
         "{\"QMP\": {\"version\": {\"qemu\": {\"major\": 10}}, \"capabilities\": []}}\n";
 
+    /// A fake QEMU that greets, accepts `qmp_capabilities` and answers the next command with `answer`.
+    fn after_capabilities(
+        dir: &Path,
+        answer: &'static str,
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>) {
+        fake(
+            dir,
+            GREETING,
+            vec![Some("{\"return\": {}}\n"), Some(answer)],
+        )
+    }
+
     #[test]
     fn netdev_del_enters_command_mode_skips_events_and_names_the_netdev() {
         let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = fake(
+        let (sock, h) = after_capabilities(
             d.path(),
-            GREETING,
-            vec![
-                Some("{\"return\": {}}\n"),
-                Some("{\"event\": \"NIC_RX_FILTER_CHANGED\", \"data\": {}}\n{\"return\": {}}\n"),
-            ],
+            "{\"event\": \"NIC_RX_FILTER_CHANGED\", \"data\": {}}\n{\"return\": {}}\n",
         );
         netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect("deleted");
         let seen = h.join().expect("fake");
@@ -220,13 +228,9 @@ mod tests {
     #[test]
     fn qemus_refusal_garbage_silence_and_a_closed_socket_are_named() {
         let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = fake(
+        let (sock, h) = after_capabilities(
             d.path(),
-            GREETING,
-            vec![
-                Some("{\"return\": {}}\n"),
-                Some("{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device 'net0' not found\"}}\n"),
-            ],
+            "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device 'net0' not found\"}}\n",
         );
         let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("refused");
         assert!(
