@@ -472,7 +472,6 @@ fn run_steps(
     let mut deadline = Instant::now() + t.attest;
     let mut budget = t.attest;
     let mut what = "the report request or bundle request";
-    let mut cut_done = false;
     let mut cut_note: Option<String> = None;
     let evidence_bytes = loop {
         let f = vm.recv(deadline, budget, what)?;
@@ -540,19 +539,18 @@ fn run_steps(
                 deadline = Instant::now() + budget;
                 what = "the end of the install phase";
             }
-            FrameType::Cut if !cut_done => {
+            FrameType::Cut if cut_note.is_none() => {
                 progress.step("cut", "cutting the install network");
                 let killed = vm.dir.as_ref().map_or(0, |d| dialer::cut(d.path()));
-                cut_done = true;
-                let netdev = match (&launch.qmp, network) {
-                    (Some(q), true) => match qmp::netdev_del(q, qmp::NETDEV_ID, QMP_TIMEOUT) {
+                let netdev = match &launch.qmp {
+                    Some(q) => match qmp::netdev_del(q, qmp::NETDEV_ID, QMP_TIMEOUT) {
                         Ok(()) => format!(
                             "QEMU's install network removed (QMP netdev_del {})",
                             qmp::NETDEV_ID
                         ),
                         Err(e) => format!("QEMU's install network NOT removed: {e}"),
                     },
-                    _ => "no install network device".to_string(),
+                    None => "no install network device".to_string(),
                 };
                 let said = format!(
                     "{netdev}; the host refuses every further dialer connection; {killed} running dialer(s) killed"

@@ -205,6 +205,17 @@ mod tests {
         )
     }
 
+    /// The error of `netdev_del` against the fake QEMU `start` makes in a fresh directory.
+    fn refusal(
+        start: impl FnOnce(&Path) -> (std::path::PathBuf, std::thread::JoinHandle<Vec<String>>),
+    ) -> String {
+        let d = tempfile::tempdir().expect("tmp");
+        let (sock, h) = start(d.path());
+        let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("an error");
+        h.join().expect("fake");
+        e
+    }
+
     #[test]
     fn netdev_del_enters_command_mode_skips_events_and_names_the_netdev() {
         let d = tempfile::tempdir().expect("tmp");
@@ -227,35 +238,22 @@ mod tests {
 
     #[test]
     fn qemus_refusal_garbage_silence_and_a_closed_socket_are_named() {
-        let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = after_capabilities(
-            d.path(),
-            "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device 'net0' not found\"}}\n",
-        );
-        let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("refused");
+        let e = refusal(|d| {
+            after_capabilities(
+                d,
+                "{\"error\": {\"class\": \"DeviceNotFound\", \"desc\": \"Device 'net0' not found\"}}\n",
+            )
+        });
         assert!(
             e.contains("netdev_del: QEMU refused: Device 'net0' not found"),
             "{e}"
         );
-        h.join().expect("fake");
-
-        let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = fake(d.path(), "not json\n", vec![]);
-        let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("garbage");
+        let e = refusal(|d| fake(d, "not json\n", vec![]));
         assert!(e.contains("not JSON") && e.contains("not json"), "{e}");
-        h.join().expect("fake");
-
-        let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = fake(d.path(), "{\"hello\": 1}\n", vec![]);
-        let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("no greeting");
+        let e = refusal(|d| fake(d, "{\"hello\": 1}\n", vec![]));
         assert!(e.contains("not QMP's greeting"), "{e}");
-        h.join().expect("fake");
-
-        let d = tempfile::tempdir().expect("tmp");
-        let (sock, h) = fake(d.path(), GREETING, vec![None]);
-        let e = netdev_del(&sock, NETDEV_ID, Duration::from_secs(5)).expect_err("closed");
+        let e = refusal(|d| fake(d, GREETING, vec![None]));
         assert!(e.contains("QEMU closed the socket"), "{e}");
-        h.join().expect("fake");
 
         // A QEMU that greets and then never answers: bounded by the timeout.
         let d = tempfile::tempdir().expect("tmp");
