@@ -42,8 +42,10 @@ pub fn mark(what: &str) {
 }
 
 /// Stage 1 (on the initramfs): mounts /proc, /sys and /dev, copies the initramfs into a tmpfs, moves that over
-/// `/` and chroots into it. The caller then re-executes `/init` from the new root.
-pub fn stage1() -> Result<(), String> {
+/// `/` and chroots into it. The agent itself (`/init`, half of the initramfs) is not copied: the returned
+/// descriptor holds it, and the caller re-executes it through that descriptor in the new root (where no `/init`
+/// exists, so nothing in the guest can read or replace it by path).
+pub fn stage1() -> Result<std::os::fd::OwnedFd, String> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV;
     mnt("proc", "/proc", "proc", nosuid, None)?;
     mnt("sysfs", "/sys", "sysfs", nosuid, None)?;
@@ -61,7 +63,10 @@ pub fn stage1() -> Result<(), String> {
         MsFlags::empty(),
         Some("mode=0755"),
     )?;
-    let skip = ["proc", "sys", "dev", "newroot"];
+    let agent: std::os::fd::OwnedFd = std::fs::File::open("/init")
+        .map_err(|e| format!("open /init: {e}"))?
+        .into();
+    let skip = ["proc", "sys", "dev", "newroot", "init"];
     let top = std::fs::read_dir("/").map_err(|e| format!("read /: {e}"))?;
     for entry in top {
         let entry = entry.map_err(|e| format!("read /: {e}"))?;
@@ -89,7 +94,7 @@ pub fn stage1() -> Result<(), String> {
         .map_err(|e| format!("move {NEW_ROOT} over /: {e}"))?;
     nix::unistd::chroot(".").map_err(|e| format!("chroot {NEW_ROOT}: {e}"))?;
     std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
-    Ok(())
+    Ok(agent)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
@@ -125,8 +130,10 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the kernel modules, configfs (the install network's
-/// modules in a background thread, see [`network_modules`]). Returns a note per module that did not load (ENODEV from `sev-guest`/`tdx-guest` in a plain VM means "not this TEE" and is no note).
+/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the report modules where a TEE guest device exists
+/// ([`tee_drivers_wanted`]), configfs (the install network's modules in a background thread, see
+/// [`network_modules`]). Returns a note per module that did not load (ENODEV from a TEE driver means "not this
+/// TEE" and is no note).
 pub fn stage2() -> Result<Vec<String>, String> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mnt(
@@ -146,7 +153,29 @@ pub fn stage2() -> Result<Vec<String>, String> {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .partition(|l| is_network_module(l));
+    // The report modules (configfs, tsm and the TEE guest drivers) load only where a TEE guest device exists:
+    // in a plain VM every driver answers ENODEV, and loading them costs boot time under TCG.
+    let wanted = tee_drivers_wanted(Path::new("/"));
+    let early: Vec<&str> = if wanted.is_empty() {
+        eprintln!(
+            "guest-agent: no SEV-SNP or TDX guest device: the report modules are not loaded (a plain VM)"
+        );
+        Vec::new()
+    } else {
+        early
+            .into_iter()
+            .filter(|l| !is_tee_driver(l) || wanted.contains(&module_stem(l)))
+            .collect()
+    };
+    // The TEE guest drivers need only what comes before them (tsm, configfs) and not each other: each loads on
+    // its own thread, beside the next (a second vCPU does one while the first does the other).
+    let mut beside = Vec::new();
     for line in early {
+        if is_tee_driver(line) {
+            let path = line.to_owned();
+            beside.push(std::thread::spawn(move || load_module(Path::new(&path))));
+            continue;
+        }
         if let Err(e) = load_module(Path::new(line)) {
             notes.push(e);
         }
@@ -158,6 +187,13 @@ pub fn stage2() -> Result<Vec<String>, String> {
                 nosuid | MsFlags::MS_NOEXEC,
                 None,
             );
+        }
+    }
+    for handle in beside {
+        match handle.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => notes.push(e),
+            Err(_) => notes.push("loading a TEE guest driver panicked".to_string()),
         }
     }
     mark("stage 2: attestation modules loaded");
@@ -186,10 +222,39 @@ const NETWORK_MODULE_NAMES: &[&str] = &["failover", "net_failover", "virtio_net"
 static NETWORK_MODULES: std::sync::Mutex<Option<std::thread::JoinHandle<Vec<String>>>> =
     std::sync::Mutex::new(None);
 
-fn is_network_module(path: &str) -> bool {
+/// The TEE guest drivers (report interfaces), by file name: nothing in the list depends on them.
+const TEE_DRIVER_NAMES: &[&str] = &["sev-guest", "tdx-guest"];
+
+/// The TEE guest drivers this VM has a device for, read under `root` (`/` in the guest): `sev-guest` when the
+/// kernel registered the SEV-SNP guest's platform device (it does so only when SNP is active, which the
+/// hypervisor cannot fake to an SNP guest), `tdx-guest` when the CPU flags include `tdx_guest`.
+pub fn tee_drivers_wanted(root: &Path) -> Vec<&'static str> {
+    let mut wanted = Vec::new();
+    if root.join("sys/bus/platform/devices/sev-guest").exists() {
+        wanted.push("sev-guest");
+    }
+    let cpuinfo = std::fs::read_to_string(root.join("proc/cpuinfo")).unwrap_or_default();
+    let tdx = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "tdx_guest"));
+    if tdx {
+        wanted.push("tdx-guest");
+    }
+    wanted
+}
+
+fn module_stem(path: &str) -> &str {
     let file = path.rsplit('/').next().unwrap_or(path);
-    let stem = file.split('.').next().unwrap_or(file);
-    NETWORK_MODULE_NAMES.contains(&stem)
+    file.split('.').next().unwrap_or(file)
+}
+
+fn is_network_module(path: &str) -> bool {
+    NETWORK_MODULE_NAMES.contains(&module_stem(path))
+}
+
+fn is_tee_driver(path: &str) -> bool {
+    TEE_DRIVER_NAMES.contains(&module_stem(path))
 }
 
 /// Waits until the install network's modules are loaded (stage 2 loads them in the background); returns a
@@ -265,5 +330,42 @@ mod tests {
         }
         // Without stage 2 there is nothing to wait for.
         assert!(network_modules().is_empty());
+    }
+
+    #[test]
+    fn the_report_modules_load_only_for_a_tee_guest_device() {
+        let root = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(root.path().join("proc")).expect("mkdir");
+        let cpuinfo = root.path().join("proc/cpuinfo");
+        std::fs::write(&cpuinfo, "processor\t: 0\nflags\t\t: fpu vme hypervisor\n").expect("write");
+        assert!(tee_drivers_wanted(root.path()).is_empty());
+        // A flag that only contains the name is not the flag.
+        std::fs::write(
+            &cpuinfo,
+            "flags\t\t: fpu no_tdx_guest\nbugs\t\t: tdx_guest\n",
+        )
+        .expect("write");
+        assert!(tee_drivers_wanted(root.path()).is_empty());
+        std::fs::write(&cpuinfo, "flags\t\t: fpu tdx_guest hypervisor\n").expect("write");
+        assert_eq!(tee_drivers_wanted(root.path()), ["tdx-guest"]);
+        std::fs::write(&cpuinfo, "flags\t\t: fpu hypervisor\n").expect("write");
+        std::fs::create_dir_all(root.path().join("sys/bus/platform/devices/sev-guest"))
+            .expect("mkdir");
+        assert_eq!(tee_drivers_wanted(root.path()), ["sev-guest"]);
+    }
+
+    #[test]
+    fn only_the_tee_guest_drivers_load_beside_each_other() {
+        for m in ["/lib/modules/sev-guest.ko", "/lib/modules/tdx-guest.ko.xz"] {
+            assert!(is_tee_driver(m), "{m}");
+        }
+        for m in [
+            "/lib/modules/configfs.ko",
+            "/lib/modules/tsm.ko",
+            "/lib/modules/virtio_net.ko",
+            "/lib/modules/sev-guest-extra.ko",
+        ] {
+            assert!(!is_tee_driver(m), "{m}");
+        }
     }
 }

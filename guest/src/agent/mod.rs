@@ -38,11 +38,14 @@ pub fn pid1_main(args: &[String]) -> ! {
     }));
     if !args.iter().any(|a| a == SWITCHED_ARG) {
         init::mark("/init started");
-        if let Err(e) = init::stage1() {
-            console(&format!("set-up failed: {e}; powering off"));
-            init::power_off();
-        }
-        let err = exec_self();
+        let agent = match init::stage1() {
+            Ok(fd) => fd,
+            Err(e) => {
+                console(&format!("set-up failed: {e}; powering off"));
+                init::power_off();
+            }
+        };
+        let err = exec_self(&agent);
         console(&format!(
             "re-executing /init in the new root: {err}; powering off"
         ));
@@ -62,12 +65,28 @@ pub fn pid1_main(args: &[String]) -> ! {
     init::power_off();
 }
 
-fn exec_self() -> String {
-    use std::os::unix::process::CommandExt;
-    std::process::Command::new("/init")
-        .arg(SWITCHED_ARG)
-        .exec()
-        .to_string()
+/// Re-executes the agent from `agent` (its file, opened before the move) with [`SWITCHED_ARG`]; returns why
+/// that failed.
+fn exec_self(agent: &std::os::fd::OwnedFd) -> String {
+    use std::ffi::CString;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(switched) = CString::new(SWITCHED_ARG) else {
+        return "the switch argument holds a NUL byte".to_string();
+    };
+    let args = [c"/init".to_owned(), switched];
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    match nix::unistd::fexecve(agent.as_raw_fd(), &args, &env) {
+        Err(e) => format!("fexecve: {e}"),
+        Ok(never) => match never {},
+    }
 }
 
 /// Finds the virtio-serial port named [`channel::PORT_NAME`] and opens it.
