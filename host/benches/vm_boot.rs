@@ -23,7 +23,10 @@ fn bare_boot(image: &Path, cpio_path: &Path, dir: &Path) -> Result<f64, String> 
     let console = dir.join("bare-console.log");
     let _ = std::fs::remove_file(&console);
     let l = qemu::Launch {
-        kernel: image.join(image::KERNEL_FILE),
+        kernel: image::vm_kernel_path(
+            image,
+            &image::Manifest::load(image).map_err(|e| format!("manifest: {e}"))?,
+        ),
         initrd: cpio_path.to_path_buf(),
         cmdline: image::CMDLINE.into(),
         channel: dir.join("unused.sock"),
@@ -33,6 +36,7 @@ fn bare_boot(image: &Path, cpio_path: &Path, dir: &Path) -> Result<f64, String> 
         accel: qemu::choose_accel(Path::new("/sys/module"), Path::new("/dev/kvm")),
         dialer: None,
         qmp: None,
+        bios: qemu::fast_firmware(Path::new("qemu-system-x86_64")),
     };
     // The bare boot has no channel: drop the chardev and port arguments.
     let mut args = qemu::args(&l);

@@ -103,7 +103,8 @@ pub struct TdxMeasurement {
 /// Expected measurements of the image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Measurements {
-    /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image.
+    /// The `vm` tier's sim launch measurement (measurements::sim), hex: what the sim PSP signs for this image
+    /// (over [`Manifest::vm_kernel`] where there is one, else [`Manifest::kernel`]).
     pub vm: String,
     /// SEV-SNP launch digests for the OVMF given at build time (empty without one).
     #[serde(default)]
@@ -120,6 +121,11 @@ pub struct Manifest {
     pub format: String,
     /// The kernel.
     pub kernel: Artifact,
+    /// The kernel the `vm` tier boots at its PVH entry: [`Manifest::kernel`]'s payload, decompressed at build
+    /// time (absent when the kernel has none; the `vm` tier then boots [`Manifest::kernel`]).
+    /// [`Measurements::vm`] covers this file when it is present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_kernel: Option<Artifact>,
     /// The initramfs.
     pub initramfs: Artifact,
     /// The command line.

@@ -158,6 +158,7 @@ fn image_build_is_reproducible_and_its_manifest_matches_its_files() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for f in [
         image::KERNEL_FILE,
+        image::VM_KERNEL_FILE,
         image::INITRAMFS_FILE,
         image::MANIFEST_FILE,
     ] {
@@ -168,7 +169,17 @@ fn image_build_is_reproducible_and_its_manifest_matches_its_files() {
         assert!(x == y, "{f} differs between two builds");
     }
     let m = Manifest::load(a).expect("manifest");
-    let k = std::fs::read(a.join(image::KERNEL_FILE)).expect("kernel");
+    // Debian's kernel has a PVH entry: the vm tier boots its decompressed payload, and the measurement covers it.
+    let vm_kernel = m.vm_kernel.as_ref().expect("a PVH kernel for the vm tier");
+    let k = std::fs::read(a.join(image::VM_KERNEL_FILE)).expect("vm kernel");
+    assert_eq!(
+        vm_kernel.sha256,
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&k))
+    );
+    assert_eq!(
+        image::pvh::extract(&std::fs::read(a.join(image::KERNEL_FILE)).expect("kernel")),
+        Ok(k.clone())
+    );
     let i = std::fs::read(a.join(image::INITRAMFS_FILE)).expect("initramfs");
     let want = measurements::sim::vm_launch_measurement(&k, &i, &m.cmdline.value);
     assert_eq!(m.measurements.vm, hex::encode(want));
@@ -250,6 +261,7 @@ fn demo_in_the_vm_gives_verified_evidence_pass_and_fail_and_a_changed_initramfs_
     std::fs::create_dir_all(&bad).expect("dir");
     for f in [
         image::KERNEL_FILE,
+        image::VM_KERNEL_FILE,
         image::INITRAMFS_FILE,
         image::MANIFEST_FILE,
     ] {
@@ -320,11 +332,9 @@ fn a_guest_that_never_answers_ends_in_a_clear_error_within_its_budget() {
     tree.write(&mut cpio).expect("cpio");
     let img = t.path().join("silent");
     std::fs::create_dir_all(&img).expect("dir");
-    std::fs::copy(
-        shared_image().join(image::KERNEL_FILE),
-        img.join(image::KERNEL_FILE),
-    )
-    .expect("kernel");
+    for f in [image::KERNEL_FILE, image::VM_KERNEL_FILE] {
+        std::fs::copy(shared_image().join(f), img.join(f)).expect("kernel");
+    }
     std::fs::write(img.join(image::INITRAMFS_FILE), &cpio).expect("initramfs");
     let mut m = Manifest::load(shared_image()).expect("manifest");
     m.initramfs.sha256.clear();

@@ -72,6 +72,12 @@ pub fn run(args: Args) -> ExitCode {
         Ok(m) => {
             println!("image       {}", b.out.display());
             println!("kernel      sha256 {}", m.kernel.sha256);
+            if let Some(k) = &m.vm_kernel {
+                println!(
+                    "vm kernel   sha256 {} ({} bytes, the PVH kernel the vm tier boots)",
+                    k.sha256, k.size
+                );
+            }
             println!(
                 "initramfs   sha256 {} ({} bytes)",
                 m.initramfs.sha256, m.initramfs.size

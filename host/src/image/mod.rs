@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod cpio;
+pub mod pvh;
 
 use cpio::{Entry, Tree};
 pub use measurements::manifest::{
@@ -19,6 +20,8 @@ use std::path::{Path, PathBuf};
 pub const CMDLINE: &str = "console=ttyS0 panic=-1 quiet random.trust_cpu=on cryptomgr.notests initcall_blacklist=jent_mod_init,crypto_kdf108_init ras=cec_disable";
 /// File names inside an image directory.
 pub const KERNEL_FILE: &str = "vmlinuz";
+/// The `vm` tier's kernel: the bzImage's payload, decompressed (host::image::pvh), when it has a PVH entry.
+pub const VM_KERNEL_FILE: &str = "vmlinux";
 /// The initramfs file name.
 pub const INITRAMFS_FILE: &str = "initramfs.cpio";
 /// Kernel modules the agent loads, dependencies first, relative to `lib/modules/<version>/`: configfs and the
@@ -235,6 +238,15 @@ pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Includ
     Ok((t, agent_info, included))
 }
 
+/// The kernel file the `vm` tier boots from the image in `dir`: the PVH kernel where the manifest lists one,
+/// else the bzImage.
+pub fn vm_kernel_path(dir: &Path, manifest: &Manifest) -> PathBuf {
+    match manifest.vm_kernel {
+        Some(_) => dir.join(VM_KERNEL_FILE),
+        None => dir.join(KERNEL_FILE),
+    }
+}
+
 /// Decompresses one `.ko.xz` module file (`src` names it in errors).
 fn unxz(packed: &[u8], src: &Path) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
@@ -256,7 +268,21 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     let mut c384 = Sha384::new();
     c384.update(CMDLINE.as_bytes());
     c384.update([0u8]);
-    let vm = measurements::sim::vm_launch_measurement(&kernel, &initramfs, CMDLINE);
+    let vm_kernel = match pvh::extract(&kernel) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            eprintln!(
+                "fenced-run: {}: no PVH kernel for the vm tier ({e}); it boots the bzImage",
+                opts.kernel.display()
+            );
+            None
+        }
+    };
+    let vm = measurements::sim::vm_launch_measurement(
+        vm_kernel.as_deref().unwrap_or(&kernel),
+        &initramfs,
+        CMDLINE,
+    );
     let snp_fw = opts.ovmf.as_ref().map(|p| read("--ovmf", p)).transpose()?;
     let sev_snp = match &snp_fw {
         Some(fw) => snp_measurements(fw, &kernel, &initramfs)?,
@@ -277,6 +303,9 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         kernel: Artifact::of(KERNEL_FILE, &kernel),
+        vm_kernel: vm_kernel
+            .as_deref()
+            .map(|k| Artifact::of(VM_KERNEL_FILE, k)),
         initramfs: Artifact::of(INITRAMFS_FILE, &initramfs),
         cmdline: Cmdline {
             value: CMDLINE.into(),
@@ -300,6 +329,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         (INITRAMFS_FILE, initramfs.as_slice()),
         (MANIFEST_FILE, json.as_bytes()),
     ];
+    files.extend(vm_kernel.as_deref().map(|k| (VM_KERNEL_FILE, k)));
     files.extend(snp_fw.as_deref().map(|f| (SNP_FIRMWARE_FILE, f)));
     files.extend(tdx_fw.as_deref().map(|f| (TDX_FIRMWARE_FILE, f)));
     for (name, bytes) in files {
@@ -308,6 +338,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     }
     // A firmware of an earlier build that this one was not given would not match the manifest.
     for (name, given) in [
+        (VM_KERNEL_FILE, vm_kernel.is_some()),
         (SNP_FIRMWARE_FILE, snp_fw.is_some()),
         (TDX_FIRMWARE_FILE, tdx_fw.is_some()),
     ] {

@@ -690,6 +690,8 @@ pub fn apply(base: &[String], c: &Confidential, memory_mib: u64) -> Vec<String> 
                 out.push(cpu.clone());
                 i += 2;
             }
+            // A plain VM's firmware: the OVMF below replaces it.
+            ("-bios", Some(_)) => i += 2,
             _ => {
                 out.push(a.clone());
                 i += 1;
@@ -744,6 +746,8 @@ mod tests {
             accel: super::super::qemu::Accel::Tcg,
             dialer: None,
             qmp: None,
+            // A plain VM's firmware, which every confidential launch must replace with its OVMF.
+            bios: Some("/usr/share/qemu/qboot.rom".into()),
         })
     }
 

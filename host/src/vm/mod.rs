@@ -301,7 +301,12 @@ fn run_steps(
 ) -> Result<VmRun, String> {
     progress.step("boot", "starting QEMU");
     let manifest = crate::image::Manifest::load(&opts.image)?;
-    let kernel_path = opts.image.join(crate::image::KERNEL_FILE);
+    // The confidential tiers boot the bzImage through OVMF (what kernel-hashes measures); the vm tier boots
+    // the PVH kernel where the image has one.
+    let kernel_path = match opts.confidential {
+        Some(_) => opts.image.join(crate::image::KERNEL_FILE),
+        None => crate::image::vm_kernel_path(&opts.image, &manifest),
+    };
     let initrd_path = opts.image.join(crate::image::INITRAMFS_FILE);
     let kernel =
         std::fs::read(&kernel_path).map_err(|e| format!("{}: {e}", kernel_path.display()))?;
@@ -350,6 +355,7 @@ fn run_steps(
             _ => None,
         },
         qmp: network.then(|| dir.path().join(qmp::SOCKET_FILE)),
+        bios: qemu::fast_firmware(&opts.qemu),
     };
     let start = Instant::now();
     use std::os::unix::process::CommandExt;

@@ -63,6 +63,38 @@ pub struct Launch {
     /// With a network: the QMP socket QEMU listens on, through which the host removes the netdev at the cut
     /// (host::vm::qmp). No monitor of any kind without it.
     pub qmp: Option<PathBuf>,
+    /// The firmware of a plain VM (`-bios`; `None`: QEMU's default, SeaBIOS). [`fast_firmware`] picks qboot
+    /// where QEMU ships it. The confidential tiers replace it with their OVMF.
+    pub bios: Option<PathBuf>,
+}
+
+/// The qboot firmware where QEMU's data directory holds it (`/usr/share/qemu/qboot.rom`, or
+/// `../share/qemu/qboot.rom` beside the QEMU binary `qemu`), else `None`. qboot loads the kernel and QEMU's
+/// ACPI tables through fw_cfg and does nothing else; under TCG it reaches the kernel about 0.3 s before SeaBIOS
+/// does (docs/benchmarks.md). The `vm` tier's firmware is the host's, as everything in that tier is: the
+/// sim measurement covers kernel, initramfs and command line only.
+pub fn fast_firmware(qemu: &Path) -> Option<PathBuf> {
+    let beside = std::fs::canonicalize(qemu)
+        .ok()
+        .or_else(|| which(qemu))
+        .and_then(|q| q.parent()?.parent().map(|p| p.join("share/qemu/qboot.rom")));
+    beside
+        .into_iter()
+        .chain([PathBuf::from("/usr/share/qemu/qboot.rom")])
+        .find(|p| p.is_file())
+}
+
+/// `program` looked up on PATH when it has no directory part.
+fn which(program: &Path) -> Option<PathBuf> {
+    if program.components().count() != 1 {
+        return None;
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+            .and_then(|p| std::fs::canonicalize(p).ok())
+    })
 }
 
 /// Where the guest reaches the host dialer (QEMU user networking's guestfwd).
@@ -95,6 +127,9 @@ pub fn args(l: &Launch) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(bios) = &l.bios {
+        a.extend(["-bios".into(), bios.display().to_string()]);
+    }
     a.extend([
         "-smp".into(),
         l.vcpus.to_string(),
@@ -160,6 +195,34 @@ mod tests {
     }
 
     #[test]
+    fn qboot_is_taken_from_the_data_directory_beside_the_qemu_binary() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("mkdir");
+        let qemu = bin.join("qemu-system-x86_64");
+        std::fs::write(&qemu, b"").expect("write");
+        let system = Path::new("/usr/share/qemu/qboot.rom");
+        let found = fast_firmware(&qemu);
+        if system.is_file() {
+            assert_eq!(found.as_deref(), Some(system));
+        } else {
+            assert_eq!(found, None);
+        }
+        let data = root.path().join("share/qemu");
+        std::fs::create_dir_all(&data).expect("mkdir");
+        std::fs::write(data.join("qboot.rom"), b"rom").expect("write");
+        assert_eq!(
+            fast_firmware(&qemu).as_deref(),
+            Some(
+                data.join("qboot.rom")
+                    .canonicalize()
+                    .expect("canonical")
+                    .as_path()
+            )
+        );
+    }
+
+    #[test]
     fn arguments_have_a_network_only_with_a_dialer_and_one_named_port() {
         let l = Launch {
             kernel: "/k".into(),
@@ -172,8 +235,10 @@ mod tests {
             accel: Accel::Tcg,
             dialer: None,
             qmp: Some("/q".into()),
+            bios: None,
         };
         let a = args(&l);
+        assert!(!a.iter().any(|x| x == "-bios"), "QEMU's default firmware");
         let pos = |s: &str| a.iter().position(|x| x == s).expect(s);
         assert_eq!(a[pos("-nic") + 1], "none");
         assert_eq!(a[pos("-machine") + 1], "q35");
@@ -188,6 +253,7 @@ mod tests {
 
         // With an install phase: one restricted user network whose only way out is the dialer.
         let mut l = l;
+        l.bios = Some("/usr/share/qemu/qboot.rom".into());
         l.dialer = Some(format!(
             "{} vm-dialer --state {}",
             quote_cmd_word("/opt/a,b/fenced-run"),
@@ -201,6 +267,10 @@ mod tests {
             "user,id=net0,restrict=on,guestfwd=tcp:10.0.2.100:3128-cmd:'/opt/a,,b/fenced-run' vm-dialer --state '/tmp/it'\\''s'"
         );
         assert!(b.iter().any(|x| x == "virtio-net-pci,netdev=net0,romfile="));
+        assert_eq!(
+            b[b.iter().position(|x| x == "-bios").expect("-bios") + 1],
+            "/usr/share/qemu/qboot.rom"
+        );
         assert_eq!(b.iter().filter(|x| x.as_str() == "-netdev").count(), 1);
         // The netdev's id is the one the cut removes over QMP.
         assert!(netdev.starts_with(&format!("user,id={},", super::super::qmp::NETDEV_ID)));
