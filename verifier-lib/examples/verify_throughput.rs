@@ -1,7 +1,8 @@
 //! Bench binary: per-operation CPU time of the signature libraries and of whole verifications (SEV-SNP report,
 //! TDX quote), with and without `verifier_lib::Verifier`'s chain cache. CPU time is read from
 //! `/proc/thread-self/schedstat` (nanoseconds this thread ran), so the figures hold on a machine shared with
-//! other builds, where wall-clock time does not. Run (see docs/benchmarks.md):
+//! other builds, where wall-clock time does not. The first rows call ring and aws-lc-rs directly on the same
+//! bytes (the benchmark that chose the backend of `attestation::sig`). Run (see docs/benchmarks.md):
 //! `FENCED_RUN_VECTORS=../shared/vectors cargo run --release -p verifier-lib --example verify_throughput`
 
 use std::hint::black_box;
@@ -33,6 +34,93 @@ fn vectors() -> PathBuf {
     std::env::var_os("FENCED_RUN_VECTORS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"))
+}
+
+/// ring against aws-lc-rs, each called directly on the same key, message and signature bytes, for the four
+/// operations of `attestation::sig` (RSA-PSS on AMD's real ARK -> ASK signature when the vectors are there).
+fn backends(n: u32) {
+    use p256::ecdsa::signature::Signer;
+    let sk = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).expect("key");
+    let msg = vec![0x5a; 632];
+    let sig: p256::ecdsa::Signature = sk.sign(&msg);
+    let key = sk.verifying_key().to_encoded_point(false);
+    let (key, raw) = (key.as_bytes().to_vec(), sig.to_bytes().to_vec());
+    time("ECDSA P-256 SHA-256 verify, ring 0.17", n, || {
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, &key)
+            .verify(black_box(&msg), &raw)
+            .expect("ok")
+    });
+    time("ECDSA P-256 SHA-256 verify, aws-lc-rs 1", n, || {
+        aws_lc_rs::signature::UnparsedPublicKey::new(
+            &aws_lc_rs::signature::ECDSA_P256_SHA256_FIXED,
+            &key,
+        )
+        .verify(black_box(&msg), &raw)
+        .expect("ok")
+    });
+    let sk = p384::ecdsa::SigningKey::from_slice(&[9u8; 48]).expect("key");
+    let msg = vec![0xa5; 0x2A0];
+    let sig: p384::ecdsa::Signature = sk.sign(&msg);
+    let key = sk.verifying_key().to_encoded_point(false);
+    let (key, raw) = (key.as_bytes().to_vec(), sig.to_bytes().to_vec());
+    time("ECDSA P-384 SHA-384 verify, ring 0.17", n, || {
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P384_SHA384_FIXED, &key)
+            .verify(black_box(&msg), &raw)
+            .expect("ok")
+    });
+    time("ECDSA P-384 SHA-384 verify, aws-lc-rs 1", n, || {
+        aws_lc_rs::signature::UnparsedPublicKey::new(
+            &aws_lc_rs::signature::ECDSA_P384_SHA384_FIXED,
+            &key,
+        )
+        .verify(black_box(&msg), &raw)
+        .expect("ok")
+    });
+    let sk = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+    let msg = vec![0x33; 512];
+    let sig = ed25519_dalek::Signer::sign(&sk, &msg).to_bytes();
+    let key = sk.verifying_key().to_bytes();
+    time("Ed25519 verify, ring 0.17", n, || {
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, &key)
+            .verify(black_box(&msg), &sig)
+            .expect("ok")
+    });
+    time("Ed25519 verify, aws-lc-rs 1", n, || {
+        aws_lc_rs::signature::UnparsedPublicKey::new(&aws_lc_rs::signature::ED25519, &key)
+            .verify(black_box(&msg), &sig)
+            .expect("ok")
+    });
+    let dir = vectors().join("snp/genoa-v5-oak-oc");
+    if !dir.is_dir() {
+        println!("skipped RSA-PSS: {} not found", dir.display());
+        return;
+    }
+    use x509_parser::prelude::FromDer;
+    let pem = |name: &str| {
+        x509_parser::pem::parse_x509_pem(&std::fs::read(dir.join(name)).expect("pem"))
+            .expect("pem")
+            .1
+            .contents
+    };
+    let (ark, ask) = (pem("ark.pem"), pem("ask.pem"));
+    let (_, ark) = x509_parser::certificate::X509Certificate::from_der(&ark).expect("ark");
+    let (_, ask) = x509_parser::certificate::X509Certificate::from_der(&ask).expect("ask");
+    let key: &[u8] = &ark.public_key().subject_public_key.data;
+    let tbs = ask.tbs_certificate.as_ref();
+    let sig: &[u8] = &ask.signature_value.data;
+    time("RSA-4096 PSS SHA-384 verify, ring 0.17", n, || {
+        ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PSS_2048_8192_SHA384, key)
+            .verify(black_box(tbs), sig)
+            .expect("ok")
+    });
+    time("RSA-4096 PSS SHA-384 verify, aws-lc-rs 1", n, || {
+        aws_lc_rs::signature::UnparsedPublicKey::new(
+            &aws_lc_rs::signature::RSA_PSS_2048_8192_SHA384,
+            key,
+        )
+        .verify(black_box(tbs), sig)
+        .expect("ok")
+    });
 }
 
 fn main() {
@@ -72,6 +160,7 @@ fn main() {
     time("ECDSA P-384 SHA-384 verify, RustCrypto p384", n, || {
         vk.verify(black_box(&msg), &sig).expect("ok")
     });
+    backends(n);
     let sk = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
     let msg = vec![0x33; 512];
     let esig = ed25519_dalek::Signer::sign(&sk, &msg);
