@@ -280,6 +280,28 @@ fn image_with_both_firmwares_pins_into_a_set_that_accepts_the_vm_evidence() {
         text(&o)
     );
 
+    // The same for the vm tier's PVH kernel, which the vm measurement covers.
+    let vm_kernel = m.vm_kernel.as_ref().expect("a PVH kernel in the image");
+    std::fs::copy(
+        image.join("initramfs.cpio"),
+        tampered.join("initramfs.cpio"),
+    )
+    .expect("copy");
+    let mut k = std::fs::read(tampered.join(&vm_kernel.file)).expect("vm kernel");
+    k[0x1000] ^= 1;
+    std::fs::write(tampered.join(&vm_kernel.file), k).expect("write");
+    let o = Command::new(MEASURE)
+        .args(["pin", "--image"])
+        .arg(&tampered)
+        .output()
+        .expect("pin");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("vmlinux: sha256"),
+        "{}",
+        text(&o)
+    );
+
     // --isolation auto on this host: the vm tier (no SEV-SNP/TDX here), said on stderr, evidence written.
     let ev = d.join("run.evidence");
     let o = Command::new(BIN)

@@ -530,7 +530,13 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
         ovmf_sha256: None,
         tdvf_sha256: None,
     };
-    let vm = sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
+    // The vm tier boots the PVH kernel where the image has one (the bzImage's payload, decompressed at build;
+    // docs/vm.md), and the vm measurement covers that file.
+    let vm_kernel = match &m.vm_kernel {
+        Some(k) => Some(file(&k.file, &k.sha256, "vm kernel")?),
+        None => None,
+    };
+    let vm = sim::vm_launch_measurement(vm_kernel.as_deref().unwrap_or(&kernel), &initrd, &cmdline);
     if hex::encode(vm) != m.measurements.vm {
         return Err(Fail(
             1,
