@@ -244,7 +244,7 @@ impl Vm {
             }
             if Instant::now() > deadline {
                 return Err(self.fail(format!(
-                    "no {what} from the guest within {} s; the VM was killed",
+                    "{what} did not arrive from the guest within {} s; the VM was killed",
                     budget.as_secs()
                 )));
             }
