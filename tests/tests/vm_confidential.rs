@@ -260,47 +260,34 @@ fn image_with_both_firmwares_pins_into_a_set_that_accepts_the_vm_evidence() {
     // A pin over an image whose file differs from its manifest is refused (exit 1, the file named).
     let tampered = d.join("tampered");
     std::fs::create_dir(&tampered).expect("dir");
-    for e in std::fs::read_dir(&image).expect("image") {
-        let e = e.expect("entry");
-        std::fs::copy(e.path(), tampered.join(e.file_name())).expect("copy");
-    }
-    let mut initrd = std::fs::read(tampered.join("initramfs.cpio")).expect("initrd");
-    let last = initrd.len() - 1;
-    initrd[last] ^= 1;
-    std::fs::write(tampered.join("initramfs.cpio"), initrd).expect("write");
-    let o = Command::new(MEASURE)
-        .args(["pin", "--image"])
-        .arg(&tampered)
-        .output()
-        .expect("pin");
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("initramfs.cpio: sha256"),
-        "{}",
-        text(&o)
-    );
-
+    // One byte of `file` flipped at `at` (the other files as built): the pin is refused, naming the file.
+    let refused_with = |file: &str, at: usize| {
+        for e in std::fs::read_dir(&image).expect("image") {
+            let e = e.expect("entry");
+            std::fs::copy(e.path(), tampered.join(e.file_name())).expect("copy");
+        }
+        let mut bytes = std::fs::read(tampered.join(file)).expect(file);
+        bytes[at] ^= 1;
+        std::fs::write(tampered.join(file), bytes).expect("write");
+        let o = Command::new(MEASURE)
+            .args(["pin", "--image"])
+            .arg(&tampered)
+            .output()
+            .expect("pin");
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(&format!("{file}: sha256")),
+            "{}",
+            text(&o)
+        );
+    };
+    let initrd_len = std::fs::metadata(image.join("initramfs.cpio"))
+        .expect("initrd")
+        .len() as usize;
+    refused_with("initramfs.cpio", initrd_len - 1);
     // The same for the vm tier's PVH kernel, which the vm measurement covers.
     let vm_kernel = m.vm_kernel.as_ref().expect("a PVH kernel in the image");
-    std::fs::copy(
-        image.join("initramfs.cpio"),
-        tampered.join("initramfs.cpio"),
-    )
-    .expect("copy");
-    let mut k = std::fs::read(tampered.join(&vm_kernel.file)).expect("vm kernel");
-    k[0x1000] ^= 1;
-    std::fs::write(tampered.join(&vm_kernel.file), k).expect("write");
-    let o = Command::new(MEASURE)
-        .args(["pin", "--image"])
-        .arg(&tampered)
-        .output()
-        .expect("pin");
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("vmlinux: sha256"),
-        "{}",
-        text(&o)
-    );
+    refused_with(&vm_kernel.file, 0x1000);
 
     // --isolation auto on this host: the vm tier (no SEV-SNP/TDX here), said on stderr, evidence written.
     let ev = d.join("run.evidence");
