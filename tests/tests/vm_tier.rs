@@ -906,25 +906,71 @@ fn without_qemu_the_demo_runs_the_process_tier_and_its_first_line_says_why() {
             let _ = std::os::unix::fs::symlink(e.path(), bin.join(&name));
         }
     }
-    let o = Command::new(BIN)
-        .arg("demo")
-        .env("PATH", &bin)
-        .output()
-        .expect("demo");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let script = std::fs::canonicalize(image::agent::workspace_root().join("scripts/vm-setup.sh"))
+        .expect("scripts/vm-setup.sh");
+    let not_installed = format!(
+        "qemu-system-x86_64 is not installed (to install it from bookworm-backports: sudo {})",
+        script.display()
     );
-    let first = out.lines().next().unwrap_or_default();
+    // The set-up the demo runs where QEMU is missing, replaced by one that records its argument and fails.
+    let log = t.path().join("setup.log");
+    let fake = t.path().join("fake-setup.sh");
+    std::fs::write(
+        &fake,
+        format!(
+            "echo \"$1\" >>{}\necho 'vm-setup: apt said no' >&2\nexit 7\n",
+            log.display()
+        ),
+    )
+    .expect("fake setup");
+    let demo = |extra: &[&str]| {
+        let o = Command::new(BIN)
+            .arg("demo")
+            .args(extra)
+            .env("PATH", &bin)
+            .env("FENCED_RUN_VM_SETUP", &fake)
+            .output()
+            .expect("demo");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(out.contains("outcome     tests_passed"), "{out}");
+        assert!(out.contains("verified    SIMULATED"), "{out}");
+        (out, err)
+    };
+
+    // --no-setup: nothing is installed, the first line names the command that would.
+    let (out, _) = demo(&["--no-setup"]);
     assert_eq!(
-        first,
-        "isolation   process: the vm tier cannot run here: qemu-system-x86_64 is not installed (.ci/run, as root, \
-         installs it from bookworm-backports)"
+        out.lines().next().unwrap_or_default(),
+        format!("isolation   process: the vm tier cannot run here: {not_installed}")
     );
-    assert!(out.contains("outcome     tests_passed"), "{out}");
-    assert!(out.contains("verified    SIMULATED"), "{out}");
+    assert!(!log.exists(), "--no-setup ran the set-up");
+
+    // By default, as root (with apt-get on PATH) the demo runs the set-up first; its failure is named.
+    let (out, err) = demo(&[]);
+    let first = out.lines().next().unwrap_or_default();
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(
+            first,
+            format!(
+                "isolation   process: the vm tier cannot run here: {not_installed}, and scripts/vm-setup.sh \
+                 failed (exit status: 7; its messages are above on stderr)"
+            )
+        );
+        assert!(err.contains("vm-setup: apt said no"), "{err}");
+        let target =
+            std::fs::canonicalize(image::agent::workspace_root().join("target")).expect("target");
+        let ran = std::fs::read_to_string(&log).expect("the set-up ran");
+        let ran = std::fs::canonicalize(ran.trim()).expect("its target argument exists");
+        assert_eq!(ran, target, "the set-up's target directory");
+    } else {
+        assert_eq!(
+            first,
+            format!("isolation   process: the vm tier cannot run here: {not_installed}")
+        );
+        assert!(!log.exists(), "the set-up ran without root");
+    }
 }
 
 fn skip_fence() -> bool {

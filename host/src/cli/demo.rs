@@ -54,6 +54,67 @@ pub struct Args {
     /// After the demo, serve its verified evidence on loopback (`fenced-run view`) until Ctrl-C.
     #[arg(long)]
     pub view: bool,
+    /// Never install what the vm tier lacks. Without it, a demo run as root on a machine with apt whose QEMU or
+    /// kernel is missing first runs scripts/vm-setup.sh (QEMU from bookworm-backports, the 6.12 kernel under
+    /// target/vm-kernel).
+    #[arg(long)]
+    pub no_setup: bool,
+}
+
+/// The vm tier's set-up script (QEMU and the kernel through apt), embedded so that the binary runs the version it
+/// was built with. `FENCED_RUN_VM_SETUP` names another script to run instead (tests use it).
+const VM_SETUP: &str = include_str!("../../../scripts/vm-setup.sh");
+
+/// What is missing for the vm tier on this host, if anything: QEMU, or both the image and a kernel to build it.
+fn vm_missing(image: &Path) -> Option<String> {
+    if let Err(why) = super::vm::qemu_available() {
+        return Some(why);
+    }
+    if !image.join(crate::image::MANIFEST_FILE).is_file()
+        && super::image::default_kernel().is_none()
+    {
+        return Some(format!(
+            "no guest image in {} and no kernel under target/vm-kernel to build one ({} fetches it)",
+            image.display(),
+            super::vm::setup_command()
+        ));
+    }
+    None
+}
+
+/// Runs the vm tier's set-up where it may (as root, with apt-get on PATH): Ok(true) when it ran and succeeded,
+/// Ok(false) when it may not run here, Err(why) when it ran and failed.
+fn vm_setup(no_setup: bool) -> Result<bool, String> {
+    let on_path = |name: &str| {
+        std::env::var_os("PATH")
+            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+    };
+    if no_setup || !nix::unistd::geteuid().is_root() || !on_path("apt-get") || !on_path("bash") {
+        return Ok(false);
+    }
+    let target = crate::image::agent::workspace_root().join("target");
+    // Progress, on stderr: stdout's first line stays the tier and why.
+    eprintln!(
+        "setup       the vm tier needs QEMU and Debian's 6.12 kernel: installing them through apt (scripts/vm-setup.sh)"
+    );
+    let mut cmd = std::process::Command::new("bash");
+    match std::env::var_os("FENCED_RUN_VM_SETUP") {
+        Some(script) => cmd.arg(script),
+        None => cmd.arg("-c").arg(VM_SETUP).arg("vm-setup.sh"),
+    };
+    let status = cmd
+        .arg(&target)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("scripts/vm-setup.sh could not start: {e}"))?;
+    if status.success() {
+        Ok(true)
+    } else {
+        Err(format!(
+            "scripts/vm-setup.sh failed ({status}; its messages are above on stderr)"
+        ))
+    }
 }
 
 /// Runs the demo; exit 0 when the run judged and its evidence verified, 1 otherwise, 2 when it could not start.
@@ -94,16 +155,17 @@ fn choose_tier(args: &Args) -> Result<Tier, String> {
             Ok(Tier::Process(format!("the vm tier cannot run here: {why}")))
         }
     };
-    if let Err(why) = super::vm::qemu_available() {
-        return missing(why);
+    if let Some(why) = vm_missing(&image) {
+        match vm_setup(args.no_setup) {
+            Ok(true) => {}
+            Ok(false) => return missing(why),
+            Err(e) => return missing(format!("{why}, and {e}")),
+        }
+        if let Some(why) = vm_missing(&image) {
+            return missing(format!("{why} (after scripts/vm-setup.sh)"));
+        }
     }
     if !image.join(crate::image::MANIFEST_FILE).is_file() {
-        let Some(_) = super::image::default_kernel() else {
-            return missing(format!(
-                "no guest image in {} and no kernel under target/vm-kernel to build one (.ci/run fetches it)",
-                image.display()
-            ));
-        };
         // Progress, on stderr: stdout's first line stays the tier and why.
         eprintln!(
             "image       building the guest image into {} (first run only)",

@@ -24,7 +24,7 @@ pub struct BuildArgs {
     /// The output directory (vmlinuz, initramfs.cpio, manifest.json).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// The kernel (default: Debian's 6.12 that .ci/run extracts under target/vm-kernel); its modules are
+    /// The kernel (default: Debian's 6.12 that scripts/vm-setup.sh extracts under target/vm-kernel); its modules are
     /// taken from the lib/modules tree beside it when there is one.
     #[arg(long, value_name = "FILE")]
     pub kernel: Option<PathBuf>,
@@ -114,7 +114,7 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
     let kernel = match &b.kernel {
         Some(k) => k.clone(),
         None => default_kernel().ok_or(
-            "--kernel: no kernel given and none under target/vm-kernel/boot (run .ci/run, or pass --kernel FILE)",
+            "--kernel: no kernel given and none under target/vm-kernel/boot (run scripts/vm-setup.sh, or pass --kernel FILE)",
         )?,
     };
     let agent = match &b.agent {

@@ -47,8 +47,18 @@ pub fn qemu_available() -> Result<(), String> {
     if qemu {
         Ok(())
     } else {
-        Err("qemu-system-x86_64 is not installed (.ci/run, as root, installs it from bookworm-backports)".into())
+        Err(format!(
+            "qemu-system-x86_64 is not installed (to install it from bookworm-backports: {})",
+            setup_command()
+        ))
     }
+}
+
+/// The command that installs the vm tier's pieces (QEMU, busybox, the kernel), as a user would type it.
+pub fn setup_command() -> String {
+    let script = crate::image::agent::workspace_root().join("scripts/vm-setup.sh");
+    let script = std::fs::canonicalize(&script).unwrap_or(script);
+    format!("sudo {}", script.display())
 }
 
 /// The verdict of a VM run on the host's side: intake's refusal before launch, or the run.
