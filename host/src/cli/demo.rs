@@ -85,10 +85,7 @@ fn vm_missing(image: &Path) -> Option<String> {
 /// Runs the vm tier's set-up where it may (as root, with apt-get on PATH): Ok(true) when it ran and succeeded,
 /// Ok(false) when it may not run here, Err(why) when it ran and failed.
 fn vm_setup(no_setup: bool) -> Result<bool, String> {
-    let on_path = |name: &str| {
-        std::env::var_os("PATH")
-            .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-    };
+    use super::vm::on_path;
     if no_setup || !nix::unistd::geteuid().is_root() || !on_path("apt-get") || !on_path("bash") {
         return Ok(false);
     }

@@ -41,10 +41,7 @@ pub fn dialer_main(args: DialerArgs) -> ExitCode {
 
 /// Whether `qemu-system-x86_64` is on PATH, or why the vm tier cannot run.
 pub fn qemu_available() -> Result<(), String> {
-    let qemu = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
-        .unwrap_or(false);
-    if qemu {
+    if on_path("qemu-system-x86_64") {
         Ok(())
     } else {
         Err(format!(
@@ -52,6 +49,11 @@ pub fn qemu_available() -> Result<(), String> {
             setup_command()
         ))
     }
+}
+
+/// Whether a file `name` is in one of PATH's directories.
+pub fn on_path(name: &str) -> bool {
+    crate::vm::qemu::which(Path::new(name)).is_some()
 }
 
 /// The command that installs the vm tier's pieces (QEMU, busybox, the kernel), as a user would type it.

@@ -85,7 +85,7 @@ pub fn fast_firmware(qemu: &Path) -> Option<PathBuf> {
 }
 
 /// `program` looked up on PATH when it has no directory part.
-fn which(program: &Path) -> Option<PathBuf> {
+pub fn which(program: &Path) -> Option<PathBuf> {
     if program.components().count() != 1 {
         return None;
     }
