@@ -1,10 +1,12 @@
-//! Every signature verification of fenced-run in one small module over `ring`: ECDSA P-256/SHA-256 and
+//! Every signature verification of fenced-run in one small module over `aws-lc-rs`: ECDSA P-256/SHA-256 and
 //! P-384/SHA-384 (fixed r||s or DER), RSASSA-PSS SHA-384 with AMD's parameters, and strict Ed25519.
 //!
 //! Encodings are parsed exactly as before with the RustCrypto types (so what is refused, and the message, stay the
-//! same); only the arithmetic is ring's. Why ring: `docs/benchmarks.md` ("Signature library").
+//! same), and the RSA key is held to the rules ring applied before; only the arithmetic is aws-lc's. Why
+//! aws-lc-rs (and not ring, used before): `docs/benchmarks.md` ("ring against aws-lc-rs").
 
-use ring::signature::{self as rs, UnparsedPublicKey};
+use aws_lc_rs::signature::{self as als, UnparsedPublicKey};
+use der::Decode as _;
 use std::fmt;
 
 /// Why a signature did not verify.
@@ -81,8 +83,8 @@ impl P384Key {
     }
 }
 
-fn ring_verify(
-    alg: &'static dyn rs::VerificationAlgorithm,
+fn lc_verify(
+    alg: &'static dyn als::VerificationAlgorithm,
     key: &[u8],
     msg: &[u8],
     sig: &[u8],
@@ -96,8 +98,8 @@ fn ring_verify(
 pub fn p256_sha256_fixed(key: &P256Key, msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_slice(sig)
         .map_err(|e| SigError::Malformed(format!("not r||s P-256: {e}")))?;
-    ring_verify(
-        &rs::ECDSA_P256_SHA256_FIXED,
+    lc_verify(
+        &als::ECDSA_P256_SHA256_FIXED,
         &key.0,
         msg,
         &parsed.to_bytes(),
@@ -108,8 +110,8 @@ pub fn p256_sha256_fixed(key: &P256Key, msg: &[u8], sig: &[u8]) -> Result<(), Si
 pub fn p256_sha256_der(key: &P256Key, msg: &[u8], der: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_der(der)
         .map_err(|e| SigError::Malformed(format!("not DER ECDSA: {e}")))?;
-    ring_verify(
-        &rs::ECDSA_P256_SHA256_FIXED,
+    lc_verify(
+        &als::ECDSA_P256_SHA256_FIXED,
         &key.0,
         msg,
         &parsed.to_bytes(),
@@ -125,8 +127,8 @@ pub fn p384_sha384_scalars(
 ) -> Result<(), SigError> {
     let parsed = p384::ecdsa::Signature::from_scalars(*r, *s)
         .map_err(|_| SigError::Malformed("R or S is not a valid P-384 scalar".into()))?;
-    ring_verify(
-        &rs::ECDSA_P384_SHA384_FIXED,
+    lc_verify(
+        &als::ECDSA_P384_SHA384_FIXED,
         &key.0,
         msg,
         &parsed.to_bytes(),
@@ -136,11 +138,35 @@ pub fn p384_sha384_scalars(
 /// RSASSA-PSS over `msg` with SHA-384, MGF1-SHA-384, a salt of exactly 48 bytes and trailer 0xBC (AMD's
 /// parameters), by the RSA key `pkcs1_der` (an RSAPublicKey, as in a SubjectPublicKeyInfo's bit string).
 ///
-/// ring's PSS verification requires the salt length to equal the digest length (48 for SHA-384) and checks the
+/// The PSS verification requires the salt length to equal the digest length (48 for SHA-384) and checks the
 /// zero padding, the 0x01 separator and the trailer byte: a signature with any other salt length fails. The
-/// caller checks the modulus size it wants (AMD: 4096 bits); ring accepts 2048 to 8192.
+/// caller checks the modulus size it wants (AMD: 4096 bits); this accepts 2048 to 8192.
+///
+/// The key must be exactly one strict-DER RSAPublicKey (RFC 8017) with an odd modulus and an odd exponent in
+/// 3..2^33, as ring required: aws-lc-rs alone would also take a whole SubjectPublicKeyInfo here.
 pub fn rsa_pss_sha384(pkcs1_der: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
-    ring_verify(&rs::RSA_PSS_2048_8192_SHA384, pkcs1_der, msg, sig)
+    check_rsa_public_key(pkcs1_der)?;
+    lc_verify(&als::RSA_PSS_2048_8192_SHA384, pkcs1_der, msg, sig)
+}
+
+/// ring's rules for an RSA verification key, kept when moving to aws-lc-rs (see [`rsa_pss_sha384`]).
+fn check_rsa_public_key(pkcs1_der: &[u8]) -> Result<(), SigError> {
+    let key = rsa::pkcs1::RsaPublicKey::from_der(pkcs1_der)
+        .map_err(|e| SigError::Key(format!("not one DER RSAPublicKey: {e}")))?;
+    let n = key.modulus.as_bytes();
+    let e = key.public_exponent.as_bytes();
+    if n.last().is_none_or(|b| b & 1 == 0) {
+        return Err(SigError::Key("RSA modulus is even".into()));
+    }
+    let e_value = e.iter().try_fold(0u64, |acc, b| {
+        acc.checked_mul(256).map(|v| v | u64::from(*b))
+    });
+    match e_value {
+        Some(v) if v & 1 == 1 && (3..1u64 << 33).contains(&v) => Ok(()),
+        _ => Err(SigError::Key(
+            "RSA public exponent is not odd and in 3..2^33".into(),
+        )),
+    }
 }
 
 /// Strict Ed25519 (RFC 8032 with the checks of ed25519-dalek's `verify_strict`): the key must be a point and
@@ -158,7 +184,7 @@ pub fn ed25519_strict(public: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> Result<(
         Some(_) => return Err(SigError::Malformed("R is a point of small order".into())),
         None => return Err(SigError::Malformed("R is not a point".into())),
     }
-    ring_verify(&rs::ED25519, public, msg, sig)
+    lc_verify(&als::ED25519, public, msg, sig)
 }
 
 #[cfg(test)]
@@ -248,6 +274,65 @@ mod tests {
             rsa_pss_sha384(&public, b"tbs", &sha256),
             Err(SigError::Mismatch)
         );
+    }
+
+    #[test]
+    fn rsa_key_must_be_one_rsapublickey_with_odd_n_and_e() {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::pkcs8::EncodePublicKey;
+        use rsa::signature::{RandomizedSigner, SignatureEncoding};
+        let mut rng = rand::thread_rng();
+        let key = rsa::RsaPrivateKey::new(&mut rng, 2048).expect("key");
+        let public = key.to_public_key();
+        let sig = rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), 48)
+            .sign_with_rng(&mut rng, b"tbs")
+            .to_vec();
+        let pkcs1 = public.to_pkcs1_der().expect("der").as_bytes().to_vec();
+        assert_eq!(rsa_pss_sha384(&pkcs1, b"tbs", &sig), Ok(()));
+        // The same key as a SubjectPublicKeyInfo: aws-lc-rs would take it, the strict check does not.
+        let spki = public
+            .to_public_key_der()
+            .expect("spki")
+            .as_bytes()
+            .to_vec();
+        assert!(matches!(
+            rsa_pss_sha384(&spki, b"tbs", &sig),
+            Err(SigError::Key(_))
+        ));
+        // Trailing bytes after the RSAPublicKey.
+        let mut trailing = pkcs1.clone();
+        trailing.push(0);
+        assert!(matches!(
+            rsa_pss_sha384(&trailing, b"tbs", &sig),
+            Err(SigError::Key(_))
+        ));
+        let with = |n: &rsa::BigUint, e: &rsa::BigUint| {
+            let (n, e) = (n.to_bytes_be(), e.to_bytes_be());
+            rsa::pkcs1::RsaPublicKey {
+                modulus: rsa::pkcs1::UintRef::new(&n).expect("n"),
+                public_exponent: rsa::pkcs1::UintRef::new(&e).expect("e"),
+            }
+            .to_der()
+            .expect("der")
+        };
+        use der::Encode as _;
+        use rsa::traits::PublicKeyParts;
+        let (n, e) = (public.n().clone(), public.e().clone());
+        let even_n = &n + 1u32;
+        let even_e = rsa::BigUint::from(65536u32);
+        let huge_e = rsa::BigUint::from((1u64 << 33) + 1);
+        for (what, der) in [
+            ("even modulus", with(&even_n, &e)),
+            ("even exponent", with(&n, &even_e)),
+            ("exponent 1", with(&n, &rsa::BigUint::from(1u32))),
+            ("exponent above 2^33", with(&n, &huge_e)),
+        ] {
+            assert!(
+                matches!(rsa_pss_sha384(&der, b"tbs", &sig), Err(SigError::Key(_))),
+                "{what}"
+            );
+        }
+        assert_eq!(rsa_pss_sha384(&with(&n, &e), b"tbs", &sig), Ok(()));
     }
 
     #[test]

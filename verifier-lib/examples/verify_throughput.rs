@@ -138,7 +138,7 @@ fn main() {
     let key = attestation::sig::P256Key::from_sec1(vk.to_sec1_bytes().as_ref()).expect("pk");
     let raw = sig.to_bytes();
     time(
-        "ECDSA P-256 SHA-256 verify, ring (attestation::sig)",
+        "ECDSA P-256 SHA-256 verify, attestation::sig (aws-lc-rs)",
         n,
         || attestation::sig::p256_sha256_fixed(&key, black_box(&msg), &raw).expect("ok"),
     );
@@ -153,7 +153,7 @@ fn main() {
     let (r, s) = sig.split_bytes();
     let (r, s): ([u8; 48], [u8; 48]) = (r.into(), s.into());
     time(
-        "ECDSA P-384 SHA-384 verify, ring (attestation::sig)",
+        "ECDSA P-384 SHA-384 verify, attestation::sig (aws-lc-rs)",
         n,
         || attestation::sig::p384_sha384_scalars(&key, black_box(&msg), &r, &s).expect("ok"),
     );
@@ -166,7 +166,7 @@ fn main() {
     let esig = ed25519_dalek::Signer::sign(&sk, &msg);
     let pk = sk.verifying_key();
     time(
-        "Ed25519 strict verify, ring + small-order checks",
+        "Ed25519 strict verify, attestation::sig (aws-lc-rs + small-order checks)",
         n,
         || {
             attestation::sig::ed25519_strict(&pk.to_bytes(), black_box(&msg), &esig.to_bytes())
@@ -211,7 +211,7 @@ fn main() {
             let tbs = ask.tbs_certificate.as_ref();
             let sg: &[u8] = &ask.signature_value.data;
             time(
-                "RSA-4096 PSS SHA-384 verify, ring (attestation::sig)",
+                "RSA-4096 PSS SHA-384 verify, attestation::sig (aws-lc-rs)",
                 n,
                 || attestation::sig::rsa_pss_sha384(k, black_box(tbs), sg).expect("ok"),
             );

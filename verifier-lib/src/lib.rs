@@ -7,6 +7,7 @@ pub mod evidence;
 pub mod failure;
 pub mod output;
 pub mod pki;
+mod sigcache;
 pub mod snp;
 pub mod tdx;
 pub mod verifier;

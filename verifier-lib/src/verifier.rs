@@ -8,24 +8,12 @@
 //! quote's own signatures are never cached.
 
 use crate::evidence::{EvidenceOptions, EvidenceVerification};
+use crate::sigcache::{self, Cache};
 use crate::snp::{self, ChainOptions, Policy, SnpInput, SnpVerification};
 use crate::tdx::{TdxError, TdxVerification, VerifyOptions};
 use attestation::snp::ReportError;
-use sha2::{Digest, Sha256};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-
-/// Entries kept before the cache starts over (a few platforms' chains and collateral need a few dozen).
-const MAX_ENTRIES: usize = 4096;
-
-#[derive(Debug, Default)]
-struct Cache {
-    results: Mutex<HashMap<[u8; 32], Result<(), String>>>,
-    hits: AtomicU64,
-    misses: AtomicU64,
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// How often the chain cache answered and how often a signature was verified to fill it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,20 +31,6 @@ pub struct Verifier {
     cache: Arc<Cache>,
 }
 
-thread_local! {
-    static ACTIVE: RefCell<Option<Arc<Cache>>> = const { RefCell::new(None) };
-}
-
-/// Restores the thread's previous cache when a call ends, by return or by unwinding.
-struct Scope(Option<Arc<Cache>>);
-
-impl Drop for Scope {
-    fn drop(&mut self) {
-        let prev = self.0.take();
-        ACTIVE.with(|a| *a.borrow_mut() = prev);
-    }
-}
-
 impl Verifier {
     /// A verifier with an empty cache.
     pub fn new() -> Verifier {
@@ -64,8 +38,7 @@ impl Verifier {
     }
 
     fn with<T>(&self, f: impl FnOnce() -> T) -> T {
-        let prev = ACTIVE.with(|a| a.borrow_mut().replace(self.cache.clone()));
-        let _scope = Scope(prev);
+        let _scope = sigcache::activate(&self.cache);
         f()
     }
 
@@ -100,37 +73,4 @@ impl Verifier {
             misses: self.cache.misses.load(Ordering::Relaxed),
         }
     }
-}
-
-/// Runs `check` (a signature verification of `alg` by `key` over `msg`) unless the active [`Verifier`] already
-/// knows its result for exactly these bytes. Without an active verifier, it just runs `check`.
-pub(crate) fn memo(
-    alg: &str,
-    key: &[u8],
-    msg: &[u8],
-    sig: &[u8],
-    check: impl FnOnce() -> Result<(), String>,
-) -> Result<(), String> {
-    let Some(cache) = ACTIVE.with(|a| a.borrow().clone()) else {
-        return check();
-    };
-    let mut h = Sha256::new();
-    for part in [alg.as_bytes(), key, msg, sig] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part);
-    }
-    let id: [u8; 32] = h.finalize().into();
-    if let Some(r) = cache.results.lock().ok().and_then(|m| m.get(&id).cloned()) {
-        cache.hits.fetch_add(1, Ordering::Relaxed);
-        return r;
-    }
-    let r = check();
-    cache.misses.fetch_add(1, Ordering::Relaxed);
-    if let Ok(mut m) = cache.results.lock() {
-        if m.len() >= MAX_ENTRIES {
-            m.clear();
-        }
-        m.insert(id, r.clone());
-    }
-    r
 }

@@ -255,7 +255,7 @@ fn rsa_key<'a>(cert: &'a X509Certificate<'_>) -> Result<&'a [u8], String> {
 
 /// RSASSA-PSS SHA-384 (salt 48) by `key` over `msg`; remembered by an active [`crate::Verifier`].
 fn verify_pss(msg: &[u8], sig: &[u8], key: &[u8]) -> Result<(), String> {
-    crate::verifier::memo("rsa-pss-sha384-salt48", key, msg, sig, || {
+    crate::sigcache::memo("rsa-pss-sha384-salt48", key, msg, sig, || {
         attestation::sig::rsa_pss_sha384(key, msg, sig).map_err(|e| match e {
             SigError::Mismatch => "RSASSA-PSS signature does not verify".to_string(),
             e => format!("RSASSA-PSS: {e}"),

@@ -1,5 +1,5 @@
 //! Certificates and CRLs of the Intel PKI: PEM/DER parsing, ECDSA P-256 SHA-256 signature checks (through
-//! [`attestation::sig`], over ring) over the exact TBS bytes, validity windows, serial numbers, and the pinned
+//! [`attestation::sig`], over aws-lc-rs) over the exact TBS bytes, validity windows, serial numbers, and the pinned
 //! root key.
 //! Intel's whole SGX/TDX PKI (root, PCK CAs, TCB signing) uses ecdsa-with-SHA256 on P-256.
 
@@ -146,7 +146,7 @@ fn sig_message(e: SigError) -> String {
 /// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256); certificates and CRLs sign this
 /// way, so an active [`crate::Verifier`] remembers the result.
 pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
-    crate::verifier::memo("ecdsa-p256-sha256-der", key.sec1(), msg, der_sig, || {
+    crate::sigcache::memo("ecdsa-p256-sha256-der", key.sec1(), msg, der_sig, || {
         sig::p256_sha256_der(key, msg, der_sig).map_err(sig_message)
     })
 }
@@ -159,7 +159,7 @@ pub fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), Strin
 /// As [`verify_raw_sig`], remembered by an active [`crate::Verifier`]: for what many quotes of one platform share
 /// (the QE report, TCB Info, QE Identity), never for a quote's own signature.
 pub fn verify_raw_sig_shared(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
-    crate::verifier::memo("ecdsa-p256-sha256-fixed", key.sec1(), msg, raw, || {
+    crate::sigcache::memo("ecdsa-p256-sha256-fixed", key.sec1(), msg, raw, || {
         verify_raw_sig(key, msg, raw)
     })
 }
