@@ -38,6 +38,18 @@ pub(crate) fn activate(cache: &Arc<Cache>) -> Scope {
     Scope(ACTIVE.with(|a| a.borrow_mut().replace(cache.clone())))
 }
 
+/// Runs `f` with a cache active: the caller's [`crate::Verifier`] if one is active on this thread, else a fresh
+/// cache that lives for this one verification, so that a signature two chains share (Intel's TCB Signing
+/// certificate under the root in both the TCB Info and the QE Identity chain, the PCK CA in the PCK chain and the
+/// PCK CRL issuer chain, the root's own signature in each) is verified once per verification, not once per chain.
+pub(crate) fn within_one_verification<T>(f: impl FnOnce() -> T) -> T {
+    if ACTIVE.with(|a| a.borrow().is_some()) {
+        return f();
+    }
+    let _scope = activate(&Arc::new(Cache::default()));
+    f()
+}
+
 /// Runs `check` (a signature verification of `alg` by `key` over `msg`) unless the active [`crate::Verifier`] already
 /// knows its result for exactly these bytes. Without an active verifier, it just runs `check`.
 pub(crate) fn memo(

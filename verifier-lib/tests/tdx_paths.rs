@@ -228,7 +228,7 @@ fn real_chain_with_a_leaf_minted_under_the_pck_leaf_is_refused_by_path_checks() 
     };
     let chain = parse_pem_chain("pck", quote.pck_chain_pem().expect("type 5")).expect("chain");
     let forged = forged_leaf_under(
-        &chain[0].der,
+        chain[0].der(),
         &SimPlatform {
             sgx_tcb_components: [0xff; 16],
             ..SimPlatform::default()

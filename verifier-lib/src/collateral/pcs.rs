@@ -688,7 +688,7 @@ fn to_pem(chain: &[Cert]) -> String {
     let mut out = String::new();
     for c in chain {
         out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b = base64::engine::general_purpose::STANDARD.encode(&c.der);
+        let b = base64::engine::general_purpose::STANDARD.encode(c.der());
         for line in b.as_bytes().chunks(64) {
             out.push_str(&String::from_utf8_lossy(line));
             out.push('\n');

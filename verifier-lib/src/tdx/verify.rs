@@ -295,8 +295,18 @@ fn signed_regions<'a>(raw: &'a [u8], quote: &Quote) -> (Option<&'a [u8]>, Option
     )
 }
 
-/// Verifies `quote`, parsed from `raw`: every signature is checked over the bytes as received.
+/// Verifies `quote`, parsed from `raw`: every signature is checked over the bytes as received, each distinct
+/// one once (see [`crate::sigcache::within_one_verification`]).
 fn verify_received(
+    raw: &[u8],
+    quote: Quote,
+    chain: Option<Vec<Cert>>,
+    opts: &VerifyOptions<'_>,
+) -> TdxVerification {
+    crate::sigcache::within_one_verification(|| verify_received_once(raw, quote, chain, opts))
+}
+
+fn verify_received_once(
     raw: &[u8],
     quote: Quote,
     chain: Option<Vec<Cert>>,
@@ -823,17 +833,12 @@ fn check_collateral(
             certs.push((cert_role(i, ch.len(), name), cert));
         }
     }
-    // Each CRL and each certificate is parsed once here (a PCK CRL lists dozens of serials).
-    let crls = [
-        ("root-ca-crl", coll.root_ca_crl.parsed()),
-        ("pck-crl", coll.pck_crl.parsed()),
-    ];
     for (role, cert) in certs {
-        let parsed = cert.parsed();
-        for (crl_name, crl) in &crls {
-            if crl.issuer().as_raw() == parsed.issuer().as_raw()
-                && crate::pki::crl_revokes(crl, &parsed).is_some()
-            {
+        for (crl_name, crl) in [
+            ("root-ca-crl", &coll.root_ca_crl),
+            ("pck-crl", &coll.pck_crl),
+        ] {
+            if crl.covers(cert) && crl.revokes(&cert.serial()) {
                 failures.push(Failure::seen_wanted(
                     format!("{role}-revoked"),
                     hex::encode(cert.serial()),

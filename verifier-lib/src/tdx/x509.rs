@@ -5,9 +5,11 @@
 
 use attestation::sig::{self, P256Key, SigError};
 use sha2::{Digest, Sha256};
+use std::ops::Range;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
 use x509_parser::revocation_list::CertificateRevocationList;
+use x509_parser::x509::X509Name;
 
 /// SHA-256 of the SubjectPublicKeyInfo (DER) of the Intel SGX Root CA, the trust anchor of every PCK chain
 /// and of the TCB signing chain. Computed from `../shared/vectors/tdx/roots/intel_sgx_root_ca.pem`.
@@ -19,11 +21,28 @@ pub const INTEL_SGX_ROOT_CA_SPKI_SHA256: [u8; 32] = [
 /// OID of ecdsa-with-SHA256.
 const ECDSA_WITH_SHA256: &str = "1.2.840.10045.4.3.2";
 
-/// A certificate kept as DER, parsed on demand (x509-parser borrows from the DER).
+/// A certificate kept as DER, with what the verification reads of it taken out once, when it is parsed
+/// (x509-parser borrows from the DER, so a full parsed view is made again only by [`Cert::parsed`], for the
+/// path rules and the SGX extensions).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cert {
-    /// The DER bytes.
-    pub der: Vec<u8>,
+    der: Vec<u8>,
+    spki_sha256: [u8; 32],
+    key: Option<P256Key>,
+    validity: (i64, i64),
+    serial: Vec<u8>,
+    subject: String,
+    issuer_raw: Range<usize>,
+    subject_raw: Range<usize>,
+    tbs: Range<usize>,
+    signature: Vec<u8>,
+    algorithm: String,
+}
+
+/// Where `part` (a slice x509-parser returned) sits inside `whole` (the slice it parsed).
+fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
+    start..start + part.len()
 }
 
 /// Why a certificate or CRL could not be read.
@@ -54,20 +73,46 @@ pub enum X509Error {
 impl Cert {
     /// Parses (to check) and keeps one DER certificate.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
-        match X509Certificate::from_der(der) {
-            Ok(([], _)) => Ok(Cert { der: der.to_vec() }),
-            Ok(_) => Err(X509Error::Der {
-                what: what.into(),
-                detail: "bytes after the certificate".into(),
-            }),
-            Err(e) => Err(X509Error::Der {
-                what: what.into(),
-                detail: crate::pki::der_error(&e),
-            }),
-        }
+        let c = match X509Certificate::from_der(der) {
+            Ok(([], c)) => c,
+            Ok(_) => {
+                return Err(X509Error::Der {
+                    what: what.into(),
+                    detail: "bytes after the certificate".into(),
+                })
+            }
+            Err(e) => {
+                return Err(X509Error::Der {
+                    what: what.into(),
+                    detail: crate::pki::der_error(&e),
+                })
+            }
+        };
+        let spki = c.public_key();
+        Ok(Cert {
+            spki_sha256: Sha256::digest(spki.raw).into(),
+            key: P256Key::from_sec1(&spki.subject_public_key.data).ok(),
+            validity: (
+                c.validity().not_before.timestamp(),
+                c.validity().not_after.timestamp(),
+            ),
+            serial: strip_zeros(c.raw_serial()),
+            subject: c.subject().to_string(),
+            issuer_raw: range_in(der, c.issuer().as_raw()),
+            subject_raw: range_in(der, c.subject().as_raw()),
+            tbs: range_in(der, c.tbs_certificate.as_ref()),
+            signature: c.signature_value.data.to_vec(),
+            algorithm: c.signature_algorithm.algorithm.to_id_string(),
+            der: der.to_vec(),
+        })
     }
 
-    /// The parsed view.
+    /// The DER bytes, exactly as received.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// A full parsed view (parses the DER again: for the path rules and the extensions).
     pub fn parsed(&self) -> X509Certificate<'_> {
         // Checked in `from_der`; the DER never changes afterwards.
         match X509Certificate::from_der(&self.der) {
@@ -78,55 +123,71 @@ impl Cert {
 
     /// SHA-256 of the SubjectPublicKeyInfo DER.
     pub fn spki_sha256(&self) -> [u8; 32] {
-        Sha256::digest(self.parsed().public_key().raw).into()
+        self.spki_sha256
     }
 
     /// The subject as an RFC 4514-ish string.
     pub fn subject(&self) -> String {
-        self.parsed().subject().to_string()
+        self.subject.clone()
+    }
+
+    /// The DER of the subject name.
+    pub fn subject_raw(&self) -> &[u8] {
+        &self.der[self.subject_raw.clone()]
+    }
+
+    /// The DER of the issuer name.
+    pub fn issuer_raw(&self) -> &[u8] {
+        &self.der[self.issuer_raw.clone()]
     }
 
     /// The serial number, big-endian, without leading zero bytes.
     pub fn serial(&self) -> Vec<u8> {
-        strip_zeros(self.parsed().raw_serial())
+        self.serial.clone()
     }
 
     /// The P-256 public key, if the certificate holds one.
     pub fn p256_key(&self) -> Option<P256Key> {
-        P256Key::from_sec1(&self.parsed().public_key().subject_public_key.data).ok()
+        self.key.clone()
     }
 
     /// The validity window as unix seconds.
     pub fn validity(&self) -> (i64, i64) {
-        let c = self.parsed();
-        (
-            c.validity().not_before.timestamp(),
-            c.validity().not_after.timestamp(),
-        )
+        self.validity
     }
 
     /// Whether `issuer` signed this certificate (ecdsa-with-SHA256, P-256) and names it as issuer.
     pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
-        let c = self.parsed();
-        let i = issuer.parsed();
-        if c.issuer().as_raw() != i.subject().as_raw() {
+        if self.issuer_raw() != issuer.subject_raw() {
+            let name = X509Name::from_der(self.issuer_raw())
+                .map(|(_, n)| n.to_string())
+                .unwrap_or_else(|_| hex::encode(self.issuer_raw()));
             return Err(format!(
-                "issuer name {} is not the subject {} of the next certificate",
-                c.issuer(),
-                i.subject()
+                "issuer name {name} is not the subject {} of the next certificate",
+                issuer.subject
             ));
         }
-        let alg = c.signature_algorithm.algorithm.to_id_string();
-        if alg != ECDSA_WITH_SHA256 {
-            return Err(format!(
-                "signature algorithm {alg} is not ecdsa-with-SHA256"
-            ));
-        }
-        let key = issuer
-            .p256_key()
-            .ok_or_else(|| "issuer key is not a P-256 key".to_string())?;
-        verify_der_sig(&key, c.tbs_certificate.as_ref(), &c.signature_value.data)
+        signed_with(
+            &self.algorithm,
+            issuer,
+            &self.der[self.tbs.clone()],
+            &self.signature,
+        )
     }
+}
+
+/// ecdsa-with-SHA256 by `issuer`'s P-256 key over `tbs`: what certificates and CRLs of this PKI carry.
+fn signed_with(algorithm: &str, issuer: &Cert, tbs: &[u8], signature: &[u8]) -> Result<(), String> {
+    if algorithm != ECDSA_WITH_SHA256 {
+        return Err(format!(
+            "signature algorithm {algorithm} is not ecdsa-with-SHA256"
+        ));
+    }
+    let key = issuer
+        .key
+        .as_ref()
+        .ok_or_else(|| "issuer key is not a P-256 key".to_string())?;
+    verify_der_sig(key, tbs, signature)
 }
 
 #[cold]
@@ -205,30 +266,65 @@ pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
     Ok(out)
 }
 
-/// A CRL kept as DER.
+/// A CRL kept as DER, with its window, issuer, signed part and revoked serials taken out once, when it is
+/// parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Crl {
-    /// The DER bytes.
-    pub der: Vec<u8>,
+    der: Vec<u8>,
+    window: (i64, Option<i64>),
+    issuer: String,
+    issuer_raw: Range<usize>,
+    tbs: Range<usize>,
+    signature: Vec<u8>,
+    algorithm: String,
+    /// Revoked serial numbers without leading zeros, sorted, with the revocation date of each.
+    revoked: Vec<(Vec<u8>, String)>,
 }
 
 impl Crl {
     /// Parses (to check) and keeps one DER CRL.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
-        match CertificateRevocationList::from_der(der) {
-            Ok(([], _)) => Ok(Crl { der: der.to_vec() }),
-            Ok(_) => Err(X509Error::Der {
-                what: what.into(),
-                detail: "bytes after the CRL".into(),
-            }),
-            Err(e) => Err(X509Error::Der {
-                what: what.into(),
-                detail: crate::pki::der_error(&e),
-            }),
-        }
+        let c = match CertificateRevocationList::from_der(der) {
+            Ok(([], c)) => c,
+            Ok(_) => {
+                return Err(X509Error::Der {
+                    what: what.into(),
+                    detail: "bytes after the CRL".into(),
+                })
+            }
+            Err(e) => {
+                return Err(X509Error::Der {
+                    what: what.into(),
+                    detail: crate::pki::der_error(&e),
+                })
+            }
+        };
+        let mut revoked: Vec<(Vec<u8>, String)> = c
+            .iter_revoked_certificates()
+            .map(|r| (strip_zeros(r.raw_serial()), r.revocation_date.to_string()))
+            .collect();
+        revoked.sort();
+        Ok(Crl {
+            window: (
+                c.last_update().timestamp(),
+                c.next_update().map(|t| t.timestamp()),
+            ),
+            issuer: c.issuer().to_string(),
+            issuer_raw: range_in(der, c.issuer().as_raw()),
+            tbs: range_in(der, c.tbs_cert_list.as_ref()),
+            signature: c.signature_value.data.to_vec(),
+            algorithm: c.signature_algorithm.algorithm.to_id_string(),
+            revoked,
+            der: der.to_vec(),
+        })
     }
 
-    /// The parsed view.
+    /// The DER bytes, exactly as received.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// A full parsed view (parses the DER again).
     pub fn parsed(&self) -> CertificateRevocationList<'_> {
         match CertificateRevocationList::from_der(&self.der) {
             Ok((_, c)) => c,
@@ -238,47 +334,46 @@ impl Crl {
 
     /// Whether `issuer` signed this CRL and is named as its issuer.
     pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
-        let c = self.parsed();
-        let i = issuer.parsed();
-        if c.issuer().as_raw() != i.subject().as_raw() {
-            return Err(format!("CRL issuer {} is not {}", c.issuer(), i.subject()));
-        }
-        let alg = c.signature_algorithm.algorithm.to_id_string();
-        if alg != ECDSA_WITH_SHA256 {
+        if &self.der[self.issuer_raw.clone()] != issuer.subject_raw() {
             return Err(format!(
-                "signature algorithm {alg} is not ecdsa-with-SHA256"
+                "CRL issuer {} is not {}",
+                self.issuer, issuer.subject
             ));
         }
-        let key = issuer
-            .p256_key()
-            .ok_or_else(|| "issuer key is not a P-256 key".to_string())?;
-        verify_der_sig(&key, c.tbs_cert_list.as_ref(), &c.signature_value.data)
+        signed_with(
+            &self.algorithm,
+            issuer,
+            &self.der[self.tbs.clone()],
+            &self.signature,
+        )
     }
 
     /// thisUpdate and nextUpdate (if any) as unix seconds.
     pub fn window(&self) -> (i64, Option<i64>) {
-        let c = self.parsed();
-        (
-            c.last_update().timestamp(),
-            c.next_update().map(|t| t.timestamp()),
-        )
+        self.window
     }
 
     /// Whether this CRL is the one `cert`'s issuer publishes (CRL issuer name == certificate issuer name).
     pub fn covers(&self, cert: &Cert) -> bool {
-        self.parsed().issuer().as_raw() == cert.parsed().issuer().as_raw()
+        self.der[self.issuer_raw.clone()] == *cert.issuer_raw()
     }
 
     /// Whether `serial` (no leading zeros) is listed.
     pub fn revokes(&self, serial: &[u8]) -> bool {
-        self.parsed()
-            .iter_revoked_certificates()
-            .any(|r| strip_zeros(r.raw_serial()) == serial)
+        self.revoked_at(serial).is_some()
+    }
+
+    /// The revocation date of `serial` (no leading zeros), if this CRL lists it.
+    pub fn revoked_at(&self, serial: &[u8]) -> Option<&str> {
+        self.revoked
+            .binary_search_by(|(s, _)| s.as_slice().cmp(serial))
+            .ok()
+            .map(|i| self.revoked[i].1.as_str())
     }
 
     /// Number of revoked entries.
     pub fn len(&self) -> usize {
-        self.parsed().iter_revoked_certificates().count()
+        self.revoked.len()
     }
 
     /// Whether no certificate is revoked.
