@@ -370,11 +370,66 @@ async fn worker(a: WorkerArgs) -> ExitCode {
     }
 }
 
+/// The environment variable naming which of the Temporal SDK's own log lines a worker prints on stderr (an
+/// `EnvFilter` directive such as `warn`, `temporalio_sdk_core=debug`); default `warn`.
+pub const LOG_ENV: &str = "FENCED_RUN_POOL_LOG";
+
+/// The SDK's log lines (its warnings and errors: a workflow task failed, an eviction, a fatal stream error) on
+/// stderr, for every thread (the SDK's own telemetry would set its subscriber on the calling thread only when
+/// it runs on our Tokio runtime); without a subscriber the SDK drops them and a worker that stops says nothing.
+fn install_sdk_log(identity: &str) {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = std::env::var(LOG_ENV).unwrap_or_else(|_| "warn".to_owned());
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .finish()
+        .try_init();
+    if let Err(e) = installed {
+        eprintln!("fenced-run pool worker {identity}: the SDK's log lines will not be shown: {e}");
+    }
+}
+
+/// Every cause of `e`, outermost first, joined with ": " (the SDK's fatal errors keep their reason in `source`).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        msg = format!("{msg}: {c}");
+        cause = c.source();
+    }
+    msg
+}
+
+/// A panic in the SDK core's `workflow-processing` thread ends all workflow processing of this worker while
+/// its activity side goes on polling: a worker that can no longer decide anything. Say so and exit 2 (so a
+/// supervisor restarts it) instead of living on half dead or stopping as if asked to. Other panics keep Rust's
+/// behaviour (the SDK catches a panicking workflow function and fails its workflow task).
+fn exit_on_workflow_thread_panic(identity: &str) {
+    let identity = identity.to_owned();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        if std::thread::current().name() == Some("workflow-processing") {
+            eprintln!(
+                "fenced-run pool worker {identity}: the Temporal SDK's workflow-processing thread panicked \
+                 (above); this worker can no longer run workflows and exits"
+            );
+            std::process::exit(2);
+        }
+    }));
+}
+
 async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Result<(), String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
     use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+    exit_on_workflow_thread_panic(identity);
+    install_sdk_log(identity);
     let runtime = Runtime::from_current_tokio(Default::default())
-        .map_err(|e| format!("Temporal runtime: {e}"))?;
+        .map_err(|e| format!("Temporal runtime: {}", error_chain(&e)))?;
     let client =
         crate::temporal::connect(&a.temporal.temporal, &a.temporal.namespace, identity).await?;
     let max_runs = a.max_runs as usize;
@@ -395,30 +450,56 @@ async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Res
         .max_eager_activity_reservations_per_workflow_task(0)
         .client_identity_override(identity.to_owned())
         .build();
-    let mut worker = Worker::new(&runtime, client, options)
-        .map_err(|e| format!("starting the worker on queue {}: {e}", a.queue))?;
+    let mut worker = Worker::new(&runtime, client, options).map_err(|e| {
+        format!(
+            "starting the worker on queue {}: {}",
+            a.queue,
+            error_chain(&e)
+        )
+    })?;
     let shutdown = worker.shutdown_handle();
+    let asked = Arc::new(AtomicBool::new(false));
+    let asked_by_signal = asked.clone();
+    let who = identity.to_owned();
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut int)) = (
+        match (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         ) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+            (Ok(mut term), Ok(mut int)) => {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                eprintln!("fenced-run pool worker {who}: {name}: shutting down");
+                asked_by_signal.store(true, Ordering::SeqCst);
+                shutdown();
             }
-            shutdown();
+            (Err(e), _) | (_, Err(e)) => eprintln!(
+                "fenced-run pool worker {who}: cannot watch for SIGTERM/SIGINT ({e}); stop it with SIGKILL"
+            ),
         }
     });
     eprintln!(
         "fenced-run pool worker {identity}: queue {}, isolation {}, at most {max_runs} run(s) at once",
         a.queue, a.isolation
     );
-    worker
-        .run()
-        .await
-        .map_err(|e| format!("worker stopped: {e}"))
+    let ran = worker.run().await;
+    match ran {
+        Err(e) => Err(format!("worker stopped: {}", error_chain(&e))),
+        Ok(()) if asked.load(Ordering::SeqCst) => {
+            eprintln!("fenced-run pool worker {identity}: stopped");
+            Ok(())
+        }
+        // The SDK ends `run` without an error when its workflow stream ends (its poller or processing
+        // thread gone): not a shutdown anybody asked for.
+        Ok(()) => Err(
+            "worker stopped without being asked to (no SIGTERM or SIGINT): the Temporal SDK's task \
+             processing ended; its log lines above say why"
+                .to_owned(),
+        ),
+    }
 }
 
 fn random_run_id() -> String {
