@@ -196,7 +196,14 @@ pub struct SubmitArgs {
     /// With --wait: write the accepted attempt's evidence here.
     #[arg(long, value_name = "OUT", requires = "wait")]
     pub evidence: Option<PathBuf>,
+    /// With --wait: give up waiting after this many seconds (exit 2 naming the run, which goes on in the
+    /// pool). Default: one hour in the queue plus the run's own longest time (attempts x the attempt deadline).
+    #[arg(long, value_name = "SECONDS", requires = "wait", value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub wait_timeout: Option<u64>,
 }
+
+/// The default `--wait-timeout`: an hour's wait in the queue on top of the longest the run itself may take.
+pub const QUEUE_WAIT_SECONDS: u64 = 3600;
 
 /// Runs the command line `args` (without the program name handled by clap).
 pub fn main_with(cli: Cli) -> ExitCode {
@@ -635,6 +642,8 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail("submit", json, 1, &e),
     };
+    // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
+    let attempt_seconds = budget + 180;
     let input = RunInput {
         run_id: run_id.clone(),
         founder: founder.clone(),
@@ -643,8 +652,7 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         isolation: a.isolation.clone(),
         max_attempts: a.max_attempts,
         heartbeat_seconds: a.heartbeat_seconds,
-        // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
-        attempt_seconds: budget + 180,
+        attempt_seconds,
     };
     let options = temporalio_client::WorkflowStartOptions::new(a.queue.clone(), run_id.clone())
         .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
@@ -686,14 +694,35 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let result: RunResult = match handle.get_result(Default::default()).await {
-        Ok(r) => r,
-        Err(e) => {
+    let wait = a.wait_timeout.unwrap_or_else(|| {
+        QUEUE_WAIT_SECONDS
+            .saturating_add(u64::from(a.max_attempts.max(1)).saturating_mul(attempt_seconds))
+    });
+    let result: RunResult = match tokio::time::timeout(
+        Duration::from_secs(wait),
+        handle.get_result(Default::default()),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             return fail(
                 "submit",
                 json,
                 2,
                 &format!("run {run_id}: {}", escape(&e.to_string())),
+            )
+        }
+        Err(_) => {
+            return fail(
+                "submit",
+                json,
+                2,
+                &format!(
+                    "run {run_id}: no result within {wait} s (--wait-timeout); the run is still in the pool, \
+                     queued or running: see `fenced-run pool status {run_id}`, or stop it with `fenced-run pool \
+                     cancel {run_id}`"
+                ),
             )
         }
     };
