@@ -428,6 +428,15 @@ fn exit_on_workflow_thread_panic(identity: &str) {
     }));
 }
 
+/// Runs a worker keeps in its workflow cache (the SDK's default): open runs, queued or running, not slots. A
+/// cached run costs a small state machine; the cache must not fill while runs wait for slots, because a run
+/// evicted with a local activity in flight is what took the worker down (docs/pool.md).
+pub const WORKFLOW_CACHE: usize = 1000;
+
+/// How long a workflow task waits on a worker's sticky queue before it goes to the queue every worker polls: a
+/// worker killed with SIGKILL delays the runs it had cached by this much.
+pub const STICKY_TO_NORMAL: Duration = Duration::from_secs(5);
+
 async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Result<(), String> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -451,8 +460,12 @@ async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Res
         .map_err(|e| format!("registering the run workflow: {e}"))?
         .register_activities(PoolActivities { config })
         .tuner(tuner)
-        // No workflow cache: a worker killed mid-run leaves no sticky queue for the others to wait on.
-        .max_cached_workflows(0)
+        // A workflow cache with room for every open run (issue 15, docs/pool.md): with no cache the SDK keeps
+        // one run, evicts it for the next run's workflow task even while its bookkeeping local activity is in
+        // flight, and that eviction trips an internal assertion that kills the workflow-processing thread.
+        .max_cached_workflows(WORKFLOW_CACHE)
+        // A killed worker's sticky queue: its workflow tasks go back to the normal queue after this long.
+        .sticky_queue_schedule_to_start_timeout(STICKY_TO_NORMAL)
         // Runs are taken from the queue by polling only, within this worker's slots.
         .max_eager_activity_reservations_per_workflow_task(0)
         .client_identity_override(identity.to_owned())
