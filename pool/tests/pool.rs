@@ -452,13 +452,13 @@ fn pool_end_to_end() {
     drop(workers);
 }
 
-/// How many runs `queued_runs_beyond_slots` queues on its one-slot worker (POOL_QUEUE_RUNS, default 10).
+/// How many runs `queued_runs_beyond_slots` queues on its one-slot worker (POOL_QUEUE_RUNS, default 16).
 fn queued_runs() -> usize {
     std::env::var("POOL_QUEUE_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n| n >= 2)
-        .unwrap_or(10)
+        .unwrap_or(16)
 }
 
 /// Many more runs than slots (issue 15: a 12-run benchmark on one `--max-runs 1` worker once hung, the worker
