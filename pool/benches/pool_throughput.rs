@@ -81,6 +81,9 @@ fn main() {
                     &format!("bench-{workers}-{i}"),
                     "--wait",
                     "--json",
+                    // A hang (issue 15) fails the bench after five minutes instead of waiting forever.
+                    "--wait-timeout",
+                    "300",
                 ]
                 .iter()
                 .map(|s| s.to_string())

@@ -196,7 +196,14 @@ pub struct SubmitArgs {
     /// With --wait: write the accepted attempt's evidence here.
     #[arg(long, value_name = "OUT", requires = "wait")]
     pub evidence: Option<PathBuf>,
+    /// With --wait: give up waiting after this many seconds (exit 2 naming the run, which goes on in the
+    /// pool). Default: one hour in the queue plus the run's own longest time (attempts x the attempt deadline).
+    #[arg(long, value_name = "SECONDS", requires = "wait", value_parser = clap::value_parser!(u64).range(1..=31_536_000))]
+    pub wait_timeout: Option<u64>,
 }
+
+/// The default `--wait-timeout`: an hour's wait in the queue on top of the longest the run itself may take.
+pub const QUEUE_WAIT_SECONDS: u64 = 3600;
 
 /// Runs the command line `args` (without the program name handled by clap).
 pub fn main_with(cli: Cli) -> ExitCode {
@@ -370,11 +377,75 @@ async fn worker(a: WorkerArgs) -> ExitCode {
     }
 }
 
+/// The environment variable naming which of the Temporal SDK's own log lines a worker prints on stderr (an
+/// `EnvFilter` directive such as `warn`, `temporalio_sdk_core=debug`); default `warn`.
+pub const LOG_ENV: &str = "FENCED_RUN_POOL_LOG";
+
+/// The SDK's log lines (its warnings and errors: a workflow task failed, an eviction, a fatal stream error) on
+/// stderr, for every thread (the SDK's own telemetry would set its subscriber on the calling thread only when
+/// it runs on our Tokio runtime); without a subscriber the SDK drops them and a worker that stops says nothing.
+fn install_sdk_log(identity: &str) {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = std::env::var(LOG_ENV).unwrap_or_else(|_| "warn".to_owned());
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .finish()
+        .try_init();
+    if let Err(e) = installed {
+        eprintln!("fenced-run pool worker {identity}: the SDK's log lines will not be shown: {e}");
+    }
+}
+
+/// Every cause of `e`, outermost first, joined with ": " (the SDK's fatal errors keep their reason in `source`).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        msg = format!("{msg}: {c}");
+        cause = c.source();
+    }
+    msg
+}
+
+/// A panic in the SDK core's `workflow-processing` thread ends all workflow processing of this worker while
+/// its activity side goes on polling: a worker that can no longer decide anything. Say so and exit 2 (so a
+/// supervisor restarts it) instead of living on half dead or stopping as if asked to. Other panics keep Rust's
+/// behaviour (the SDK catches a panicking workflow function and fails its workflow task).
+fn exit_on_workflow_thread_panic(identity: &str) {
+    let identity = identity.to_owned();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        if std::thread::current().name() == Some("workflow-processing") {
+            eprintln!(
+                "fenced-run pool worker {identity}: the Temporal SDK's workflow-processing thread panicked \
+                 (above); this worker can no longer run workflows and exits"
+            );
+            std::process::exit(2);
+        }
+    }));
+}
+
+/// Runs a worker keeps in its workflow cache (the SDK's default): open runs, queued or running, not slots. A
+/// cached run costs a small state machine; the cache must not fill while runs wait for slots, because a run
+/// evicted with a local activity in flight is what took the worker down (docs/pool.md).
+pub const WORKFLOW_CACHE: usize = 1000;
+
+/// How long a workflow task waits on a worker's sticky queue before it goes to the queue every worker polls: a
+/// worker killed with SIGKILL delays the runs it had cached by this much.
+pub const STICKY_TO_NORMAL: Duration = Duration::from_secs(5);
+
 async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Result<(), String> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
     use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+    exit_on_workflow_thread_panic(identity);
+    install_sdk_log(identity);
     let runtime = Runtime::from_current_tokio(Default::default())
-        .map_err(|e| format!("Temporal runtime: {e}"))?;
+        .map_err(|e| format!("Temporal runtime: {}", error_chain(&e)))?;
     let client =
         crate::temporal::connect(&a.temporal.temporal, &a.temporal.namespace, identity).await?;
     let max_runs = a.max_runs as usize;
@@ -389,36 +460,66 @@ async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Res
         .map_err(|e| format!("registering the run workflow: {e}"))?
         .register_activities(PoolActivities { config })
         .tuner(tuner)
-        // No workflow cache: a worker killed mid-run leaves no sticky queue for the others to wait on.
-        .max_cached_workflows(0)
+        // A workflow cache with room for every open run (issue 15, docs/pool.md): with no cache the SDK keeps
+        // one run, evicts it for the next run's workflow task even while its bookkeeping local activity is in
+        // flight, and that eviction trips an internal assertion that kills the workflow-processing thread.
+        .max_cached_workflows(WORKFLOW_CACHE)
+        // A killed worker's sticky queue: its workflow tasks go back to the normal queue after this long.
+        .sticky_queue_schedule_to_start_timeout(STICKY_TO_NORMAL)
         // Runs are taken from the queue by polling only, within this worker's slots.
         .max_eager_activity_reservations_per_workflow_task(0)
         .client_identity_override(identity.to_owned())
         .build();
-    let mut worker = Worker::new(&runtime, client, options)
-        .map_err(|e| format!("starting the worker on queue {}: {e}", a.queue))?;
+    let mut worker = Worker::new(&runtime, client, options).map_err(|e| {
+        format!(
+            "starting the worker on queue {}: {}",
+            a.queue,
+            error_chain(&e)
+        )
+    })?;
     let shutdown = worker.shutdown_handle();
+    let asked = Arc::new(AtomicBool::new(false));
+    let asked_by_signal = asked.clone();
+    let who = identity.to_owned();
     tokio::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
-        if let (Ok(mut term), Ok(mut int)) = (
+        match (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
         ) {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+            (Ok(mut term), Ok(mut int)) => {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                eprintln!("fenced-run pool worker {who}: {name}: shutting down");
+                asked_by_signal.store(true, Ordering::SeqCst);
+                shutdown();
             }
-            shutdown();
+            (Err(e), _) | (_, Err(e)) => eprintln!(
+                "fenced-run pool worker {who}: cannot watch for SIGTERM/SIGINT ({e}); stop it with SIGKILL"
+            ),
         }
     });
     eprintln!(
         "fenced-run pool worker {identity}: queue {}, isolation {}, at most {max_runs} run(s) at once",
         a.queue, a.isolation
     );
-    worker
-        .run()
-        .await
-        .map_err(|e| format!("worker stopped: {e}"))
+    let ran = worker.run().await;
+    match ran {
+        Err(e) => Err(format!("worker stopped: {}", error_chain(&e))),
+        Ok(()) if asked.load(Ordering::SeqCst) => {
+            eprintln!("fenced-run pool worker {identity}: stopped");
+            Ok(())
+        }
+        // The SDK ends `run` without an error when its workflow stream ends (its poller or processing
+        // thread gone): not a shutdown anybody asked for.
+        Ok(()) => Err(
+            "worker stopped without being asked to (no SIGTERM or SIGINT): the Temporal SDK's task \
+             processing ended; its log lines above say why"
+                .to_owned(),
+        ),
+    }
 }
 
 fn random_run_id() -> String {
@@ -554,6 +655,8 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail("submit", json, 1, &e),
     };
+    // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
+    let attempt_seconds = budget + 180;
     let input = RunInput {
         run_id: run_id.clone(),
         founder: founder.clone(),
@@ -562,8 +665,7 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         isolation: a.isolation.clone(),
         max_attempts: a.max_attempts,
         heartbeat_seconds: a.heartbeat_seconds,
-        // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
-        attempt_seconds: budget + 180,
+        attempt_seconds,
     };
     let options = temporalio_client::WorkflowStartOptions::new(a.queue.clone(), run_id.clone())
         .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
@@ -605,14 +707,35 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let result: RunResult = match handle.get_result(Default::default()).await {
-        Ok(r) => r,
-        Err(e) => {
+    let wait = a.wait_timeout.unwrap_or_else(|| {
+        QUEUE_WAIT_SECONDS
+            .saturating_add(u64::from(a.max_attempts.max(1)).saturating_mul(attempt_seconds))
+    });
+    let result: RunResult = match tokio::time::timeout(
+        Duration::from_secs(wait),
+        handle.get_result(Default::default()),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             return fail(
                 "submit",
                 json,
                 2,
                 &format!("run {run_id}: {}", escape(&e.to_string())),
+            )
+        }
+        Err(_) => {
+            return fail(
+                "submit",
+                json,
+                2,
+                &format!(
+                    "run {run_id}: no result within {wait} s (--wait-timeout); the run is still in the pool, \
+                     queued or running: see `fenced-run pool status {run_id}`, or stop it with `fenced-run pool \
+                     cancel {run_id}`"
+                ),
             )
         }
     };

@@ -2,14 +2,25 @@
 //! cluster from `initdb`, three worker processes. Passing, failing and timing-out runs all complete with
 //! verifiable evidence bound to their attempt's nonce; a worker killed with SIGKILL mid-run costs one attempt
 //! and the run completes elsewhere, the killed attempt's late result being rejected; a duplicate run ID is
-//! rejected; cancellation leaves no process and no file; a founder cannot read another founder's run.
+//! rejected; cancellation leaves no process and no file; a founder cannot read another founder's run. And many
+//! more runs queued than slots (one worker of one slot) all come back judged within a bound, the worker alive.
 
 mod common;
 
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The tests that start servers and workers take turns: on a small machine two Temporal dev servers, two
+/// clusters and their workers at once only add load to each other's leases and deadlines.
+static SERVERS: Mutex<()> = Mutex::new(());
+
+fn servers_turn() -> std::sync::MutexGuard<'static, ()> {
+    SERVERS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 const NONCE_A: &str = "00112233445566778899aabbccddeeff";
 const NONCE_B: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa9988";
@@ -107,6 +118,7 @@ fn pool_end_to_end() {
         println!("skipped: {why}");
         return;
     }
+    let _turn = servers_turn();
     let Some(pg) = Postgres::start() else { return };
     let Some(t) = Temporal::start() else { return };
     let admin = pg.url("pool_admin");
@@ -438,6 +450,180 @@ fn pool_end_to_end() {
         "{s}"
     );
     drop(workers);
+}
+
+/// How many runs `queued_runs_beyond_slots` queues on its one-slot worker (POOL_QUEUE_RUNS, default 16).
+fn queued_runs() -> usize {
+    std::env::var("POOL_QUEUE_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n >= 2)
+        .unwrap_or(16)
+}
+
+/// Many more runs than slots (issue 15: a 12-run benchmark on one `--max-runs 1` worker once hung, the worker
+/// gone and every `submit --wait` waiting): N trivial runs submitted at once with `--wait` to a queue served by
+/// one worker of one slot. Every submit must come back judged before a deadline on the child processes (those
+/// still running then are killed and named), each run must have taken one attempt, and the worker must still
+/// be running at the end with no SDK panic or dropped local activity in its log.
+#[test]
+fn queued_runs_beyond_slots() {
+    if let Some(why) = fenced_run_tests_skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let _turn = servers_turn();
+    let Some(pg) = Postgres::start() else { return };
+    let Some(t) = Temporal::start() else { return };
+    let admin = pg.url("pool_admin");
+    let o = pool(&["init", "--store", &admin]);
+    assert!(o.status.success(), "{}", text(&o));
+    let work = tempfile::Builder::new()
+        .prefix("pool-work-")
+        .tempdir()
+        .expect("work");
+    let out = tempfile::tempdir().expect("out dir");
+    let log = out.path().join("worker.log");
+    let mut worker = Worker::start_logged(
+        &t.addr,
+        &admin,
+        "solo",
+        "solo-1",
+        1,
+        work.path(),
+        Some(&log),
+    );
+    let job = Job::new("echo '1 passed, 0 failed'\n", 60);
+
+    // `submit --wait` is bounded: on a queue nobody serves it gives up after --wait-timeout, naming the run.
+    let t0 = Instant::now();
+    let jobp = job.path();
+    let o = pool(&[
+        "submit",
+        jobp.to_str().expect("utf8"),
+        "--temporal",
+        &t.addr,
+        "--store",
+        &admin,
+        "--nonce",
+        NONCE_A,
+        "--queue",
+        "nobody",
+        "--run-id",
+        "run-unserved",
+        "--wait",
+        "--wait-timeout",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("run-unserved") && err.contains("--wait-timeout"),
+        "{}",
+        text(&o)
+    );
+    assert!(t0.elapsed() < Duration::from_secs(60), "{:?}", t0.elapsed());
+
+    let n = queued_runs();
+    let ids: Vec<String> = (0..n).map(|i| format!("queued-{i}")).collect();
+    let started = Instant::now();
+    let mut children: Vec<(String, Option<std::process::Child>)> = ids
+        .iter()
+        .map(|id| {
+            let stdout = std::fs::File::create(out.path().join(format!("{id}.out"))).expect("out");
+            let stderr = std::fs::File::create(out.path().join(format!("{id}.err"))).expect("err");
+            let child = Command::new(POOL)
+                .arg("submit")
+                .arg(job.path())
+                .args(["--temporal", &t.addr, "--store", &admin, "--nonce", NONCE_A])
+                .args(["--queue", "solo", "--run-id", id, "--wait", "--json"])
+                .args(["--wait-timeout", "240"])
+                .stdin(Stdio::null())
+                .stdout(stdout)
+                .stderr(stderr)
+                .spawn()
+                .expect("submit");
+            (id.clone(), Some(child))
+        })
+        .collect();
+    // The deadline is on the submits themselves: each must have exited by then.
+    let limit = Duration::from_secs(180);
+    let deadline = started + limit;
+    let mut codes: Vec<(String, Option<i32>)> = Vec::new();
+    loop {
+        for (id, slot) in children.iter_mut() {
+            if let Some(c) = slot {
+                if let Ok(Some(st)) = c.try_wait() {
+                    codes.push((id.clone(), st.code()));
+                    *slot = None;
+                }
+            }
+        }
+        let waiting: Vec<&str> = children
+            .iter()
+            .filter(|(_, c)| c.is_some())
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if waiting.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let alive = matches!(worker.child.try_wait(), Ok(None));
+            let names = waiting.join(", ");
+            for (_, c) in children.iter_mut() {
+                if let Some(c) = c {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+            panic!(
+                "{} of {n} submits still waiting after {limit:?} ({names}); worker {}; worker log:\n{}",
+                names.split(", ").count(),
+                if alive { "alive" } else { "EXITED" },
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = started.elapsed();
+    println!("{n} queued runs on one one-slot worker judged in {took:.2?}");
+    for (id, code) in &codes {
+        let stdout =
+            std::fs::read_to_string(out.path().join(format!("{id}.out"))).unwrap_or_default();
+        let stderr =
+            std::fs::read_to_string(out.path().join(format!("{id}.err"))).unwrap_or_default();
+        assert_eq!(*code, Some(0), "{id}: exit {code:?}\n{stdout}\n{stderr}");
+        let v: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{id}: not JSON ({e}): {stdout}\n{stderr}"));
+        assert_eq!(v["outcome"], "tests_passed", "{id}: {v}");
+        let s = status(&t, &admin, id);
+        assert_eq!(s["workflow"], "completed", "{s}");
+        assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
+        assert_eq!(s["accepted_attempt"], 1, "{s}");
+    }
+    let alive = matches!(worker.child.try_wait(), Ok(None));
+    let worker_log = std::fs::read_to_string(&log).unwrap_or_default();
+    let noted: Vec<&str> = worker_log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    println!(
+        "worker log: {} lines, {} WARN/ERROR{}",
+        worker_log.lines().count(),
+        noted.len(),
+        noted
+            .iter()
+            .take(10)
+            .map(|l| format!("\n  {l}"))
+            .collect::<String>()
+    );
+    assert!(alive, "the worker exited; its log:\n{worker_log}");
+    for bad in ["panicked", "likely to be dropped", "worker stopped"] {
+        assert!(
+            !worker_log.contains(bad),
+            "the worker's log has {bad:?}:\n{worker_log}"
+        );
+    }
 }
 
 /// The fence needs root or unprivileged namespaces (the same rule as the fence tests).

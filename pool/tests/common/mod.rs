@@ -300,6 +300,24 @@ impl Worker {
         max_runs: u32,
         work_dir: &Path,
     ) -> Worker {
+        Self::start_logged(temporal, store, queue, identity, max_runs, work_dir, None)
+    }
+
+    /// As [`Worker::start`], with the worker's stderr (its own lines and the SDK's warnings) written to `log`
+    /// instead of the test's stderr when given.
+    pub fn start_logged(
+        temporal: &str,
+        store: &str,
+        queue: &str,
+        identity: &str,
+        max_runs: u32,
+        work_dir: &Path,
+        log: Option<&Path>,
+    ) -> Worker {
+        let stderr = match log {
+            Some(p) => Stdio::from(std::fs::File::create(p).expect("worker log")),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(POOL)
             .args([
                 "worker",
@@ -321,7 +339,7 @@ impl Worker {
             .arg(work_dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("pool worker");
         Worker {
