@@ -1,7 +1,8 @@
 //! Builds the static `guest-agent` for the image with fixed settings: the gnu target with
 //! `-C target-feature=+crt-static`, the `guest-agent` profile of the workspace (fixed codegen units, no debug
-//! info, stripped), and `--remap-path-prefix` for the workspace and the cargo home, so that the binary embeds no
-//! path of the machine that built it.
+//! info, stripped), and `--remap-path-prefix` for the workspace and the cargo home (with the same maps as
+//! `-ffile-prefix-map` for C compiled into it, such as aws-lc's `__FILE__` strings), so that the binary embeds
+//! no path of the machine that built it.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,18 @@ pub fn rustflags(workspace: &Path) -> Vec<String> {
     ]
 }
 
+/// The C compiler flags of the agent build: the same path maps as [`rustflags`], for C that crates compile in
+/// (cc-rs reads them from `CFLAGS_<target>`).
+pub fn cflags(workspace: &Path) -> String {
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
+    let home = std::fs::canonicalize(cargo_home()).unwrap_or_else(|_| cargo_home());
+    format!(
+        "-ffile-prefix-map={}=/fenced-run -ffile-prefix-map={}=/cargo",
+        ws.display(),
+        home.display()
+    )
+}
+
 /// Builds the agent with cargo in `workspace` and returns the binary's path.
 pub fn build(workspace: &Path) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -52,6 +65,10 @@ pub fn build(workspace: &Path) -> Result<PathBuf, String> {
         .args(["--bin", "guest-agent", "--target", TARGET])
         .env_remove("RUSTFLAGS")
         .env("CARGO_ENCODED_RUSTFLAGS", rustflags(workspace).join("\x1f"))
+        .env(
+            format!("CFLAGS_{}", TARGET.replace('-', "_")),
+            cflags(workspace),
+        )
         .status()
         .map_err(|e| format!("cannot run cargo to build the guest agent: {e}"))?;
     if !status.success() {
