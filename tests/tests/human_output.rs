@@ -267,3 +267,35 @@ fn a_certificate_subject_with_an_escape_is_escaped_by_verify_attestation() {
         v["failures"]
     );
 }
+
+#[test]
+fn a_closed_stdout_pipe_ends_the_printing_not_the_run() {
+    if skip() {
+        return;
+    }
+    // `fenced-run run JOB | head -0`: the reader is gone before the first line is written. The run still
+    // finishes, cleans up and exits with its own code, without a panic message.
+    let c = Case::new(FENCED_RUN);
+    c.repo_file("test.sh", "echo '1 passed, 0 failed'\n");
+    c.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(FENCED_RUN)
+        .arg("run")
+        .arg(c.path().join("job.toml"))
+        .env("TMPDIR", c.tmp())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("spawn");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("cannot write to stdout"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(c.tmp())
+        .expect("tmp")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
+}

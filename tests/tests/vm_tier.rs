@@ -184,6 +184,21 @@ fn image_build_is_reproducible_and_its_manifest_matches_its_files() {
     let want = measurements::sim::vm_launch_measurement(&k, &i, &m.cmdline.value);
     assert_eq!(m.measurements.vm, hex::encode(want));
     assert!(i.starts_with(b"070701"), "newc");
+    // The agent embeds no path of the machine that built it (Rust and C alike), so an auditor's rebuild elsewhere
+    // gives the same bytes.
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")))
+        .expect("a cargo home");
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for dir in [home, workspace] {
+        let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
+        let needle = format!("{}/", dir.display());
+        assert!(
+            !i.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "the initramfs embeds the build path {needle}"
+        );
+    }
     // One byte of the initramfs changed: another measurement.
     let mut j = i.clone();
     let at = j.len() / 2;

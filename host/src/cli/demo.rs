@@ -215,7 +215,7 @@ fn demo(args: &Args) -> Result<bool, String> {
         if json {
             eprintln!("{line}");
         } else {
-            println!("{line}");
+            outln!("{line}");
         }
     };
     let tier = choose_tier(args)?;
@@ -352,7 +352,7 @@ fn demo(args: &Args) -> Result<bool, String> {
             "failures": failures,
             "verdict": verdict.to_json_value(),
         });
-        println!("{}", attestation::text::json_safe(&obj.to_string()));
+        outln!("{}", attestation::text::json_safe(&obj.to_string()));
     }
     if args.view {
         let nonce = vopts.nonce.clone().unwrap_or_default();

@@ -103,14 +103,14 @@ pub fn run(args: Args) -> ExitCode {
     let r = report(&env);
     if args.json {
         match serde_json::to_string_pretty(&r) {
-            Ok(j) => println!("{}", attestation::text::json_safe(&j)),
+            Ok(j) => outln!("{}", attestation::text::json_safe(&j)),
             Err(e) => {
                 eprintln!("fenced-run doctor: {e}");
                 return ExitCode::from(2);
             }
         }
     } else {
-        print!("{}", render(&r));
+        out!("{}", render(&r));
     }
     ExitCode::SUCCESS
 }

@@ -70,35 +70,41 @@ pub fn run(args: Args) -> ExitCode {
     let Command::Build(b) = args.command;
     match build(&b) {
         Ok(m) => {
-            println!("image       {}", b.out.display());
-            println!("kernel      sha256 {}", m.kernel.sha256);
+            outln!("image       {}", b.out.display());
+            outln!("kernel      sha256 {}", m.kernel.sha256);
             if let Some(k) = &m.vm_kernel {
-                println!(
+                outln!(
                     "vm kernel   sha256 {} ({} bytes, the PVH kernel the vm tier boots)",
-                    k.sha256, k.size
+                    k.sha256,
+                    k.size
                 );
             }
-            println!(
+            outln!(
                 "initramfs   sha256 {} ({} bytes)",
-                m.initramfs.sha256, m.initramfs.size
+                m.initramfs.sha256,
+                m.initramfs.size
             );
-            println!("cmdline     {}", m.cmdline.value);
-            println!("vm          measurement {}", m.measurements.vm);
+            outln!("cmdline     {}", m.cmdline.value);
+            outln!("vm          measurement {}", m.measurements.vm);
             for s in &m.measurements.sev_snp {
-                println!(
+                outln!(
                     "sev-snp     {} vCPU {}: {}",
-                    s.vcpus, s.vcpu_type, s.measurement
+                    s.vcpus,
+                    s.vcpu_type,
+                    s.measurement
                 );
             }
             if let Some(t) = &m.measurements.tdx {
-                println!("tdx         MRTD {}", t.mrtd);
+                outln!("tdx         MRTD {}", t.mrtd);
                 for e in &t.rtmr_events {
-                    println!(
+                    outln!(
                         "tdx         RTMR{} event {}: {}",
-                        e.rtmr, e.event_type, e.digest
+                        e.rtmr,
+                        e.event_type,
+                        e.digest
                     );
                 }
-                println!("tdx         RTMR values not computed: {}", t.note);
+                outln!("tdx         RTMR values not computed: {}", t.note);
             }
             ExitCode::SUCCESS
         }

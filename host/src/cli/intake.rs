@@ -111,14 +111,14 @@ pub fn run(args: Args) -> ExitCode {
     let mut report = run_stages(&args.input, &opts);
     if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(j) => println!("{}", attestation::text::json_safe(&j)),
+            Ok(j) => outln!("{}", attestation::text::json_safe(&j)),
             Err(e) => {
                 let detail = format!("cannot write JSON: {e}");
                 return super::run::fail(true, "intake", "output", &detail, 2);
             }
         }
     } else {
-        print!("{}", render(&report));
+        out!("{}", render(&report));
     }
     if args.keep {
         if let Some(w) = &report.work_dir {

@@ -53,7 +53,7 @@ pub struct Args {
 pub fn fail(json: bool, cmd: &str, check: &str, detail: &str, code: u8) -> ExitCode {
     if json {
         let v = attestation::cli_io::error_json("ok", check, detail);
-        println!("{}", attestation::text::json_safe(&v.to_string()));
+        outln!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         eprintln!("fenced-run {cmd}: {}", escape(detail));
     }
@@ -178,8 +178,8 @@ pub fn run(args: Args) -> ExitCode {
     print_verdict(&verdict, json);
     if !json {
         match &args.evidence {
-            Some(out) => println!("evidence: written to {}", shown(out.display())),
-            None => println!("evidence: none written (no --evidence)"),
+            Some(out) => outln!("evidence: written to {}", shown(out.display())),
+            None => outln!("evidence: none written (no --evidence)"),
         }
     }
     if let (true, Some(out)) = (args.view, &args.evidence) {
@@ -200,10 +200,10 @@ pub const SUMMARY_TAIL_LINES: usize = 20;
 /// Prints a verdict as the summary or, with `json`, the contract form.
 pub(crate) fn print_verdict(v: &Verdict, json: bool) {
     if json {
-        println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
+        outln!("{}", attestation::text::json_safe(&v.to_json_pretty()));
         return;
     }
-    print!("{}", summary(v));
+    out!("{}", summary(v));
 }
 
 /// How a phase ended, in words: `exit 0`, `killed by signal 9`, or `no exit status`.

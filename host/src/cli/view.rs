@@ -94,9 +94,9 @@ pub fn serve(page: &Page, port: u16, once: bool, json: bool) -> ExitCode {
         eprintln!("fenced-run view: {}", shown(w));
     }
     if json {
-        println!("{}", serde_json::json!({ "url": running.url() }));
+        outln!("{}", serde_json::json!({ "url": running.url() }));
     } else {
-        println!("{}", running.url());
+        outln!("{}", running.url());
     }
     {
         use std::io::Write;

@@ -28,7 +28,7 @@ pub fn dialer_main(args: DialerArgs) -> ExitCode {
             Ok(m) => map.push(m),
             // stdout is the guest's connection: the refusal goes there.
             Err(e) => {
-                println!("ERR --test-map {e}");
+                outln!("ERR --test-map {e}");
                 return ExitCode::from(2);
             }
         }
@@ -177,8 +177,8 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
     let out = match run_job(&args.job, &nonce, opts) {
         Ok(HostRun::Ran(o)) => o,
         Ok(HostRun::Refused(reason)) => {
-            println!("outcome: refused");
-            println!("refused by intake on the host before launch: {reason}");
+            outln!("outcome: refused");
+            outln!("refused by intake on the host before launch: {reason}");
             return ExitCode::from(1);
         }
         Err(e) => {
@@ -187,7 +187,7 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
         }
     };
     if !args.json {
-        println!(
+        outln!(
             "vm          {} (agent ready after {:.2} s, VM exited after {:.2} s), measurement {}",
             out.accel.as_str(),
             out.ready.as_secs_f64(),
