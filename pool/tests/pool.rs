@@ -684,3 +684,190 @@ fn bad_input_is_named() {
         text(&o)
     );
 }
+
+/// The vm tier's guest image for the pool's vm worker: the one in cargo's target directory (`target/vm-image`,
+/// found through CARGO_TARGET_TMPDIR, so that a CARGO_TARGET_DIR shared between checkouts finds its image), else
+/// the workspace's default (`host::cli::vm::default_image`). `Err(why)` when the vm tier cannot run here.
+fn vm_tier_image() -> Result<std::path::PathBuf, String> {
+    let qemu = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
+        .unwrap_or(false);
+    if !qemu {
+        return Err("qemu-system-x86_64 is not installed (.ci/run installs it)".into());
+    }
+    if !is_root() {
+        return Err("not root (the vm tier's tests assume it)".into());
+    }
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..");
+    let in_target = std::fs::canonicalize(&target)
+        .unwrap_or(target)
+        .join("vm-image");
+    let default = host::cli::vm::default_image();
+    [in_target.clone(), default.clone()]
+        .into_iter()
+        .find(|d| d.join(host::image::MANIFEST_FILE).is_file())
+        .ok_or_else(|| {
+            format!(
+                "no guest image in {} or {} (build one with `fenced-run image build --out DIR`)",
+                in_target.display(),
+                default.display()
+            )
+        })
+}
+
+/// Runs `cmd` to its end or kills it after `limit`; the child's own deadline (`--wait-timeout`) comes first.
+fn output_within(mut cmd: Command, limit: Duration, what: &str) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let o = child.wait_with_output().expect("wait");
+            panic!("{what}: not done within {limit:?}, killed: {}", text(&o));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    child.wait_with_output().expect("wait")
+}
+
+/// A pooled run in the vm tier: one worker with `--isolation vm`, one passing run submitted with `--wait`; its
+/// verdict says `tests_passed` and `vm`, and its evidence (a sim-PSP SEV-SNP report) verifies as attempt 1 with
+/// the image's pinned vm measurement, and not under another measurement or the founder's own nonce.
+#[test]
+fn pool_vm_tier_end_to_end() {
+    if let Some(why) = fenced_run_tests_skip_reason() {
+        println!("skipped: {why}");
+        return;
+    }
+    let image = match vm_tier_image() {
+        Ok(d) => d,
+        Err(why) => {
+            if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
+                panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run: {why}");
+            }
+            println!("skipped: the vm tier cannot run: {why}");
+            return;
+        }
+    };
+    let measurement = host::image::Manifest::load(&image)
+        .unwrap_or_else(|e| panic!("{}: {e}", image.display()))
+        .measurements
+        .vm;
+    let _turn = servers_turn();
+    let Some(pg) = Postgres::start() else { return };
+    let Some(t) = Temporal::start() else { return };
+    let admin = pg.url("pool_admin");
+    let o = pool(&["init", "--store", &admin, "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = pool(&["founder", "add", "alice", "--store", &admin]);
+    assert!(o.status.success(), "{}", text(&o));
+    let alice = pg.url("alice");
+
+    let work = tempfile::Builder::new()
+        .prefix("pool-vm-work-")
+        .tempdir()
+        .expect("work");
+    let worker = Command::new(POOL)
+        .args(["worker", "--temporal", &t.addr, "--queue", "vm"])
+        .args(["--store", &admin, "--isolation", "vm", "--max-runs", "1"])
+        .args(["--identity", "vm-worker-1", "--fenced-run", FENCED_RUN])
+        .arg("--image")
+        .arg(&image)
+        .arg("--work-dir")
+        .arg(work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("pool worker");
+    let worker = Worker {
+        child: worker,
+        identity: "vm-worker-1".into(),
+    };
+
+    let job = Job::new("echo '2 passed, 0 failed'\n", 120);
+    let out = tempfile::tempdir().expect("out dir");
+    let ev = out.path().join("vm.evidence");
+    let t0 = Instant::now();
+    let mut cmd = Command::new(POOL);
+    cmd.arg("submit")
+        .arg(job.path())
+        .args(["--temporal", &t.addr, "--store", &alice, "--nonce", NONCE_A])
+        .args(["--queue", "vm", "--isolation", "vm", "--run-id", "run-vm"])
+        .args(["--wait", "--wait-timeout", "600", "--json", "--evidence"])
+        .arg(&ev);
+    let o = output_within(
+        cmd,
+        Duration::from_secs(660),
+        "submit --wait in the vm tier",
+    );
+    eprintln!("the vm run through the pool took {:?}", t0.elapsed());
+    assert!(o.status.success(), "{}", text(&o));
+    let v = json_of(&o);
+    assert_eq!(v["outcome"], "tests_passed", "{}", text(&o));
+    assert_eq!(v["isolation"], "vm", "{v}");
+    assert_eq!(v["tests"]["passed"], 2, "{v}");
+
+    let verify_vm = |nonce: &str, attempt: Option<u32>, measurement: &str| {
+        let mut c = Command::new(VERIFY);
+        c.arg("evidence").arg(&ev).args([
+            "--allow-simulated",
+            "--json",
+            "--nonce",
+            nonce,
+            "--measurement",
+            measurement,
+        ]);
+        if let Some(n) = attempt {
+            c.args(["--pool-attempt", &n.to_string()]);
+        }
+        c.output().expect("verify-attestation")
+    };
+    let ok = verify_vm(NONCE_A, Some(1), &measurement);
+    assert!(
+        ok.status.success(),
+        "attempt 1's vm evidence must verify: {}",
+        text(&ok)
+    );
+    let checked = json_of(&ok);
+    assert_eq!(checked["verdict"]["outcome"], "tests_passed", "{checked}");
+    assert_eq!(checked["verdict"]["isolation"], "vm", "{checked}");
+    // The vm tier's evidence: a sim-PSP SEV-SNP report of the image's launch measurement.
+    assert_eq!(checked["tee"], "sim-sev-snp", "{checked}");
+    assert_eq!(checked["simulated"], true, "{checked}");
+    assert_eq!(checked["measurement"], measurement.as_str(), "{checked}");
+    // Bound to attempt 1's derived nonce and to the image's measurement: not the founder's nonce, not attempt 2,
+    // not another measurement.
+    let plain = verify_vm(NONCE_A, None, &measurement);
+    assert_eq!(plain.status.code(), Some(1), "{}", text(&plain));
+    let second = verify_vm(NONCE_A, Some(2), &measurement);
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+    let mut other = measurement.clone().into_bytes();
+    other[0] = if other[0] == b'0' { b'1' } else { b'0' };
+    let other = String::from_utf8(other).expect("hex");
+    let wrong = verify_vm(NONCE_A, Some(1), &other);
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+
+    let s = status(&t, &alice, "run-vm");
+    assert_eq!(s["outcome"], "tests_passed", "{s}");
+    assert_eq!(s["workflow"], "completed", "{s}");
+    assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
+    assert_eq!(s["attempts"][0]["worker"], "vm-worker-1", "{s}");
+    // The attempt left no directory and no process (QEMU) naming its directory.
+    assert!(
+        attempt_dirs(work.path()).is_empty(),
+        "{}",
+        listing(work.path())
+    );
+    let attempts = format!("{}/attempt-", work.path().display());
+    assert!(
+        processes_with(&attempts).is_empty(),
+        "{:?}",
+        processes_with(&attempts)
+    );
+    drop(worker);
+}
