@@ -39,10 +39,29 @@ pub struct Cert {
     algorithm: String,
 }
 
-/// Where `part` (a slice x509-parser returned) sits inside `whole` (the slice it parsed).
-fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
-    let start = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
-    start..start + part.len()
+/// Where `part` (a slice x509-parser returned) sits inside `whole` (the slice it parsed); `None` if it is not
+/// inside it (x509-parser borrows these parts from its input, so that would be a parser change, reported as an
+/// unreadable certificate rather than trusted).
+fn range_in(whole: &[u8], part: &[u8]) -> Option<Range<usize>> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= whole.len()).then_some(start..end)
+}
+
+/// The ranges of a certificate's or CRL's parts, or the error naming `what` when one is not inside the DER.
+fn ranges<const N: usize>(
+    what: &str,
+    der: &[u8],
+    parts: [&[u8]; N],
+) -> Result<[Range<usize>; N], X509Error> {
+    let mut out: [Range<usize>; N] = std::array::from_fn(|_| 0..0);
+    for (slot, part) in out.iter_mut().zip(parts) {
+        *slot = range_in(der, part).ok_or_else(|| X509Error::Der {
+            what: what.into(),
+            detail: "a parsed part lies outside the DER".into(),
+        })?;
+    }
+    Ok(out)
 }
 
 /// Why a certificate or CRL could not be read.
@@ -89,6 +108,15 @@ impl Cert {
             }
         };
         let spki = c.public_key();
+        let [issuer_raw, subject_raw, tbs] = ranges(
+            what,
+            der,
+            [
+                c.issuer().as_raw(),
+                c.subject().as_raw(),
+                c.tbs_certificate.as_ref(),
+            ],
+        )?;
         Ok(Cert {
             spki_sha256: Sha256::digest(spki.raw).into(),
             key: P256Key::from_sec1(&spki.subject_public_key.data).ok(),
@@ -98,9 +126,9 @@ impl Cert {
             ),
             serial: strip_zeros(c.raw_serial()),
             subject: c.subject().to_string(),
-            issuer_raw: range_in(der, c.issuer().as_raw()),
-            subject_raw: range_in(der, c.subject().as_raw()),
-            tbs: range_in(der, c.tbs_certificate.as_ref()),
+            issuer_raw,
+            subject_raw,
+            tbs,
             signature: c.signature_value.data.to_vec(),
             algorithm: c.signature_algorithm.algorithm.to_id_string(),
             der: der.to_vec(),
@@ -304,14 +332,15 @@ impl Crl {
             .map(|r| (strip_zeros(r.raw_serial()), r.revocation_date.to_string()))
             .collect();
         revoked.sort();
+        let [issuer_raw, tbs] = ranges(what, der, [c.issuer().as_raw(), c.tbs_cert_list.as_ref()])?;
         Ok(Crl {
             window: (
                 c.last_update().timestamp(),
                 c.next_update().map(|t| t.timestamp()),
             ),
             issuer: c.issuer().to_string(),
-            issuer_raw: range_in(der, c.issuer().as_raw()),
-            tbs: range_in(der, c.tbs_cert_list.as_ref()),
+            issuer_raw,
+            tbs,
             signature: c.signature_value.data.to_vec(),
             algorithm: c.signature_algorithm.algorithm.to_id_string(),
             revoked,
@@ -379,5 +408,24 @@ impl Crl {
     /// Whether no certificate is revoked.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_only_those_inside_the_der() {
+        let der = [1u8, 2, 3, 4, 5];
+        assert_eq!(range_in(&der, &der[1..4]), Some(1..4));
+        assert_eq!(range_in(&der, &der[5..]), Some(5..5));
+        let elsewhere = [2u8, 3];
+        // Equal bytes at another address are not a part of this DER.
+        assert_eq!(range_in(&der, &elsewhere), None);
+        assert!(matches!(
+            ranges("x", &der[..2], [&der[1..4]]),
+            Err(X509Error::Der { .. })
+        ));
     }
 }
