@@ -48,6 +48,25 @@ fn range_in(whole: &[u8], part: &[u8]) -> Option<Range<usize>> {
     (end <= whole.len()).then_some(start..end)
 }
 
+/// The value of a parse that must consume its whole input: bytes after it, or a parse error, name `what`.
+fn exactly<T>(
+    what: &str,
+    kind: &str,
+    parsed: x509_parser::error::X509Result<'_, T>,
+) -> Result<T, X509Error> {
+    match parsed {
+        Ok(([], value)) => Ok(value),
+        Ok(_) => Err(X509Error::Der {
+            what: what.into(),
+            detail: format!("bytes after the {kind}"),
+        }),
+        Err(e) => Err(X509Error::Der {
+            what: what.into(),
+            detail: crate::pki::der_error(&e),
+        }),
+    }
+}
+
 /// The ranges of a certificate's or CRL's parts, or the error naming `what` when one is not inside the DER.
 fn ranges<const N: usize>(
     what: &str,
@@ -92,21 +111,7 @@ pub enum X509Error {
 impl Cert {
     /// Parses (to check) and keeps one DER certificate.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
-        let c = match X509Certificate::from_der(der) {
-            Ok(([], c)) => c,
-            Ok(_) => {
-                return Err(X509Error::Der {
-                    what: what.into(),
-                    detail: "bytes after the certificate".into(),
-                })
-            }
-            Err(e) => {
-                return Err(X509Error::Der {
-                    what: what.into(),
-                    detail: crate::pki::der_error(&e),
-                })
-            }
-        };
+        let c = exactly(what, "certificate", X509Certificate::from_der(der))?;
         let spki = c.public_key();
         let [issuer_raw, subject_raw, tbs] = ranges(
             what,
@@ -312,21 +317,7 @@ pub struct Crl {
 impl Crl {
     /// Parses (to check) and keeps one DER CRL.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
-        let c = match CertificateRevocationList::from_der(der) {
-            Ok(([], c)) => c,
-            Ok(_) => {
-                return Err(X509Error::Der {
-                    what: what.into(),
-                    detail: "bytes after the CRL".into(),
-                })
-            }
-            Err(e) => {
-                return Err(X509Error::Der {
-                    what: what.into(),
-                    detail: crate::pki::der_error(&e),
-                })
-            }
-        };
+        let c = exactly(what, "CRL", CertificateRevocationList::from_der(der))?;
         let mut revoked: Vec<(Vec<u8>, String)> = c
             .iter_revoked_certificates()
             .map(|r| (strip_zeros(r.raw_serial()), r.revocation_date.to_string()))
