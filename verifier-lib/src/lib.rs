@@ -1,6 +1,7 @@
 //! Every check a founder needs before trusting a fenced-run verdict, with typed results.
 //! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
 
+mod anchors;
 pub mod cli;
 pub mod collateral;
 pub mod evidence;

@@ -6,17 +6,36 @@
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Entries kept before the cache starts over (a few platforms' chains and collateral need a few dozen).
 const MAX_ENTRIES: usize = 4096;
+
+/// A signature check as a plain function of the key, the signed bytes and the signature (each algorithm's own
+/// encoding): the same function answers at once, or later on another thread when a one-shot verification runs
+/// its signatures in parallel, so both give the same result and the same message.
+pub(crate) type Check = fn(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), String>;
+
+/// A check a one-shot verification put off, with its own copy of the bytes.
+#[derive(Debug)]
+struct Pending {
+    id: [u8; 32],
+    check: Check,
+    key: Vec<u8>,
+    msg: Vec<u8>,
+    sig: Vec<u8>,
+}
 
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
     pub(crate) results: Mutex<HashMap<[u8; 32], Result<(), String>>>,
     pub(crate) hits: AtomicU64,
     pub(crate) misses: AtomicU64,
+    /// Set while a one-shot verification runs its first pass: a check whose result is not known is put off and
+    /// answered as if it verified (see [`within_one_verification`]).
+    speculative: AtomicBool,
+    pending: Mutex<Vec<Pending>>,
 }
 
 thread_local! {
@@ -38,41 +57,136 @@ pub(crate) fn activate(cache: &Arc<Cache>) -> Scope {
     Scope(ACTIVE.with(|a| a.borrow_mut().replace(cache.clone())))
 }
 
-/// Runs `f` with a cache active: the caller's [`crate::Verifier`] if one is active on this thread, else a fresh
-/// cache that lives for this one verification, so that a signature two chains share (Intel's TCB Signing
-/// certificate under the root in both the TCB Info and the QE Identity chain, the PCK CA in the PCK chain and the
-/// PCK CRL issuer chain, the root's own signature in each) is verified once per verification, not once per chain.
-pub(crate) fn within_one_verification<T>(f: impl FnOnce() -> T) -> T {
+/// Runs `f`, a whole verification, with a cache active: the caller's [`crate::Verifier`] if one is active on this
+/// thread (then `f` runs once, as it is), else a fresh cache for this one verification. With the fresh cache, a
+/// signature two chains share (Intel's TCB Signing certificate under the root in both the TCB Info and the QE
+/// Identity chain, the PCK CA in the PCK chain and the PCK CRL issuer chain) is verified once, and the distinct
+/// signatures are verified in parallel:
+///
+/// 1. `f` runs with every signature it asks for put off and answered "verified";
+/// 2. the signatures put off are verified on up to [`MAX_THREADS`] threads, each with its own copy of the bytes;
+/// 3. if all verified, the answers of step 1 were the true ones, and its result stands; if any failed, `f` runs
+///    again with every result known (the failures with their own messages), and that second result is returned.
+///
+/// Either way the result is the one a plain sequential run gives: no answer `f` saw was other than the truth.
+pub(crate) fn within_one_verification<T>(mut f: impl FnMut() -> T) -> T {
     if ACTIVE.with(|a| a.borrow().is_some()) {
         return f();
     }
-    let _scope = activate(&Arc::new(Cache::default()));
-    f()
+    let cache = Arc::new(Cache::default());
+    let _scope = activate(&cache);
+    cache.speculative.store(true, Ordering::Relaxed);
+    let first = f();
+    cache.speculative.store(false, Ordering::Relaxed);
+    let pending = std::mem::take(&mut *cache.pending.lock().unwrap_or_else(|e| e.into_inner()));
+    if pending.is_empty() {
+        return first;
+    }
+    let results = run_all(&pending);
+    let all_verified = results.iter().all(Result::is_ok);
+    if let Ok(mut m) = cache.results.lock() {
+        for (p, r) in pending.iter().zip(results) {
+            m.insert(p.id, r);
+        }
+    }
+    if all_verified {
+        first
+    } else {
+        f()
+    }
 }
 
-/// Runs `check` (a signature verification of `alg` by `key` over `msg`) unless the active [`crate::Verifier`] already
-/// knows its result for exactly these bytes. Without an active verifier, it just runs `check`.
-pub(crate) fn memo(
-    alg: &str,
-    key: &[u8],
-    msg: &[u8],
-    sig: &[u8],
-    check: impl FnOnce() -> Result<(), String>,
-) -> Result<(), String> {
-    let Some(cache) = ACTIVE.with(|a| a.borrow().clone()) else {
-        return check();
+/// Threads a one-shot verification's signatures run on at most (the calling thread is one of them).
+pub(crate) const MAX_THREADS: usize = 4;
+
+/// Runs every put-off check: on the calling thread and as many others as the machine has cores (at most
+/// [`MAX_THREADS`] in all, never more than checks), each taking the next check not yet taken.
+fn run_all(pending: &[Pending]) -> Vec<Result<(), String>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS)
+        .min(pending.len());
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<(), String>>>> =
+        pending.iter().map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(p) = pending.get(i) else { break };
+        let r = (p.check)(&p.key, &p.msg, &p.sig);
+        if let Ok(mut slot) = slots[i].lock() {
+            *slot = Some(r);
+        }
     };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            // A thread that cannot be started leaves its share to the others.
+            let _ = std::thread::Builder::new().spawn_scoped(scope, work);
+        }
+        work();
+    });
+    pending
+        .iter()
+        .zip(slots)
+        .map(|(p, slot)| {
+            slot.into_inner()
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| (p.check)(&p.key, &p.msg, &p.sig))
+        })
+        .collect()
+}
+
+/// The cache key of a check: SHA-256 over algorithm, key, signed bytes and signature, each with its length.
+fn id_of(alg: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     for part in [alg.as_bytes(), key, msg, sig] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part);
     }
-    let id: [u8; 32] = h.finalize().into();
+    h.finalize().into()
+}
+
+/// Puts a check off in a speculative pass (once per distinct check); `false` outside one.
+fn put_off(cache: &Cache, id: [u8; 32], check: Check, key: &[u8], msg: &[u8], sig: &[u8]) -> bool {
+    if !cache.speculative.load(Ordering::Relaxed) {
+        return false;
+    }
+    if let Ok(mut pending) = cache.pending.lock() {
+        if !pending.iter().any(|p| p.id == id) {
+            pending.push(Pending {
+                id,
+                check,
+                key: key.to_vec(),
+                msg: msg.to_vec(),
+                sig: sig.to_vec(),
+            });
+        }
+    }
+    true
+}
+
+/// Runs `check` (a signature verification of `alg` by `key` over `msg`) unless the active cache already knows its
+/// result for exactly these bytes, and remembers the result; in the first pass of a one-shot verification it is
+/// put off instead. Without an active cache, it just runs `check`.
+pub(crate) fn memo(
+    alg: &str,
+    key: &[u8],
+    msg: &[u8],
+    sig: &[u8],
+    check: Check,
+) -> Result<(), String> {
+    let Some(cache) = ACTIVE.with(|a| a.borrow().clone()) else {
+        return check(key, msg, sig);
+    };
+    let id = id_of(alg, key, msg, sig);
     if let Some(r) = cache.results.lock().ok().and_then(|m| m.get(&id).cloned()) {
         cache.hits.fetch_add(1, Ordering::Relaxed);
         return r;
     }
-    let r = check();
+    if put_off(&cache, id, check, key, msg, sig) {
+        return Ok(());
+    }
+    let r = check(key, msg, sig);
     cache.misses.fetch_add(1, Ordering::Relaxed);
     if let Ok(mut m) = cache.results.lock() {
         if m.len() >= MAX_ENTRIES {
@@ -81,4 +195,103 @@ pub(crate) fn memo(
         m.insert(id, r.clone());
     }
     r
+}
+
+/// A check that a [`crate::Verifier`] never remembers (a report's or a quote's own signature, which no other
+/// report shares): run at once, except in a one-shot verification, where it is put off and run in parallel with
+/// the others like a [`memo`] check.
+pub(crate) fn once(
+    alg: &str,
+    key: &[u8],
+    msg: &[u8],
+    sig: &[u8],
+    check: Check,
+) -> Result<(), String> {
+    let Some(cache) = ACTIVE.with(|a| a.borrow().clone()) else {
+        return check(key, msg, sig);
+    };
+    let id = id_of(alg, key, msg, sig);
+    // Known only in the second pass of a one-shot verification (a Verifier's cache never holds these).
+    if let Some(r) = cache.results.lock().ok().and_then(|m| m.get(&id).cloned()) {
+        return r;
+    }
+    if put_off(&cache, id, check, key, msg, sig) {
+        return Ok(());
+    }
+    check(key, msg, sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Verifies when the signature is the message reversed; the message names the key otherwise.
+    fn reversed(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), String> {
+        let want: Vec<u8> = msg.iter().rev().copied().collect();
+        if sig == want {
+            Ok(())
+        } else {
+            Err(format!("key {} refused", String::from_utf8_lossy(key)))
+        }
+    }
+
+    /// A verification of three signatures (two the same), with what each check answered.
+    fn three(sigs: [&[u8]; 3]) -> Vec<Result<(), String>> {
+        vec![
+            memo("t", b"a", b"one", sigs[0], reversed),
+            memo("t", b"a", b"one", sigs[1], reversed),
+            once("t-own", b"b", b"two", sigs[2], reversed),
+        ]
+    }
+
+    #[test]
+    fn a_one_shot_verification_that_verifies_runs_once_with_the_checks_run_apart() {
+        let runs = Cell::new(0);
+        let r = within_one_verification(|| {
+            runs.set(runs.get() + 1);
+            three([b"eno", b"eno", b"owt"])
+        });
+        assert_eq!(runs.get(), 1);
+        assert_eq!(r, vec![Ok(()), Ok(()), Ok(())]);
+    }
+
+    #[test]
+    fn a_failed_signature_makes_the_verification_run_again_with_the_true_answers() {
+        let runs = Cell::new(0);
+        let r = within_one_verification(|| {
+            runs.set(runs.get() + 1);
+            three([b"eno", b"eno", b"two"])
+        });
+        assert_eq!(
+            runs.get(),
+            2,
+            "first pass answered 'verified', so it ran again"
+        );
+        assert_eq!(r, vec![Ok(()), Ok(()), Err("key b refused".to_string())]);
+        // The same as with no cache at all, in order.
+        assert_eq!(r, three([b"eno", b"eno", b"two"]));
+    }
+
+    #[test]
+    fn inside_a_verifier_nothing_is_put_off_and_own_signatures_are_not_remembered() {
+        let cache = Arc::new(Cache::default());
+        let _scope = activate(&cache);
+        let r = within_one_verification(|| three([b"eno", b"xx", b"two"]));
+        assert_eq!(
+            r,
+            vec![
+                Ok(()),
+                Err("key a refused".to_string()),
+                Err("key b refused".to_string())
+            ]
+        );
+        let m = cache.results.lock().expect("lock");
+        assert_eq!(
+            m.len(),
+            2,
+            "the two memo checks, not the report's own: {m:?}"
+        );
+        assert!(cache.pending.lock().expect("lock").is_empty());
+    }
 }

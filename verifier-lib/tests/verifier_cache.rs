@@ -36,10 +36,11 @@ fn second_snp_report_of_a_chip_costs_only_its_own_signature() {
 
     let verifier = Verifier::new();
     let first = verifier.snp(&input, &opts, &policy).expect("parses");
-    // ARK self-signature, ASK by ARK, VCEK by ASK: verified once, remembered.
-    assert_eq!(verifier.stats(), CacheStats { hits: 0, misses: 3 });
+    // ASK by ARK, VCEK by ASK: verified once, remembered (the ARK is AMD's own, byte for byte, so its
+    // self-signature is known good and never checked: verifier_lib::anchors).
+    assert_eq!(verifier.stats(), CacheStats { hits: 0, misses: 2 });
     let second = verifier.snp(&input, &opts, &policy).expect("parses");
-    assert_eq!(verifier.stats(), CacheStats { hits: 3, misses: 3 });
+    assert_eq!(verifier.stats(), CacheStats { hits: 2, misses: 2 });
     assert_eq!(first.failures, uncached.failures);
     assert_eq!(second.failures, uncached.failures);
     assert!(second.signature_valid && second.chain.signatures_valid());
@@ -63,7 +64,7 @@ fn second_snp_report_of_a_chip_costs_only_its_own_signature() {
         "{:?}",
         bad.failures
     );
-    assert_eq!(verifier.stats(), CacheStats { hits: 6, misses: 3 });
+    assert_eq!(verifier.stats(), CacheStats { hits: 4, misses: 2 });
 }
 
 fn tdx_vector() -> Option<(Vec<u8>, serde_json::Value, i64)> {

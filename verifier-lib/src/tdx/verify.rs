@@ -11,7 +11,7 @@ use attestation::tdx::{CertificationData, Quote};
 use super::pck::PckExtensions;
 use super::tcb;
 use super::x509::{
-    p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
+    p256_from_raw, parse_pem_chain, verify_raw_sig_once, verify_raw_sig_shared, Cert,
     INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
 use super::{
@@ -303,7 +303,9 @@ fn verify_received(
     chain: Option<Vec<Cert>>,
     opts: &VerifyOptions<'_>,
 ) -> TdxVerification {
-    crate::sigcache::within_one_verification(|| verify_received_once(raw, quote, chain, opts))
+    crate::sigcache::within_one_verification(|| {
+        verify_received_once(raw, quote.clone(), chain.clone(), opts)
+    })
 }
 
 fn verify_received_once(
@@ -320,7 +322,8 @@ fn verify_received_once(
     // 1. The quote signature by the attestation key.
     match p256_from_raw(&quote.signature_data.attestation_key) {
         Some(key) => {
-            match verify_raw_sig(&key, signed.unwrap_or(&[]), &quote.signature_data.signature) {
+            match verify_raw_sig_once(&key, signed.unwrap_or(&[]), &quote.signature_data.signature)
+            {
                 Ok(()) => auth.quote_signature = true,
                 Err(e) => failures.push(Failure::seen_wanted(
                     "quote-signature",
