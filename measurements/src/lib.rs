@@ -8,3 +8,4 @@ pub mod set;
 pub mod sim;
 pub mod snp;
 pub mod tdx;
+pub mod tdx_boot;

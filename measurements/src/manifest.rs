@@ -91,14 +91,22 @@ pub struct TdxMeasurement {
     pub ovmf_sha256: String,
     /// MRTD, hex: TDVF's sections as QEMU adds them (measurements::tdx::mrtd).
     pub mrtd: String,
-    /// The RTMR event digests computed from the kernel and initramfs (not whole RTMR values).
+    /// The RTMR1 and RTMR2 events of a direct boot of the image (measurements::tdx_boot), the kernel as is.
     pub rtmr_events: Vec<RtmrEvent>,
-    /// RTMR0-3 values, when known; `None` for each: they depend on firmware events (configuration,
-    /// variables, separators, ExitBootServices) that only a reference boot's event log shows.
+    /// RTMR0-3 values: RTMR1 and RTMR2 folded from [`TdxMeasurement::rtmr_events`] (QEMU 10.2 and later);
+    /// RTMR0 (TD HOB, ACPI tables, firmware variables: the host's configuration) and RTMR3 (runtime) `None`.
     pub rtmrs: [Option<String>; 4],
+    /// RTMR1 under QEMU 10.1, which patches the kernel's setup header before TDVF measures it, for a TD of
+    /// [`TDX_MEMORY_MIB_MIN`] MiB or more (the launcher gives a TD at least that much).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtmr1_qemu_10_1: Option<String>,
     /// What is and is not computed, in one sentence.
     pub note: String,
 }
+
+/// The least memory a TD is launched with: from here up QEMU 10.1's kernel-header patch, and so RTMR1, does
+/// not depend on the memory size (measurements::tdx_boot::QEMU_STABLE_MEMORY_MIB).
+pub const TDX_MEMORY_MIB_MIN: u64 = crate::tdx_boot::QEMU_STABLE_MEMORY_MIB;
 
 /// Expected measurements of the image.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,40 +166,52 @@ impl Manifest {
 }
 
 /// The note every [`TdxMeasurement`] carries.
-pub const TDX_NOTE: &str = "MRTD is computed from the TDVF metadata; of RTMR1 and RTMR2 only the event digests of the kernel \
-(PE Authenticode SHA-384, logged by TDVF when it starts the kernel's EFI stub) and of the initramfs (SHA-384, logged \
-by the Linux EFI stub as EV_EVENT_TAG) are computed; whole RTMR values need a reference boot's event log \
-(measure-guest pin --tdx-event-log).";
+pub const TDX_NOTE: &str = "MRTD is computed from the TDVF metadata; RTMR1 and RTMR2 are folded from the events a direct \
+kernel boot under TDVF logs (the kernel's PE Authenticode SHA-384, the firmware's boot actions, then the Linux EFI \
+stub's load options and initramfs), not checked against a TD here; RTMR0 (the host's TD HOB, ACPI tables and \
+variables) and RTMR3 (runtime) are not computed.";
 
-/// The TDX measurements of `kernel` and `initrd` under the TDVF `tdvf`.
+/// The TDX measurements of `kernel`, `initrd` and `cmdline` under the TDVF `tdvf`.
 pub fn tdx_measurement(
     tdvf: &[u8],
     kernel: &[u8],
     initrd: &[u8],
+    cmdline: &str,
 ) -> Result<TdxMeasurement, String> {
+    use crate::tdx_boot::{direct_boot, KernelBlob};
     let ovmf = crate::snp::Ovmf::parse(tdvf.to_vec()).map_err(|e| e.to_string())?;
     let mrtd = crate::tdx::mrtd(&ovmf).map_err(|e| e.to_string())?;
-    let kernel_pe =
-        crate::pe::authenticode::<Sha384>(kernel).map_err(|e| format!("kernel: {e}"))?;
+    let boot =
+        direct_boot(kernel, initrd, cmdline, KernelBlob::AsFile).map_err(|e| e.to_string())?;
+    let patched = direct_boot(
+        kernel,
+        initrd,
+        cmdline,
+        KernelBlob::PatchedByQemu {
+            memory_mib: TDX_MEMORY_MIB_MIN,
+        },
+    )
+    .map_err(|e| e.to_string())?;
     Ok(TdxMeasurement {
         ovmf_sha256: hex::encode(Sha256::digest(tdvf)),
         mrtd: hex::encode(mrtd),
-        rtmr_events: vec![
-            RtmrEvent {
-                rtmr: 1,
-                event_type: "EV_EFI_BOOT_SERVICES_APPLICATION".into(),
-                what: "the kernel's PE Authenticode SHA-384 (TDVF, when it starts the EFI stub)"
-                    .into(),
-                digest: hex::encode(kernel_pe),
-            },
-            RtmrEvent {
-                rtmr: 2,
-                event_type: "EV_EVENT_TAG".into(),
-                what: "SHA-384 of the initramfs (the Linux EFI stub, \"Linux initrd\")".into(),
-                digest: hex::encode(Sha384::digest(initrd)),
-            },
+        rtmr_events: boot
+            .events
+            .iter()
+            .map(|e| RtmrEvent {
+                rtmr: e.rtmr,
+                event_type: e.event_type.into(),
+                what: e.what.clone(),
+                digest: hex::encode(e.digest),
+            })
+            .collect(),
+        rtmrs: [
+            None,
+            Some(hex::encode(boot.rtmr1)),
+            Some(hex::encode(boot.rtmr2)),
+            None,
         ],
-        rtmrs: [None, None, None, None],
+        rtmr1_qemu_10_1: Some(hex::encode(patched.rtmr1)),
         note: TDX_NOTE.into(),
     })
 }

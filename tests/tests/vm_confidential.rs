@@ -1,6 +1,6 @@
 //! The confidential tiers' paths on this machine, as processes: `fenced-run doctor --json` on the real host;
 //! `fenced-run run --isolation sev-snp|tdx` refused before anything starts, naming what is missing; an image
-//! built with the AmdSev OVMF and a TDX OVMF lists SNP digests and the TDX MRTD and event digests and carries
+//! built with the AmdSev OVMF and a TDX OVMF lists SNP digests and the TDX MRTD, RTMR1 and RTMR2 and carries
 //! both firmware files; `measure-guest pin --image` turns it into a set (and refuses an image whose files differ
 //! from its manifest); `--isolation auto` picks the `vm` tier here and says why, and its evidence is accepted by
 //! `verify-attestation evidence --measurements SET` signed by an auditor, and rejected under a set pinning
@@ -172,6 +172,96 @@ fn confidential_isolation_on_a_host_without_it_fails_before_anything_runs() {
     }
 }
 
+/// QEMU 10.1 hands a TD's firmware the kernel with its setup header patched (later QEMUs do not), and the
+/// manifest's `rtmr1_qemu_10_1` is computed over that patch (measurements::tdx_boot::qemu_patched_kernel). The
+/// patch is the same code path for a plain VM in every QEMU, so the header this QEMU writes into a plain guest's
+/// memory, read back through the monitor, must equal the model's byte for byte.
+#[test]
+fn the_kernel_header_qemu_writes_is_the_one_the_tdx_rtmr1_model_computes() {
+    if missing().is_some() {
+        return;
+    }
+    use measurements::manifest::TDX_MEMORY_MIB_MIN;
+    use std::io::Write;
+    let kernel_path = host::cli::image::default_kernel().expect("kernel");
+    let kernel = std::fs::read(&kernel_path).expect("kernel");
+    let t = tempfile::tempdir().expect("tmp");
+    let initrd = t.path().join("initrd");
+    std::fs::write(&initrd, vec![0x5a; 300_000]).expect("initrd");
+    let monitor = t.path().join("monitor");
+    let dump = t.path().join("header");
+    // No panic=-1: the guest (whose initramfs is not one) stays up until it is killed.
+    let cmdline = "console=ttyS0 quiet";
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _qemu = Kill(
+        Command::new("qemu-system-x86_64")
+            .args([
+                "-machine", "q35", "-accel", "tcg", "-display", "none", "-serial", "null",
+            ])
+            .args([
+                "-m",
+                &format!("{TDX_MEMORY_MIB_MIN}M"),
+                "-no-reboot",
+                "-kernel",
+            ])
+            .arg(&kernel_path)
+            .arg("-initrd")
+            .arg(&initrd)
+            .args(["-append", cmdline, "-monitor"])
+            .arg(format!("unix:{},server=on,wait=off", monitor.display()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("qemu"),
+    );
+    // The firmware's Linux loader copies the setup header to 0x10000; read it until it is there.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let header = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no setup header at 0x10000 within 60 s"
+        );
+        if let Ok(mut m) = std::os::unix::net::UnixStream::connect(&monitor) {
+            let _ = std::fs::remove_file(&dump);
+            let cmd = format!("pmemsave 0x10000 8192 \"{}\"\n", dump.display());
+            m.write_all(cmd.as_bytes()).expect("monitor");
+            // The monitor answers each command with its prompt; pmemsave has written the file by then.
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until
+                && std::fs::metadata(&dump).map(|d| d.len()).unwrap_or(0) < 8192
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(b) = std::fs::read(&dump) {
+                if b.len() == 8192 && &b[0x202..0x206] == b"HdrS" && b[0x210] == 0xB0 {
+                    break b;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let model =
+        measurements::tdx_boot::qemu_patched_kernel(&kernel, cmdline, 300_000, TDX_MEMORY_MIB_MIN)
+            .expect("model");
+    let differing: Vec<String> = (0x1f1..0x268)
+        .filter(|&i| header[i] != model[i])
+        .map(|i| format!("{i:#x}: qemu {:02x} model {:02x}", header[i], model[i]))
+        .collect();
+    assert!(differing.is_empty(), "{differing:?}");
+    assert_ne!(
+        &kernel[0x1f1..0x268],
+        &header[0x1f1..0x268],
+        "the patch changed nothing"
+    );
+}
+
 #[test]
 fn image_with_both_firmwares_pins_into_a_set_that_accepts_the_vm_evidence() {
     if missing().is_some() {
@@ -204,18 +294,28 @@ fn image_with_both_firmwares_pins_into_a_set_that_accepts_the_vm_evidence() {
         .expect("measure-guest tdx");
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json(&o)["mrtd"], tdx.mrtd, "{}", text(&o));
-    // The RTMR2 event digest is the initramfs's SHA-384; no whole RTMR value is claimed.
-    let initrd_event = tdx
+    // RTMR2's last event is the initramfs's SHA-384; RTMR1's first the kernel's Authenticode; RTMR1 and RTMR2
+    // are the folds of their events; RTMR0 and RTMR3 are not claimed.
+    let last_rtmr2 = tdx
         .rtmr_events
         .iter()
-        .find(|e| e.rtmr == 2)
+        .rfind(|e| e.rtmr == 2)
         .expect("rtmr2 event");
-    assert_eq!(initrd_event.digest, m.initramfs.sha384);
-    assert!(tdx
-        .rtmr_events
-        .iter()
-        .any(|e| e.rtmr == 1 && e.event_type == "EV_EFI_BOOT_SERVICES_APPLICATION"));
-    assert_eq!(tdx.rtmrs, [None, None, None, None]);
+    assert_eq!(last_rtmr2.digest, m.initramfs.sha384);
+    assert_eq!(tdx.rtmr_events[0].rtmr, 1);
+    assert_eq!(
+        tdx.rtmr_events[0].event_type,
+        "EV_EFI_BOOT_SERVICES_APPLICATION"
+    );
+    let fold = |i: u8| {
+        let digests = tdx.rtmr_events.iter().filter(|e| e.rtmr == i).map(|e| {
+            <[u8; 48]>::try_from(hex::decode(&e.digest).expect("hex").as_slice()).expect("48 bytes")
+        });
+        Some(hex::encode(measurements::tdx_boot::fold(digests)))
+    };
+    assert_eq!(tdx.rtmrs, [None, fold(1), fold(2), None]);
+    let rtmr1_10_1 = tdx.rtmr1_qemu_10_1.clone().expect("QEMU 10.1's RTMR1");
+    assert_ne!(Some(&rtmr1_10_1), tdx.rtmrs[1].as_ref());
 
     // Pin, keygen, sign.
     let set = d.join("set.toml");
@@ -228,11 +328,16 @@ fn image_with_both_firmwares_pins_into_a_set_that_accepts_the_vm_evidence() {
         .expect("pin");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("pins MRTD only"),
+        !String::from_utf8_lossy(&o.stderr).contains("pins MRTD only"),
         "{}",
         text(&o)
     );
     let set_text = std::fs::read_to_string(&set).expect("set");
+    // Two TDX entries: RTMR1 of the kernel as is (QEMU 10.2+) and as QEMU 10.1 patches it; RTMR2 in both.
+    for r in [tdx.rtmrs[1].clone(), tdx.rtmrs[2].clone(), Some(rtmr1_10_1)] {
+        let r = r.expect("rtmr");
+        assert!(set_text.contains(&r), "{r} not in {set_text}");
+    }
     assert!(set_text.contains(&m.measurements.vm), "{set_text}");
     for s in &m.measurements.sev_snp {
         assert!(set_text.contains(&s.measurement), "{set_text}");

@@ -104,7 +104,15 @@ pub fn run(args: Args) -> ExitCode {
                         e.digest
                     );
                 }
-                outln!("tdx         RTMR values not computed: {}", t.note);
+                for (i, r) in t.rtmrs.iter().enumerate() {
+                    if let Some(r) = r {
+                        outln!("tdx         RTMR{i} {r} (QEMU 10.2 and later)");
+                    }
+                }
+                if let Some(r) = &t.rtmr1_qemu_10_1 {
+                    outln!("tdx         RTMR1 {r} (QEMU 10.1, which patches the kernel header)");
+                }
+                outln!("tdx         note: {}", t.note);
             }
             ExitCode::SUCCESS
         }

@@ -295,7 +295,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         .transpose()?;
     let tdx = match (&tdx_fw, &opts.tdx_ovmf) {
         (Some(fw), Some(p)) => Some(
-            measurements::manifest::tdx_measurement(fw, &kernel, &initramfs)
+            measurements::manifest::tdx_measurement(fw, &kernel, &initramfs, CMDLINE)
                 .map_err(|e| format!("--tdx-ovmf {}: {e}", p.display()))?,
         ),
         _ => None,

@@ -573,10 +573,26 @@ pub fn resolve_for_run(isolation: &str, image: &Path) -> Result<Choice, String> 
 
 /// The QEMU arguments of `l`, made confidential by `c` when given (the hook host::vm uses).
 pub fn launch_args(l: &super::qemu::Launch, c: Option<&Confidential>) -> Vec<String> {
-    let base = super::qemu::args(l);
     match c {
-        Some(c) => apply(&base, c, l.memory_mib),
-        None => base,
+        Some(c) => {
+            let memory_mib = launch_memory_mib(c, l.memory_mib);
+            let l = super::qemu::Launch {
+                memory_mib,
+                ..l.clone()
+            };
+            apply(&super::qemu::args(&l), c, memory_mib)
+        }
+        None => super::qemu::args(l),
+    }
+}
+
+/// The memory a confidential launch gets for `asked` MiB: a TD gets at least
+/// [`measurements::manifest::TDX_MEMORY_MIB_MIN`], from which up the RTMR1 the image's manifest lists for QEMU
+/// 10.1 (which writes the initramfs address into the kernel header TDVF measures) does not depend on it.
+pub fn launch_memory_mib(c: &Confidential, asked: u64) -> u64 {
+    match c {
+        Confidential::Tdx { .. } => asked.max(measurements::manifest::TDX_MEMORY_MIB_MIN),
+        Confidential::SevSnp { .. } => asked,
     }
 }
 
@@ -1076,5 +1092,52 @@ mod tests {
         assert_eq!(v["qom-type"], "tdx-guest");
         assert_eq!(v["id"], "tdx0");
         assert_eq!(v["quote-generation-socket"]["path"], "/run/qgs.sock");
+    }
+
+    #[test]
+    fn a_td_gets_at_least_the_memory_its_manifest_rtmr1_was_computed_for() {
+        let launch = |memory_mib| super::super::qemu::Launch {
+            kernel: "/img/vmlinuz".into(),
+            initrd: "/img/initramfs.cpio".into(),
+            cmdline: "console=ttyS0".into(),
+            channel: "/run/s".into(),
+            console: "/run/c".into(),
+            vcpus: 2,
+            memory_mib,
+            accel: super::super::qemu::Accel::Tcg,
+            dialer: None,
+            qmp: None,
+            bios: None,
+        };
+        let td = Confidential::Tdx {
+            firmware: "/img/OVMF.tdx.fd".into(),
+            qgs_socket: None,
+        };
+        let min = measurements::manifest::TDX_MEMORY_MIB_MIN;
+        for (asked, got) in [(2048, min), (min, min), (8704, 8704)] {
+            let a = launch_args(&launch(asked), Some(&td));
+            // -m and the memfd backend agree, or QEMU refuses the machine.
+            assert_eq!(
+                value(&a, "-m"),
+                [format!("{got}M").as_str()],
+                "asked {asked}"
+            );
+            assert!(
+                value(&a, "-object")
+                    .iter()
+                    .any(|o| o.starts_with(&format!("memory-backend-memfd,id=ram1,size={got}M,"))),
+                "asked {asked}: {a:?}"
+            );
+        }
+        let snp = Confidential::SevSnp {
+            firmware: "/img/OVMF.amdsev.fd".into(),
+            cbitpos: 51,
+            reduced_phys_bits: 1,
+            policy: SNP_POLICY,
+        };
+        assert_eq!(
+            value(&launch_args(&launch(2048), Some(&snp)), "-m"),
+            ["2048M"]
+        );
     }
 }

@@ -605,7 +605,7 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
     if let Some(TdxMeasurement { ovmf_sha256, .. }) = &m.measurements.tdx {
         let fw = file(TDX_FIRMWARE_FILE, ovmf_sha256, "TDX OVMF")?;
         artifacts.tdvf_sha256 = Some(Hex(Sha256::digest(&fw).into()));
-        let again = measurements::manifest::tdx_measurement(&fw, &kernel, &initrd)
+        let again = measurements::manifest::tdx_measurement(&fw, &kernel, &initrd, &cmdline)
             .map_err(|e| usage(format!("TDX OVMF in {}: {e}", dir.display())))?;
         if Some(&again) != m.measurements.tdx.as_ref() {
             return Err(Fail(
@@ -617,30 +617,53 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
                 ),
             ));
         }
-        let rtmrs = match &a.tdx_event_log {
+        let mrtd = hex48("manifest MRTD", &again.mrtd)?;
+        match &a.tdx_event_log {
             Some(p) => {
                 let r = tdx::replay_rtmrs(&read_file("event log", p)?)
                     .map_err(|e| usage(format!("event log {}: {e}", p.display())))?;
-                r.rtmrs.map(|m| Some(Hex(m)))
+                let [rtmr0, rtmr1, rtmr2, rtmr3] = r.rtmrs.map(|m| Some(Hex(m)));
+                tdx_entries.push(set::TdxEntry {
+                    mrtd: Hex(mrtd),
+                    rtmr0,
+                    rtmr1,
+                    rtmr2,
+                    rtmr3,
+                });
             }
             None => {
-                eprintln!(
-                    "measure-guest pin: warning: the image's TDX entry pins MRTD only (the manifest has no whole \
-                     RTMR values; give --tdx-event-log of a reference boot to pin them); verify-attestation \
-                     accepts it only with --leave-rtmrs-unpinned"
-                );
-                [None, None, None, None]
+                // The direct-boot RTMR1/RTMR2 of the manifest: one entry for QEMU 10.2 and later (the kernel
+                // as is), one for QEMU 10.1 (its setup-header patch); RTMR0 and RTMR3 stay unpinned.
+                let rtmr2 = again.rtmrs[2]
+                    .as_deref()
+                    .map(|h| hex48("manifest RTMR2", h))
+                    .transpose()?;
+                let rtmr1s = [again.rtmrs[1].as_deref(), again.rtmr1_qemu_10_1.as_deref()];
+                for rtmr1 in rtmr1s.into_iter().flatten() {
+                    tdx_entries.push(set::TdxEntry {
+                        mrtd: Hex(mrtd),
+                        rtmr0: None,
+                        rtmr1: Some(Hex(hex48("manifest RTMR1", rtmr1)?)),
+                        rtmr2: rtmr2.map(Hex),
+                        rtmr3: None,
+                    });
+                }
+                if tdx_entries.is_empty() {
+                    eprintln!(
+                        "measure-guest pin: warning: the image's TDX entry pins MRTD only (the manifest has no \
+                         RTMR values; give --tdx-event-log of a reference boot to pin them); verify-attestation \
+                         accepts it only with --leave-rtmrs-unpinned"
+                    );
+                    tdx_entries.push(set::TdxEntry {
+                        mrtd: Hex(mrtd),
+                        rtmr0: None,
+                        rtmr1: None,
+                        rtmr2: None,
+                        rtmr3: None,
+                    });
+                }
             }
-        };
-        let mrtd = hex48("manifest MRTD", &again.mrtd)?;
-        let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
-        tdx_entries.push(set::TdxEntry {
-            mrtd: Hex(mrtd),
-            rtmr0,
-            rtmr1,
-            rtmr2,
-            rtmr3,
-        });
+        }
     }
     let mut sim_entries = vec![set::SimEntry {
         tier: "vm".to_owned(),
