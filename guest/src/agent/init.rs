@@ -1,10 +1,11 @@
-//! PID 1's own set-up in the guest: mounts, the move out of the initramfs into a tmpfs (`pivot_root` refuses the
-//! initial rootfs, and the fence needs both `pivot_root` and user namespaces), cgroup2, kernel modules, power-off.
+//! PID 1's own set-up in the guest: mounts, the move off the initial rootfs onto a bind mount of it (`pivot_root`
+//! refuses the initial rootfs, and the fence needs both `pivot_root` and user namespaces), cgroup2, kernel modules,
+//! power-off.
 
 use nix::mount::{mount, MsFlags};
 use std::path::Path;
 
-/// Where the tmpfs root is assembled before it is moved over `/`.
+/// Where the bind mount of the initramfs root is made before it is moved over `/`.
 const NEW_ROOT: &str = "/newroot";
 /// The list of modules to load, one path per line, dependencies first (written by `fenced-run image build`).
 pub const MODULE_LIST: &str = "/lib/modules/fenced-run.load";
@@ -41,10 +42,11 @@ pub fn mark(what: &str) {
     eprintln!("guest-agent: boot +{:.3} s: {what}", since_boot());
 }
 
-/// Stage 1 (on the initramfs): mounts /proc, /sys and /dev, copies the initramfs into a tmpfs, moves that over
-/// `/` and chroots into it. The agent itself (`/init`, half of the initramfs) is not copied: the returned
-/// descriptor holds it, and the caller re-executes it through that descriptor in the new root (where no `/init`
-/// exists, so nothing in the guest can read or replace it by path).
+/// Stage 1 (on the initramfs): mounts /proc, /sys and /dev, opens and unlinks `/init`, bind-mounts the initramfs
+/// root onto `/newroot`, moves that bind mount over `/` and chroots into it. The root is then a mount with a parent
+/// (the initial rootfs), which `pivot_root` accepts, without copying the initramfs (which cost 0.14-0.28 s under
+/// TCG). The agent itself stays reachable only through the returned descriptor: the caller re-executes it through
+/// that descriptor, and no `/init` exists any more for anything in the guest to read or replace by path.
 pub fn stage1() -> Result<std::os::fd::OwnedFd, String> {
     let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC | MsFlags::MS_NODEV;
     mnt("proc", "/proc", "proc", nosuid, None)?;
@@ -56,29 +58,22 @@ pub fn stage1() -> Result<std::os::fd::OwnedFd, String> {
         MsFlags::MS_NOSUID,
         Some("mode=0755"),
     )?;
-    mnt(
-        "tmpfs",
-        NEW_ROOT,
-        "tmpfs",
-        MsFlags::empty(),
-        Some("mode=0755"),
-    )?;
     let agent: std::os::fd::OwnedFd = std::fs::File::open("/init")
         .map_err(|e| format!("open /init: {e}"))?
         .into();
-    let skip = ["proc", "sys", "dev", "newroot", "init"];
-    let top = std::fs::read_dir("/").map_err(|e| format!("read /: {e}"))?;
-    for entry in top {
-        let entry = entry.map_err(|e| format!("read /: {e}"))?;
-        let name = entry.file_name();
-        if skip.iter().any(|s| name == *s) {
-            continue;
-        }
-        copy_tree(&entry.path(), &Path::new(NEW_ROOT).join(&name))?;
-    }
+    std::fs::remove_file("/init").map_err(|e| format!("unlink /init: {e}"))?;
+    std::fs::create_dir_all(NEW_ROOT).map_err(|e| format!("mkdir {NEW_ROOT}: {e}"))?;
+    // Not recursive: /proc, /sys and /dev are moved below instead.
+    mount(
+        Some("/"),
+        NEW_ROOT,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| format!("bind / on {NEW_ROOT}: {e}"))?;
     for m in ["proc", "sys", "dev"] {
         let target = format!("{NEW_ROOT}/{m}");
-        std::fs::create_dir_all(&target).map_err(|e| format!("mkdir {target}: {e}"))?;
         mount(
             Some(format!("/{m}").as_str()),
             target.as_str(),
@@ -88,49 +83,18 @@ pub fn stage1() -> Result<std::os::fd::OwnedFd, String> {
         )
         .map_err(|e| format!("move /{m} to {target}: {e}"))?;
     }
-    mark("stage 1: the initramfs copied into the tmpfs");
     std::env::set_current_dir(NEW_ROOT).map_err(|e| format!("chdir {NEW_ROOT}: {e}"))?;
     mount(Some("."), "/", None::<&str>, MsFlags::MS_MOVE, None::<&str>)
         .map_err(|e| format!("move {NEW_ROOT} over /: {e}"))?;
     nix::unistd::chroot(".").map_err(|e| format!("chroot {NEW_ROOT}: {e}"))?;
     std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    // The bind mount's own view of the (now empty) mount point directory.
+    let _ = std::fs::remove_dir(NEW_ROOT);
+    mark("stage 1: the initramfs root bound and moved over /");
     Ok(agent)
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    for entry in walkdir::WalkDir::new(from).follow_links(false) {
-        let entry = entry.map_err(|e| format!("walk {}: {e}", from.display()))?;
-        let rel = entry.path().strip_prefix(from).unwrap_or(Path::new(""));
-        let dst = if rel.as_os_str().is_empty() {
-            to.to_path_buf()
-        } else {
-            to.join(rel)
-        };
-        let ft = entry.file_type();
-        let err = |e: std::io::Error| {
-            format!("copy {} to {}: {e}", entry.path().display(), dst.display())
-        };
-        if ft.is_dir() {
-            std::fs::create_dir_all(&dst).map_err(err)?;
-            let mode = entry
-                .metadata()
-                .map_err(|e| format!("{e}"))?
-                .permissions()
-                .mode();
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode)).map_err(err)?;
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(entry.path()).map_err(err)?;
-            std::os::unix::fs::symlink(target, &dst).map_err(err)?;
-        } else if ft.is_file() {
-            std::fs::copy(entry.path(), &dst).map_err(err)?;
-        }
-        // Device nodes (only /dev/console) stay behind: devtmpfs provides them.
-    }
-    Ok(())
-}
-
-/// Stage 2 (in the tmpfs root): cgroup2, /tmp, /run, the report modules where a TEE guest device exists
+/// Stage 2 (in the new root): cgroup2, /tmp, /run, the report modules where a TEE guest device exists
 /// ([`tee_drivers_wanted`]), configfs (the install network's modules in a background thread, see
 /// [`network_modules`]). Returns a note per module that did not load (ENODEV from a TEE driver means "not this
 /// TEE" and is no note).
@@ -145,7 +109,7 @@ pub fn stage2() -> Result<Vec<String>, String> {
     )?;
     mnt("tmpfs", "/tmp", "tmpfs", nosuid, Some("mode=1777"))?;
     mnt("tmpfs", "/run", "tmpfs", nosuid, Some("mode=0755"))?;
-    mark("stage 2: re-executed in the tmpfs root");
+    mark("stage 2: re-executed in the new root");
     let mut notes = Vec::new();
     let list = std::fs::read_to_string(MODULE_LIST).unwrap_or_default();
     let (network, early): (Vec<&str>, Vec<&str>) = list

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The argument `/init` is re-executed with once it runs from the tmpfs root.
+/// The argument `/init` is re-executed with once it runs from the new root.
 pub const SWITCHED_ARG: &str = "--fenced-run-switched";
 /// How long the agent waits for the port to appear and for the host's acknowledgement.
 const PORT_WAIT: Duration = Duration::from_secs(20);
