@@ -308,23 +308,30 @@ fn run_steps(
         None => crate::image::vm_kernel_path(&opts.image, &manifest),
     };
     let initrd_path = opts.image.join(crate::image::INITRAMFS_FILE);
-    let kernel =
-        std::fs::read(&kernel_path).map_err(|e| format!("{}: {e}", kernel_path.display()))?;
-    let initrd =
-        std::fs::read(&initrd_path).map_err(|e| format!("{}: {e}", initrd_path.display()))?;
     let cmdline = manifest.cmdline.value.clone();
-    // The sim PSP attests what is launched: these bytes, whatever the manifest says.
-    let measurement = measurements::sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
-    if hex::encode(measurement) != manifest.measurements.vm {
-        eprintln!(
-            "fenced-run: warning: {} differs from its manifest; the evidence will carry the measurement of \
-             what is launched",
-            opts.image.display()
-        );
-    }
-    let psp = SimPsp::open_default(Product::Milan).map_err(|e| format!("sim PSP: {e}"))?;
-    let tee = SimSnpTee::new(psp, measurement);
-    drop((kernel, initrd));
+    // The sim PSP attests what is launched: these files' bytes, whatever the manifest says. Hashing them (73 MB)
+    // and opening the PSP's keys run beside QEMU's boot; the guest asks for its report only after its hello.
+    let attester = {
+        let (kernel_path, initrd_path, cmdline) =
+            (kernel_path.clone(), initrd_path.clone(), cmdline.clone());
+        let (image, vm) = (opts.image.clone(), manifest.measurements.vm.clone());
+        std::thread::spawn(move || -> Result<(SimSnpTee, [u8; 48]), String> {
+            let kernel = std::fs::read(&kernel_path)
+                .map_err(|e| format!("{}: {e}", kernel_path.display()))?;
+            let initrd = std::fs::read(&initrd_path)
+                .map_err(|e| format!("{}: {e}", initrd_path.display()))?;
+            let measurement = measurements::sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
+            if hex::encode(measurement) != vm {
+                eprintln!(
+                    "fenced-run: warning: {} differs from its manifest; the evidence will carry the measurement \
+                     of what is launched",
+                    image.display()
+                );
+            }
+            let psp = SimPsp::open_default(Product::Milan).map_err(|e| format!("sim PSP: {e}"))?;
+            Ok((SimSnpTee::new(psp, measurement), measurement))
+        })
+    };
 
     let mut builder = tempfile::Builder::new();
     builder.prefix("fenced-run-vm-");
@@ -461,6 +468,11 @@ fn run_steps(
     }
     let ready = start.elapsed();
     progress.step("attest", "the guest's report request");
+    let (tee, measurement) = match attester.join() {
+        Ok(Ok(t)) => t,
+        Ok(Err(e)) => return Err(vm.fail(e)),
+        Err(_) => return Err(vm.fail("the sim PSP's thread panicked".into())),
+    };
     let header = JobHeader {
         kind,
         nonce: nonce.to_vec(),
