@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256, Sha384};
 use std::path::{Path, PathBuf};
 
 /// The fixed kernel command line of the image.
-pub const CMDLINE: &str = "console=ttyS0 panic=-1 quiet random.trust_cpu=on cryptomgr.notests initcall_blacklist=jent_mod_init,crypto_kdf108_init ras=cec_disable";
+pub const CMDLINE: &str = "console=ttyS0 panic=-1 quiet random.trust_cpu=on cryptomgr.notests initcall_blacklist=jent_mod_init,crypto_kdf108_init,init_encrypted ras=cec_disable 8250.nr_uarts=1";
 /// File names inside an image directory.
 pub const KERNEL_FILE: &str = "vmlinuz";
 /// The `vm` tier's kernel: the bzImage's payload, decompressed (host::image::pvh), when it has a PVH entry.
