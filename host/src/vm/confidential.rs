@@ -750,21 +750,25 @@ pub fn for_tier(tier: Tier, image: &Path) -> Option<Confidential> {
 mod tests {
     use super::*;
 
-    fn base() -> Vec<String> {
-        super::super::qemu::args(&super::super::qemu::Launch {
+    /// A plain VM's launch of `memory_mib`, with a firmware every confidential launch must replace with its OVMF.
+    fn launch(memory_mib: u64) -> super::super::qemu::Launch {
+        super::super::qemu::Launch {
             kernel: "/img/vmlinuz".into(),
             initrd: "/img/initramfs.cpio".into(),
             cmdline: "console=ttyS0".into(),
             channel: "/run/s".into(),
             console: "/run/c".into(),
             vcpus: 2,
-            memory_mib: 2048,
+            memory_mib,
             accel: super::super::qemu::Accel::Tcg,
             dialer: None,
             qmp: None,
-            // A plain VM's firmware, which every confidential launch must replace with its OVMF.
             bios: Some("/usr/share/qemu/qboot.rom".into()),
-        })
+        }
+    }
+
+    fn base() -> Vec<String> {
+        super::super::qemu::args(&launch(2048))
     }
 
     fn value<'a>(a: &'a [String], flag: &str) -> Vec<&'a str> {
@@ -1096,19 +1100,6 @@ mod tests {
 
     #[test]
     fn a_td_gets_at_least_the_memory_its_manifest_rtmr1_was_computed_for() {
-        let launch = |memory_mib| super::super::qemu::Launch {
-            kernel: "/img/vmlinuz".into(),
-            initrd: "/img/initramfs.cpio".into(),
-            cmdline: "console=ttyS0".into(),
-            channel: "/run/s".into(),
-            console: "/run/c".into(),
-            vcpus: 2,
-            memory_mib,
-            accel: super::super::qemu::Accel::Tcg,
-            dialer: None,
-            qmp: None,
-            bios: None,
-        };
         let td = Confidential::Tdx {
             firmware: "/img/OVMF.tdx.fd".into(),
             qgs_socket: None,

@@ -484,6 +484,18 @@ fn read_file(what: &str, path: &std::path::Path) -> Result<Vec<u8>, Fail> {
     attestation::cli_io::read_capped(path, 4 << 30).map_err(|e| usage(format!("{what}: {e}")))
 }
 
+/// A set's TDX entry of `mrtd` and RTMR0-3 (`None`: not pinned).
+fn tdx_entry(mrtd: [u8; 48], rtmrs: [Option<Hex<48>>; 4]) -> set::TdxEntry {
+    let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
+    set::TdxEntry {
+        mrtd: Hex(mrtd),
+        rtmr0,
+        rtmr1,
+        rtmr2,
+        rtmr3,
+    }
+}
+
 fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
     let v = hex::decode(s.trim()).map_err(|e| usage(format!("{what}: not hex: {e}")))?;
     <[u8; 48]>::try_from(v.as_slice())
@@ -622,14 +634,7 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
             Some(p) => {
                 let r = tdx::replay_rtmrs(&read_file("event log", p)?)
                     .map_err(|e| usage(format!("event log {}: {e}", p.display())))?;
-                let [rtmr0, rtmr1, rtmr2, rtmr3] = r.rtmrs.map(|m| Some(Hex(m)));
-                tdx_entries.push(set::TdxEntry {
-                    mrtd: Hex(mrtd),
-                    rtmr0,
-                    rtmr1,
-                    rtmr2,
-                    rtmr3,
-                });
+                tdx_entries.push(tdx_entry(mrtd, r.rtmrs.map(|m| Some(Hex(m)))));
             }
             None => {
                 // The direct-boot RTMR1/RTMR2 of the manifest: one entry for QEMU 10.2 and later (the kernel
@@ -640,13 +645,8 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
                     .transpose()?;
                 let rtmr1s = [again.rtmrs[1].as_deref(), again.rtmr1_qemu_10_1.as_deref()];
                 for rtmr1 in rtmr1s.into_iter().flatten() {
-                    tdx_entries.push(set::TdxEntry {
-                        mrtd: Hex(mrtd),
-                        rtmr0: None,
-                        rtmr1: Some(Hex(hex48("manifest RTMR1", rtmr1)?)),
-                        rtmr2: rtmr2.map(Hex),
-                        rtmr3: None,
-                    });
+                    let rtmr1 = Some(Hex(hex48("manifest RTMR1", rtmr1)?));
+                    tdx_entries.push(tdx_entry(mrtd, [None, rtmr1, rtmr2.map(Hex), None]));
                 }
                 if tdx_entries.is_empty() {
                     eprintln!(
@@ -654,13 +654,7 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
                          RTMR values; give --tdx-event-log of a reference boot to pin them); verify-attestation \
                          accepts it only with --leave-rtmrs-unpinned"
                     );
-                    tdx_entries.push(set::TdxEntry {
-                        mrtd: Hex(mrtd),
-                        rtmr0: None,
-                        rtmr1: None,
-                        rtmr2: None,
-                        rtmr3: None,
-                    });
+                    tdx_entries.push(tdx_entry(mrtd, [None, None, None, None]));
                 }
             }
         }
@@ -808,14 +802,7 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
                 [None, None, None, None]
             }
         };
-        let [rtmr0, rtmr1, rtmr2, rtmr3] = rtmrs;
-        tdx_entries.push(set::TdxEntry {
-            mrtd: Hex(mrtd),
-            rtmr0,
-            rtmr1,
-            rtmr2,
-            rtmr3,
-        });
+        tdx_entries.push(tdx_entry(mrtd, rtmrs));
     }
     let mut sim_entries = Vec::new();
     if let Some((kernel, initrd)) = &image {
