@@ -748,6 +748,7 @@ mod tests {
             qmp: None,
             // A plain VM's firmware, which every confidential launch must replace with its OVMF.
             bios: Some("/usr/share/qemu/qboot.rom".into()),
+            disk: None,
         })
     }
 
