@@ -34,15 +34,13 @@ fn missing() -> Option<String> {
         Some("no kernel under target/vm-kernel (.ci/run extracts it)".to_string())
     } else if !nix::unistd::geteuid().is_root() {
         Some("not root".into())
-    } else if let Some(tool) = ["mkfs.erofs", "veritysetup", "apt-get", "dpkg-deb"]
-        .into_iter()
-        .find(|t| !on_path(t))
-    {
-        Some(format!(
-            "{tool} is not installed (.ci/run installs erofs-utils and cryptsetup-bin)"
-        ))
     } else {
-        None
+        ["mkfs.erofs", "veritysetup", "apt-get", "dpkg-deb"]
+            .into_iter()
+            .find(|t| !on_path(t))
+            .map(|tool| {
+                format!("{tool} is not installed (.ci/run installs erofs-utils and cryptsetup-bin)")
+            })
     };
     if let Some(w) = &why {
         if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {

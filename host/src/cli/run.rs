@@ -107,7 +107,10 @@ pub fn process_toolchains(image: &std::path::Path) -> Option<guest::fence::run::
     let manifest = crate::image::Manifest::load(image).ok()?;
     let t = manifest.toolchains?;
     let dir = image.join(crate::image::rootfs::TREE_DIR);
-    dir.is_dir().then(|| guest::fence::run::ToolchainRoot {
+    if !dir.is_dir() {
+        return None;
+    }
+    Some(guest::fence::run::ToolchainRoot {
         toolchains: t.toolchains,
         root_hash: t.root_hash,
         dir,
