@@ -1,6 +1,7 @@
 //! The toolchain image of the `vm` tier (`fenced-run image build --toolchains rust,python`): reproducible
 //! (a second build in another directory gives the same bytes and root hash), its root hash on the measured
-//! command line; a tiny Rust crate (one passing and one failing test) and a tiny pytest project give the same
+//! command line; a tiny Rust crate (one passing and one failing test) and a tiny pytest project (run from a
+//! venv its install phase made in the scratch home) give the same
 //! outcomes and counts in the `vm` tier (evidence verified against the manifest) and in the `process` tier; one
 //! byte of the image changed ends the run `environment_exhausted` naming the toolchain image.
 //!
@@ -218,7 +219,9 @@ fn python_job(parent: &Path) -> PathBuf {
         "python",
         &format!(
             "[repository]\npath = \"repo\"\n[image]\ntoolchains = [\"python\"]\n\
-             [test]\ncommand = \"python3 -m pytest -p no:cacheprovider\"\ntimeout_seconds = 600\n{LIMITS}"
+             [install]\ncommand = \"python3 -m venv --system-site-packages --without-pip $HOME/venv\"\n\
+             [test]\ncommand = \"$HOME/venv/bin/python -m pytest -p no:cacheprovider\"\n\
+             timeout_seconds = 600\n{LIMITS}"
         ),
         &[
             ("calc.py", "def add(a, b):\n    return a + b\n"),
@@ -230,6 +233,9 @@ fn python_job(parent: &Path) -> PathBuf {
         ],
     )
 }
+
+// The pytest job makes a venv (python3-venv) in the scratch home in its install phase and runs pytest from it in
+// the test phase: what the install phase writes under HOME is still there, on a read-only toolchain image.
 
 /// Runs `job` in `tier` through the CLI (the vm tier with `image` and evidence); returns the verdict JSON.
 fn run(tier: &str, job: &Path, image: &Path, evidence: Option<&Path>) -> serde_json::Value {
