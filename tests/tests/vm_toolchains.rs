@@ -407,3 +407,67 @@ fn a_changed_toolchain_image_ends_the_run_environment_exhausted() {
     let out = verify(&ev, &m.measurements.vm);
     assert_eq!(out["verdict"]["outcome"], "environment_exhausted", "{out}");
 }
+
+#[test]
+fn a_job_naming_toolchains_the_image_lacks_is_refused_before_anything_runs() {
+    if missing().is_some() {
+        return;
+    }
+    let image = shared_image();
+    let t = tempfile::tempdir().expect("tmp");
+    // The same image's manifest without its toolchain image: nothing to boot is needed to refuse.
+    let bare = t.path().join("bare");
+    std::fs::create_dir_all(&bare).expect("dir");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(image.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    m.as_object_mut().expect("object").remove("toolchains");
+    std::fs::write(bare.join("manifest.json"), m.to_string()).expect("write");
+    let job = rust_job(t.path());
+    for tier in ["vm", "process"] {
+        let o = Command::new(BIN)
+            .args(["run", "--isolation", tier, "--json", "--image"])
+            .arg(&bare)
+            .arg(&job)
+            .output()
+            .expect("run");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{tier}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            text.contains("this runner has no toolchain image"),
+            "{tier}: {text}"
+        );
+    }
+    // A set the image does not hold: go.
+    let go = bundle(
+        t.path(),
+        "go",
+        "[repository]\npath = \"repo\"\n[image]\ntoolchains = [\"go\", \"rust\"]\n[test]\ncommand = \"go test\"\n",
+        &[("go.mod", "module x\n")],
+    );
+    let o = Command::new(BIN)
+        .args(["run", "--isolation", "process", "--json", "--image"])
+        .arg(image)
+        .arg(&go)
+        .output()
+        .expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["outcome"], "refused", "{v}");
+    assert_eq!(v["refusal"]["stage"], "normalise", "{v}");
+    assert!(
+        v["refusal"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("holds [python, rust], not go"),
+        "{v}"
+    );
+}
