@@ -36,12 +36,18 @@ fn missing() -> Option<String> {
     } else if !nix::unistd::geteuid().is_root() {
         Some("not root".into())
     } else {
-        ["mkfs.erofs", "veritysetup", "apt-get", "dpkg-deb"]
-            .into_iter()
-            .find(|t| !on_path(t))
-            .map(|tool| {
-                format!("{tool} is not installed (.ci/run installs erofs-utils and cryptsetup-bin)")
-            })
+        [
+            "mkfs.erofs",
+            "dump.erofs",
+            "veritysetup",
+            "apt-get",
+            "dpkg-deb",
+        ]
+        .into_iter()
+        .find(|t| !on_path(t))
+        .map(|tool| {
+            format!("{tool} is not installed (.ci/run installs erofs-utils and cryptsetup-bin)")
+        })
     };
     if let Some(w) = &why {
         if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
@@ -364,6 +370,50 @@ fn cargo_and_pytest_jobs_give_the_same_outcomes_and_counts_in_the_vm_and_process
     }
 }
 
+/// A copy of `image` under `dir` whose toolchain image has the byte at `offset` flipped.
+fn tampered_copy(image: &Path, dir: &Path, offset: u64) -> PathBuf {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    std::fs::create_dir_all(dir).expect("dir");
+    for e in std::fs::read_dir(image)
+        .expect("image")
+        .filter_map(Result::ok)
+    {
+        if e.file_type().expect("type").is_file() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+        }
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join(rootfs::IMAGE_FILE))
+        .expect("img");
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.read_exact(&mut b).expect("read");
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.write_all(&[b[0] ^ 0x40]).expect("write");
+    dir.to_path_buf()
+}
+
+/// Where the first block of `path` in the erofs image lies (`dump.erofs -e`: extents with physical offsets).
+fn first_block_of(img: &Path, path: &str) -> u64 {
+    let o = Command::new("dump.erofs")
+        .arg(format!("--path={path}"))
+        .arg("-e")
+        .arg(img)
+        .output()
+        .expect("dump.erofs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    // "   0:        0..   11612 |   11612 :  150913024.. 150917120 |    4096"
+    text.lines()
+        .find(|l| l.trim_start().starts_with("0:"))
+        .and_then(|l| l.split('|').nth(1))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|l| l.split("..").next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no extent of {path} in: {text}"))
+}
+
 #[test]
 fn a_changed_toolchain_image_ends_the_run_environment_exhausted() {
     if missing().is_some() {
@@ -372,40 +422,50 @@ fn a_changed_toolchain_image_ends_the_run_environment_exhausted() {
     let image = shared_image();
     let m = Manifest::load(image).expect("manifest");
     let t = tempfile::tempdir().expect("tmp");
-    let bad = t.path().join("image");
-    std::fs::create_dir_all(&bad).expect("dir");
-    for e in std::fs::read_dir(image)
-        .expect("image")
-        .filter_map(Result::ok)
-    {
-        if e.file_type().expect("type").is_file() {
-            std::fs::copy(e.path(), bad.join(e.file_name())).expect("copy");
-        }
-    }
-    // One byte of the erofs superblock (block 0, offset 1024 + 8), which the mount reads first: dm-verity
-    // answers the read with an I/O error, so the file system is never seen.
-    let img = bad.join(&m.toolchains.as_ref().expect("toolchains").image.file);
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&img)
-        .expect("img");
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(1024 + 8)).expect("seek");
-    f.read_exact(&mut b).expect("read");
-    f.seek(SeekFrom::Start(1024 + 8)).expect("seek");
-    f.write_all(&[b[0] ^ 0x40]).expect("write");
-    drop(f);
+    // (1) One byte of the erofs superblock (block 0, offset 1024 + 8), which the mount reads first: dm-verity
+    // answers the read with an I/O error, the mount fails, and nothing of the job runs.
+    let superblock = tampered_copy(image, &t.path().join("superblock"), 1024 + 8);
+    // (2) One byte of the first block of pytest's `_pytest/main.py`, which the mount never reads but every pytest
+    // run does (not `os.py`: Python 3.11 has its start-up modules frozen into the interpreter): the mount
+    // succeeds, the run reads the block and gets an I/O error, and dm-verity's status after the run is `C`.
+    let main_py = first_block_of(
+        &image.join(rootfs::IMAGE_FILE),
+        "/usr/lib/python3/dist-packages/_pytest/main.py",
+    );
+    let file = tampered_copy(image, &t.path().join("file"), main_py + 100);
     let job = python_job(t.path());
-    let ev = t.path().join("tampered.evidence");
-    let v = run("vm", &job, &bad, Some(&ev));
-    assert_eq!(v["outcome"], "environment_exhausted", "{v}");
-    let findings = v["findings"].to_string();
-    assert!(findings.contains("toolchain image"), "{v}");
-    // The evidence is still the measured guest's, signed; its verdict says why.
-    let out = verify(&ev, &m.measurements.vm);
-    assert_eq!(out["verdict"]["outcome"], "environment_exhausted", "{out}");
+    let cases = [
+        ("superblock", superblock, "mounting the toolchain image"),
+        ("file", file, "dm-verity reported status"),
+    ];
+    let results: Vec<serde_json::Value> = std::thread::scope(|s| {
+        let hs: Vec<_> = cases
+            .iter()
+            .map(|(name, dir, _)| {
+                let ev = t.path().join(format!("{name}.evidence"));
+                let job = &job;
+                s.spawn(move || run("vm", job, dir, Some(&ev)))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("vm run")).collect()
+    });
+    for ((name, _, why), v) in cases.iter().zip(results) {
+        assert_eq!(v["outcome"], "environment_exhausted", "{name}: {v}");
+        let findings = v["findings"].to_string();
+        assert!(
+            findings.contains("toolchain image") && findings.contains(why),
+            "{name}: {v}"
+        );
+        // The evidence is still the measured guest's, signed; its verdict says why.
+        let out = verify(
+            &t.path().join(format!("{name}.evidence")),
+            &m.measurements.vm,
+        );
+        assert_eq!(
+            out["verdict"]["outcome"], "environment_exhausted",
+            "{name}: {out}"
+        );
+    }
 }
 
 #[test]
