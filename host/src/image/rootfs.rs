@@ -376,8 +376,8 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-/// Makes the erofs image of `tree` at `image` (lz4hc; every time `epoch`, every owner root, the fixed UUID, no
-/// extended attributes), padded to whole [`BLOCK`]s. Returns its size in blocks.
+/// Makes the erofs image of `tree` at `image` (lz4hc; every time later than `epoch` clamped to it, every owner
+/// root, the fixed UUID, no extended attributes), padded to whole [`BLOCK`]s. Returns its size in blocks.
 pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, String> {
     let _ = std::fs::remove_file(image);
     let out = Command::new("mkfs.erofs")
@@ -457,17 +457,30 @@ pub struct RootfsOptions {
     pub source_date_epoch: u64,
 }
 
-/// The `SOURCE_DATE_EPOCH` of the environment, else [`DEFAULT_SOURCE_DATE_EPOCH`].
+/// The `SOURCE_DATE_EPOCH` of the environment, else [`DEFAULT_SOURCE_DATE_EPOCH`]. It must lie in the past:
+/// `mkfs.erofs -T` clamps every time later than it (the directories and links the build itself makes, whose
+/// times are the build's) and keeps earlier ones (the files' times from the `.deb`s), so a time in the future
+/// would let the build's own clock into the image.
 pub fn source_date_epoch() -> Result<u64, String> {
-    match std::env::var("SOURCE_DATE_EPOCH") {
+    let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v.trim().parse().map_err(|_| {
             format!(
                 "SOURCE_DATE_EPOCH={:?} is not a number of seconds",
                 attestation::text::escape(&v)
             )
-        }),
-        Err(_) => Ok(DEFAULT_SOURCE_DATE_EPOCH),
+        })?,
+        Err(_) => DEFAULT_SOURCE_DATE_EPOCH,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if epoch > now {
+        return Err(format!(
+            "SOURCE_DATE_EPOCH={epoch} is in the future: the toolchain image would take the build's own times"
+        ));
     }
+    Ok(epoch)
 }
 
 /// SHA-256 and SHA-384 of a file, read in pieces.
