@@ -46,6 +46,13 @@ if [ ! -x /bin/busybox ] && [ "$root" = 1 ]; then
   apt_install busybox-static
 fi
 
+# The toolchain image (image build --toolchains) needs the virtio block driver: an extraction made before it was
+# in the list below is made again.
+if ls "$target"/vm-kernel/boot/vmlinuz-* >/dev/null 2>&1 \
+   && ! ls "$target"/vm-kernel/lib/modules/*/kernel/drivers/block/virtio_blk.ko* >/dev/null 2>&1; then
+  say "re-extracting the kernel: its virtio_blk module is missing"
+  rm -rf "$target/vm-kernel"
+fi
 if ! ls "$target"/vm-kernel/boot/vmlinuz-* >/dev/null 2>&1; then
   vpkg="$(apt-cache -t bookworm-backports depends linux-image-amd64 2>/dev/null \
     | awk '/Depends: linux-image-6\.12/{print $2; exit}')"
@@ -59,6 +66,7 @@ if ! ls "$target"/vm-kernel/boot/vmlinuz-* >/dev/null 2>&1; then
     && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' './boot/config-*' \
          './lib/modules/*/modules.*' './lib/modules/*/kernel/net/*' './lib/modules/*/kernel/drivers/net/*' \
          './lib/modules/*/kernel/drivers/md/*' './lib/modules/*/kernel/fs/erofs/*' \
+         './lib/modules/*/kernel/drivers/block/*' './lib/modules/*/kernel/fs/squashfs/*' \
          './lib/modules/*/kernel/fs/configfs/*' './lib/modules/*/kernel/lib/*' \
          './lib/modules/*/kernel/crypto/*' './lib/modules/*/kernel/drivers/virt/*' \
     && rm -f ./*.deb) || { rm -rf "$target/vm-kernel"; say "downloading or extracting $vpkg failed"; exit 1; }

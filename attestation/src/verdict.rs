@@ -391,6 +391,16 @@ pub struct Finding {
     pub detail: String,
 }
 
+/// The toolchain image whose file system the sandbox showed as its system directories (`[image] toolchains`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageInfo {
+    /// The toolchain sets the image holds (sorted).
+    pub toolchains: Vec<String>,
+    /// The image's dm-verity root hash (hex), as on the measured kernel command line.
+    pub root_hash: String,
+}
+
 /// The run document: one named outcome and the record that explains it (DESIGN.md "Verdict as JSON").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -426,6 +436,9 @@ pub struct Verdict {
     /// Changes to protected paths undone before the test phase (absent when there were none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub protected: Vec<ProtectedRestore>,
+    /// The toolchain image the sandbox ran on (absent when the job asked for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageInfo>,
 }
 
 impl Verdict {
@@ -459,6 +472,7 @@ impl Verdict {
             },
             findings: Vec::new(),
             protected: Vec::new(),
+            image: None,
         }
     }
 

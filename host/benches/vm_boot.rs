@@ -37,6 +37,7 @@ fn bare_boot(image: &Path, cpio_path: &Path, dir: &Path) -> Result<f64, String> 
         dialer: None,
         qmp: None,
         bios: qemu::fast_firmware(Path::new("qemu-system-x86_64")),
+        disk: None,
     };
     // The bare boot has no channel: drop the chardev and port arguments.
     let mut args = qemu::args(&l);

@@ -113,6 +113,8 @@ pub struct Job {
     pub env: EnvSpec,
     /// `[sandbox]`.
     pub sandbox: SandboxSpec,
+    /// `[image]`.
+    pub image: ImageSpec,
     /// SHA-256 of the job file's bytes, lowercase hex (the verdict's `inputs.job_sha256`).
     pub sha256: String,
     /// The directory relative paths of the job resolve against (the job file's directory).
@@ -452,6 +454,18 @@ pub struct EnvSpec {
     pub passthrough: Vec<String>,
     /// Names set to fixed values.
     pub set: BTreeMap<String, String>,
+}
+
+/// The toolchain sets a toolchain image can hold (`fenced-run image build --toolchains`).
+pub const TOOLCHAINS: &[&str] = &["go", "node", "python", "rust"];
+
+/// `[image]`: what the guest image must hold for this job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ImageSpec {
+    /// The toolchain sets the job needs (names of [`TOOLCHAINS`], sorted, without duplicates); empty when the
+    /// job needs no toolchain image (the sandbox then sees the runner's own system directories).
+    pub toolchains: Vec<String>,
 }
 
 /// `[sandbox]`: extra read-only paths.
@@ -796,6 +810,14 @@ struct RawJob {
     limits: Option<RawLimits>,
     env: Option<RawEnv>,
     sandbox: Option<RawSandbox>,
+    image: Option<RawImage>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawImage {
+    #[serde(default)]
+    toolchains: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1239,6 +1261,26 @@ impl Job {
             }
         }
 
+        let mut image = ImageSpec::default();
+        if let Some(i) = &raw.image {
+            for t in &i.toolchains {
+                if !TOOLCHAINS.contains(&t.get_ref().as_str()) {
+                    return Err(cx.invalid(
+                        t.span(),
+                        "image.toolchains",
+                        format!(
+                            "unknown toolchain {:?}, expected one of {}",
+                            t.get_ref(),
+                            TOOLCHAINS.join(", ")
+                        ),
+                    ));
+                }
+                image.toolchains.push(t.get_ref().clone());
+            }
+            image.toolchains.sort();
+            image.toolchains.dedup();
+        }
+
         Ok(Job {
             repository,
             install,
@@ -1246,6 +1288,7 @@ impl Job {
             limits,
             env,
             sandbox,
+            image,
             sha256: hex::encode(Sha256::digest(text.as_bytes())),
             base_dir: origin.parent().map(Path::to_path_buf).unwrap_or_default(),
         })

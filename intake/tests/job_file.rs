@@ -196,6 +196,17 @@ const BAD: &[(&str, &str, usize)] = &[
         "env.set.GIT_SSH_COMMAND",
         6,
     ),
+    // toolchain sets
+    (
+        "[repository]\npath = \"r\"\n[image]\ntoolchains = [\"rust\", \"java\"]\n",
+        "image.toolchains",
+        4,
+    ),
+    (
+        "[repository]\npath = \"r\"\n[image]\ntoolchain = [\"rust\"]\n",
+        "image.toolchain",
+        4,
+    ),
     // credential read paths
     (
         "[repository]\npath = \"r\"\n[sandbox]\nread = [\"~/.ssh\"]\n",
@@ -442,4 +453,17 @@ fn non_utf8_and_oversized_files_are_errors() {
         Job::load(&dir.path().join("none.toml")),
         Err(JobError::Read { .. })
     ));
+}
+
+#[test]
+fn image_toolchains_are_sorted_and_deduplicated() {
+    let job = Job::from_toml_str(
+        "[repository]\npath = \"r\"\n[image]\ntoolchains = [\"rust\", \"python\", \"rust\"]\n",
+        Path::new("job.toml"),
+    )
+    .expect("load");
+    assert_eq!(job.image.toolchains, ["python", "rust"]);
+    let none =
+        Job::from_toml_str("[repository]\npath = \"r\"\n", Path::new("job.toml")).expect("load");
+    assert!(none.image.toolchains.is_empty());
 }

@@ -144,6 +144,44 @@ pub struct Manifest {
     pub included: Vec<Included>,
     /// Expected measurements.
     pub measurements: Measurements,
+    /// The read-only toolchain root filesystem (`image build --toolchains`), absent without one. Its dm-verity
+    /// root hash is also on [`Manifest::cmdline`], which every launch measurement covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub toolchains: Option<ToolchainImage>,
+}
+
+/// One Debian package unpacked into the toolchain image.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DebPackage {
+    /// Package name.
+    pub name: String,
+    /// Exact version (as apt and dpkg spell it).
+    pub version: String,
+    /// Architecture (`amd64`, `all`).
+    pub architecture: String,
+    /// SHA-256 of the `.deb`, hex.
+    pub sha256: String,
+}
+
+/// The toolchain image: an erofs file system followed by its dm-verity hash tree in one file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolchainImage {
+    /// The toolchain sets it holds (`go`, `node`, `python`, `rust`), sorted.
+    pub toolchains: Vec<String>,
+    /// The file inside the image directory, its size and hashes.
+    pub image: Artifact,
+    /// The file system (`erofs`).
+    pub filesystem: String,
+    /// Size of the file system in 4096-byte blocks; the hash tree starts right after it.
+    pub data_blocks: u64,
+    /// dm-verity root hash (SHA-256), hex.
+    pub root_hash: String,
+    /// dm-verity salt, hex.
+    pub salt: String,
+    /// The `SOURCE_DATE_EPOCH` every file's time was set to.
+    pub source_date_epoch: u64,
+    /// The packages unpacked, sorted by name.
+    pub packages: Vec<DebPackage>,
 }
 
 impl Manifest {

@@ -3,7 +3,7 @@
 //! power-off.
 
 use nix::mount::{mount, MsFlags};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where the bind mount of the initramfs root is made before it is moved over `/`.
 const NEW_ROOT: &str = "/newroot";
@@ -176,7 +176,40 @@ pub fn stage2() -> Result<Vec<String>, String> {
         notes
     });
     *NETWORK_MODULES.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    // The toolchain image, when the measured command line names one: set up beside the report exchange, and
+    // waited for before the bundle is run (toolchain_image).
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let image = match super::verity::params(&cmdline) {
+        Ok(None) => None,
+        Ok(Some(p)) => Some(std::thread::spawn(move || {
+            let r = super::verity::set_up(&p, &load_module).map(|dir| (p, dir));
+            match &r {
+                Ok(_) => mark("the toolchain image is verified and mounted"),
+                Err(e) => eprintln!("guest-agent: toolchain image: {e}"),
+            }
+            r
+        })),
+        Err(e) => Some(std::thread::spawn(move || Err(e))),
+    };
+    *TOOLCHAIN_IMAGE.lock().unwrap_or_else(|p| p.into_inner()) = image;
     Ok(notes)
+}
+
+/// The toolchain image's set-up that stage 2 started, until [`toolchain_image`] takes it.
+type ImageSetUp = std::thread::JoinHandle<Result<(super::verity::VerityParams, PathBuf), String>>;
+static TOOLCHAIN_IMAGE: std::sync::Mutex<Option<ImageSetUp>> = std::sync::Mutex::new(None);
+
+/// Waits for the toolchain image's set-up that stage 2 started: `None` when the command line names no image,
+/// else its parameters and mount point, or why it could not be set up (a changed image fails here).
+pub fn toolchain_image() -> Option<Result<(super::verity::VerityParams, PathBuf), String>> {
+    let handle = TOOLCHAIN_IMAGE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()?;
+    Some(match handle.join() {
+        Ok(r) => r,
+        Err(_) => Err("setting the toolchain image up panicked".to_string()),
+    })
 }
 
 /// The modules of the install network (the virtio-net driver and what it needs), by file name.

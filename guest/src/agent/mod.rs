@@ -9,9 +9,10 @@
 pub mod init;
 pub mod net;
 pub mod tee;
+pub mod verity;
 
 use crate::channel::{self, ChannelError, FrameType, JobHeader};
-use crate::fence::run::{run_input, RunOptions, AGENT_VERSION};
+use crate::fence::run::{run_input, RunOptions, ToolchainRoot, AGENT_VERSION};
 use attestation::session::Session;
 use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
 use sha2::{Digest, Sha256};
@@ -263,6 +264,22 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     drop(bundle);
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
+    // The toolchain image the measured command line names: a run never goes on without it, or on a changed one.
+    let image = init::toolchain_image();
+    match image {
+        None => {}
+        Some(Ok((p, dir))) => {
+            opts.toolchains = Some(ToolchainRoot {
+                toolchains: p.toolchains,
+                root_hash: p.root_hash,
+                dir,
+            })
+        }
+        Some(Err(e)) => {
+            let _ = std::fs::remove_file(&path);
+            return exhausted(inputs, "agent", &format!("toolchain image: {e}"));
+        }
+    }
     let notes = Arc::new(Mutex::new(Vec::new()));
     match rd.try_clone() {
         Ok(port) => opts.proxy = Some(Arc::new(net::VmEgress::new(port, notes.clone()))),
@@ -281,6 +298,24 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         Err(why) => refused(inputs, "receive", &format!("the bundle is unusable: {why}")),
     };
     let _ = std::fs::remove_file(&path);
+    // A block of the image that failed verification during the run (an I/O error to whatever read it) means
+    // the run did not use the measured toolchains: our side gave out, whatever the tests said.
+    if let Some(t) = &opts.toolchains {
+        match verity::status() {
+            Ok(s) if s == "V" => {}
+            Ok(s) => {
+                v = corrupted(
+                    v,
+                    format!(
+                        "toolchain image: dm-verity reported status {s:?} after the run (a block did not match \
+                         root hash {}); the run did not use the measured toolchains",
+                        t.root_hash
+                    ),
+                )
+            }
+            Err(e) => v = corrupted(v, format!("toolchain image: reading dm-verity's status: {e}")),
+        }
+    }
     for n in notes.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
         v.findings.push(Finding {
             stage: "install".into(),
@@ -289,6 +324,20 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
             detail: n,
         });
     }
+    v
+}
+
+/// `v` turned into `environment_exhausted` with `why` as a finding (its record kept).
+fn corrupted(mut v: Verdict, why: String) -> Verdict {
+    v.outcome = Outcome::EnvironmentExhausted;
+    v.judged = true;
+    v.refusal = None;
+    v.findings.push(Finding {
+        stage: "agent".into(),
+        path: String::new(),
+        kind: "environment".into(),
+        detail: why,
+    });
     v
 }
 

@@ -577,9 +577,11 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         Some("size=1m,mode=0755"),
     )
     .map_err(|e| errno("tmpfs root", e))?;
+    let system_root = spec.system_root.as_deref().unwrap_or(Path::new("/"));
     for dir in spec::SYSTEM_DIRS {
-        let host = Path::new(dir);
-        let target = under(root, host);
+        let host_path = spec::under_root(system_root, dir);
+        let host = host_path.as_path();
+        let target = under(root, Path::new(dir));
         match fs::symlink_metadata(host) {
             Ok(m) if m.file_type().is_symlink() => {
                 let to = fs::read_link(host).map_err(|e| format!("{dir}: {e}"))?;

@@ -11,8 +11,8 @@ use super::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
 use super::repo;
 use super::spec::{self, ForwardSpec, PhaseReport, PhaseSpec};
 use attestation::verdict::{
-    AppliedLimits, EgressRecord, Finding, Inputs, InstallPhase, Isolation, ProtectedRestore,
-    RlimitValue, TestCounts, TestNetwork, TestPhase, Verdict, OUTPUT_TAIL_MAX,
+    AppliedLimits, EgressRecord, Finding, ImageInfo, Inputs, InstallPhase, Isolation,
+    ProtectedRestore, RlimitValue, TestCounts, TestNetwork, TestPhase, Verdict, OUTPUT_TAIL_MAX,
 };
 use intake::job::{AllowEntry, Job, OnProtectedChange};
 use std::collections::BTreeMap;
@@ -112,6 +112,56 @@ pub struct RunOptions {
     /// What the job may take from the runner's machine (passthrough names, read paths): the operator's
     /// configuration, checked by intake's stage 4 and again by the fence.
     pub operator: intake::operator::OperatorPolicy,
+    /// The toolchain root filesystem this runner has (`[image] toolchains`): in the `vm` tier the verity-checked
+    /// image the agent mounted, in the `process` tier the image's unpacked tree. `None`: a job that names
+    /// toolchains is refused.
+    pub toolchains: Option<ToolchainRoot>,
+}
+
+/// A toolchain root filesystem the sandbox shows as its system directories when the job asks for toolchains.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolchainRoot {
+    /// The toolchain sets it holds (sorted).
+    pub toolchains: Vec<String>,
+    /// Its dm-verity root hash (hex), recorded in the verdict.
+    pub root_hash: String,
+    /// Its root directory.
+    pub dir: PathBuf,
+}
+
+impl ToolchainRoot {
+    /// The system root for `job`: `Ok(None)` when the job names no toolchain, this root when it holds every
+    /// toolchain named, else why not (a refusal).
+    pub fn for_job<'a>(
+        root: Option<&'a ToolchainRoot>,
+        job: &Job,
+    ) -> Result<Option<&'a ToolchainRoot>, String> {
+        let wanted = &job.image.toolchains;
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let Some(root) = root else {
+            return Err(format!(
+                "image.toolchains = [{}]: this runner has no toolchain image (build one with `fenced-run image \
+                 build --toolchains {}`)",
+                wanted.join(", "),
+                wanted.join(",")
+            ));
+        };
+        let missing: Vec<&str> = wanted
+            .iter()
+            .filter(|t| !root.toolchains.contains(t))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "image.toolchains: this runner's toolchain image holds [{}], not {}",
+                root.toolchains.join(", "),
+                missing.join(", ")
+            ));
+        }
+        Ok(Some(root))
+    }
 }
 
 impl RunOptions {
@@ -125,6 +175,7 @@ impl RunOptions {
             home: None,
             repository: None,
             operator: intake::operator::OperatorPolicy::default(),
+            toolchains: None,
         }
     }
 }
@@ -310,6 +361,9 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         Ok(p) => p,
         Err(e) => return refuse("sandbox", &e, inputs),
     };
+    if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
+        return refuse("normalise", &e, inputs);
+    }
     let dir = match RunDir::create(job.limits.disk_mib, root) {
         Ok(d) => d,
         Err(e) => return refuse("fence", &e, inputs),
@@ -625,6 +679,13 @@ fn run_in(
     );
     verdict.limits = applied_limits(job);
     verdict.protected = undone;
+    verdict.image = ToolchainRoot::for_job(opts.toolchains.as_ref(), job)
+        .ok()
+        .flatten()
+        .map(|t| ImageInfo {
+            toolchains: t.toolchains.clone(),
+            root_hash: t.root_hash.clone(),
+        });
     for note in &prepared.notes {
         verdict
             .findings
@@ -865,6 +926,14 @@ struct PhaseCtx<'a> {
 }
 
 impl PhaseCtx<'_> {
+    /// Where the sandbox's system directories come from: the toolchain root when the job asks for toolchains.
+    fn system_root(&self) -> Option<&Path> {
+        ToolchainRoot::for_job(self.opts.toolchains.as_ref(), self.job)
+            .ok()
+            .flatten()
+            .map(|t| t.dir.as_path())
+    }
+
     fn env(&self, forward: Option<&ForwardSpec>) -> Vec<(String, String)> {
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         let mut path = String::new();
@@ -920,12 +989,20 @@ impl PhaseCtx<'_> {
             None if phase == "install" => "network: loopback only (no egress proxy)".into(),
             None => "network: none (fresh namespace, loopback only)".into(),
         });
+        let sys_root = self.system_root().unwrap_or(Path::new("/"));
         let sys: Vec<&str> = spec::SYSTEM_DIRS
             .iter()
             .copied()
-            .filter(|d| Path::new(d).exists())
+            .filter(|d| spec::under_root(sys_root, d).exists())
             .collect();
-        lines.push(format!("read-only: {}", sys.join(" ")));
+        match self.system_root() {
+            Some(r) => lines.push(format!(
+                "read-only: {} (from the toolchain image at {})",
+                sys.join(" "),
+                r.display()
+            )),
+            None => lines.push(format!("read-only: {}", sys.join(" "))),
+        }
         if !self.read_paths.is_empty() {
             let extra: Vec<String> = self
                 .read_paths
@@ -1038,6 +1115,7 @@ impl PhaseCtx<'_> {
             home_dir: self.home_dir.to_owned(),
             tmp_dir: tmp_dir.clone(),
             read_paths: self.read_paths.to_vec(),
+            system_root: self.system_root().map(Path::to_path_buf),
             uid: self.uid,
             gid: self.gid,
             user_ns: !self.root,

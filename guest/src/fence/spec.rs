@@ -17,6 +17,11 @@ pub const SANDBOX_HOSTNAME: &str = "fence";
 pub const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
+/// `dir` (one of [`SYSTEM_DIRS`]) under the system root `root`.
+pub fn under_root(root: &std::path::Path, dir: &str) -> PathBuf {
+    root.join(dir.trim_start_matches('/'))
+}
+
 /// Device nodes bound into the sandbox's own `/dev`.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -49,6 +54,9 @@ pub struct PhaseSpec {
     pub tmp_dir: PathBuf,
     /// Extra host paths shown read-only at the same place.
     pub read_paths: Vec<PathBuf>,
+    /// Where [`SYSTEM_DIRS`] come from (a toolchain image's root); `None`: the host's own `/`.
+    #[serde(default)]
+    pub system_root: Option<PathBuf>,
     /// The uid the command runs as (inside the user namespace when [`PhaseSpec::user_ns`]).
     pub uid: u32,
     /// The gid the command runs as.

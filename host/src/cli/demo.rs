@@ -176,6 +176,8 @@ fn choose_tier(args: &Args) -> Result<Tier, String> {
             ovmf: None,
             tdx_ovmf: None,
             no_git: false,
+            toolchains: None,
+            deb_cache: None,
         };
         if let Err(e) = super::image::build(&b) {
             return missing(format!("building the guest image failed: {e}"));

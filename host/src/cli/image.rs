@@ -46,6 +46,13 @@ pub struct BuildArgs {
     /// fail in the guest; tree hashes and commits are read without git).
     #[arg(long)]
     pub no_git: bool,
+    /// Also build the read-only toolchain root filesystem (erofs with a dm-verity hash tree) from Debian
+    /// packages: any of rust, python, node, go, comma-separated. Its root hash goes on the command line.
+    #[arg(long, value_name = "LIST")]
+    pub toolchains: Option<String>,
+    /// Where downloaded .deb files are kept between builds (default: target/toolchain-debs of this workspace).
+    #[arg(long, value_name = "DIR", requires = "toolchains")]
+    pub deb_cache: Option<PathBuf>,
 }
 
 /// The default kernel: `target/vm-kernel/boot/vmlinuz-*` of this workspace.
@@ -85,6 +92,16 @@ pub fn run(args: Args) -> ExitCode {
                 m.initramfs.size
             );
             outln!("cmdline     {}", m.cmdline.value);
+            if let Some(t) = &m.toolchains {
+                outln!(
+                    "toolchains  {}: {} ({} bytes, {} packages), dm-verity root hash {}",
+                    t.toolchains.join(","),
+                    t.image.file,
+                    t.image.size,
+                    t.packages.len(),
+                    t.root_hash
+                );
+            }
             outln!("vm          measurement {}", m.measurements.vm);
             for s in &m.measurements.sev_snp {
                 outln!(
@@ -144,7 +161,19 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
     } else {
         Some(PathBuf::from("/usr/bin/git")).filter(|p| p.is_file())
     };
+    let toolchains = match &b.toolchains {
+        Some(list) => Some(image::rootfs::RootfsOptions {
+            toolchains: image::rootfs::parse_toolchains(list)?,
+            deb_cache: b
+                .deb_cache
+                .clone()
+                .unwrap_or_else(|| image::agent::workspace_root().join("target/toolchain-debs")),
+            source_date_epoch: image::rootfs::source_date_epoch()?,
+        }),
+        None => None,
+    };
     image::build(&BuildOptions {
+        toolchains,
         out: b.out.clone(),
         modules: image::modules_beside(&kernel),
         kernel,

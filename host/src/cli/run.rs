@@ -100,6 +100,23 @@ pub fn check_evidence_path(out: &std::path::Path) -> Result<(), String> {
         })
 }
 
+/// The process tier's toolchain root: the unpacked tree of the image's toolchain file system, when `image` has
+/// one (a job's `[image] toolchains` then runs on the same toolchains as in the `vm` tier; the process tier
+/// checks nothing about the tree, which is the runner's own as everything in that tier is).
+pub fn process_toolchains(image: &std::path::Path) -> Option<guest::fence::run::ToolchainRoot> {
+    let manifest = crate::image::Manifest::load(image).ok()?;
+    let t = manifest.toolchains?;
+    let dir = image.join(crate::image::rootfs::TREE_DIR);
+    if !dir.is_dir() {
+        return None;
+    }
+    Some(guest::fence::run::ToolchainRoot {
+        toolchains: t.toolchains,
+        root_hash: t.root_hash,
+        dir,
+    })
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let json = args.json;
@@ -150,6 +167,7 @@ pub fn run(args: Args) -> ExitCode {
     };
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
     opts.operator = operator;
+    opts.toolchains = process_toolchains(&image);
     // Intake stages 1-5 first (nothing runs), then the fence on intake's own copy of the bundle.
     let verdict = match run_input(&args.job, &opts) {
         Ok(v) => v,

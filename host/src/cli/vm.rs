@@ -100,6 +100,19 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     };
     let _ = report.cleanup();
     drop(work);
+    // A job that names toolchains the image does not hold is refused before anything boots (the guest would
+    // refuse it too, with the same words).
+    let image_root = crate::image::Manifest::load(&opts.image)
+        .ok()
+        .and_then(|m| m.toolchains)
+        .map(|t| guest::fence::run::ToolchainRoot {
+            toolchains: t.toolchains,
+            root_hash: t.root_hash,
+            dir: PathBuf::new(),
+        });
+    if let Err(why) = guest::fence::run::ToolchainRoot::for_job(image_root.as_ref(), &job) {
+        return Ok(HostRun::Refused(format!("normalise: {why}")));
+    }
     let (kind, bytes) = vm::bundle::pack(job_path)?;
     let install = job.install.as_ref();
     let mut t = vm::Timeouts::for_job(

@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod cpio;
 pub mod pvh;
+pub mod rootfs;
 
 use cpio::{Entry, Tree};
 pub use measurements::manifest::{
@@ -37,6 +38,22 @@ pub const MODULES: &[&str] = &[
     "kernel/drivers/net/virtio_net.ko.xz",
 ];
 
+/// Kernel modules the agent loads, dependencies first, when the image has a toolchain root filesystem
+/// (`--toolchains`): the virtio block driver, device-mapper and dm-verity, erofs (whose crc32c comes from
+/// crc32c_generic: the guest has no modprobe to find it on request).
+pub const TOOLCHAIN_MODULES: &[&str] = &[
+    "kernel/drivers/block/virtio_blk.ko.xz",
+    "kernel/drivers/md/dm-mod.ko.xz",
+    "kernel/drivers/md/dm-bufio.ko.xz",
+    "kernel/lib/reed_solomon/reed_solomon.ko.xz",
+    "kernel/drivers/md/dm-verity.ko.xz",
+    "kernel/crypto/crc32c_generic.ko.xz",
+    "kernel/lib/libcrc32c.ko.xz",
+    "kernel/fs/erofs/erofs.ko.xz",
+];
+/// Where the initramfs lists [`TOOLCHAIN_MODULES`] in load order.
+pub const TOOLCHAIN_MODULE_LIST: &str = "lib/modules/fenced-run-toolchains.load";
+
 /// vCPU counts the manifest lists SNP launch digests for.
 pub const SNP_VCPUS: &[u32] = &[1, 2, 4];
 /// The vCPU type of those digests.
@@ -44,15 +61,16 @@ pub const SNP_VCPU_TYPE: &str = "EPYC-v4";
 /// SEV_FEATURES of those digests (SNPActive only).
 pub const SNP_GUEST_FEATURES: u64 = 0x1;
 
-/// The SEV-SNP launch digests of `kernel`, `initrd` and [`CMDLINE`] under the OVMF `ovmf`, per [`SNP_VCPUS`].
+/// The SEV-SNP launch digests of `kernel`, `initrd` and `cmdline` under the OVMF `ovmf`, per [`SNP_VCPUS`].
 pub fn snp_measurements(
     ovmf: &[u8],
     kernel: &[u8],
     initrd: &[u8],
+    cmdline: &str,
 ) -> Result<Vec<SnpMeasurement>, String> {
     use measurements::snp;
     let parsed = snp::Ovmf::parse(ovmf.to_vec()).map_err(|e| format!("--ovmf: {e}"))?;
-    let hashes = snp::KernelHashes::new(kernel, Some(initrd), Some(CMDLINE));
+    let hashes = snp::KernelHashes::new(kernel, Some(initrd), Some(cmdline));
     let sig = snp::vcpu_sig_for_type(SNP_VCPU_TYPE).ok_or("unknown vCPU type")?;
     let mut out = Vec::new();
     for &vcpus in SNP_VCPUS {
@@ -97,6 +115,8 @@ pub struct BuildOptions {
     /// The TDX OVMF (TDVF) to compute the MRTD and RTMR event digests for, when given (copied into the image
     /// as [`crate::vm::confidential::TDX_FIRMWARE_FILE`]).
     pub tdx_ovmf: Option<PathBuf>,
+    /// The toolchain root filesystem to build beside the initramfs (`--toolchains`), if any.
+    pub toolchains: Option<rootfs::RootfsOptions>,
 }
 
 fn read(what: &str, p: &Path) -> Result<Vec<u8>, String> {
@@ -234,8 +254,44 @@ pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Includ
             "lib/modules/fenced-run.load",
             Entry::File(list.into_bytes(), false),
         );
+        if opts.toolchains.is_some() {
+            let mut list = String::new();
+            for m in TOOLCHAIN_MODULES {
+                let gp = add_module(&mut t, &mut included, mods, m)?;
+                list.push_str(&gp);
+                list.push('\n');
+            }
+            t.add(TOOLCHAIN_MODULE_LIST, Entry::File(list.into_bytes(), false));
+        }
     }
     Ok((t, agent_info, included))
+}
+
+/// Adds the module `m` of the tree `mods` to `t` under `/lib/modules/` (decompressed) and to `included`;
+/// returns its path in the guest.
+fn add_module(
+    t: &mut Tree,
+    included: &mut Vec<Included>,
+    mods: &Path,
+    m: &str,
+) -> Result<String, String> {
+    let src = mods.join(m);
+    let packed = read("kernel module", &src)?;
+    let name = Path::new(m)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (bytes, name) = match name.strip_suffix(".xz") {
+        Some(plain) => (unxz(&packed, &src)?, plain.to_string()),
+        None => (packed, name),
+    };
+    let gp = format!("/lib/modules/{name}");
+    included.push(Included {
+        path: gp.clone(),
+        sha256: sha256_hex(&bytes),
+    });
+    t.add(&gp, Entry::File(bytes, false));
+    Ok(gp)
 }
 
 /// The kernel file the `vm` tier boots from the image in `dir`: the PVH kernel where the manifest lists one,
@@ -258,15 +314,43 @@ fn unxz(packed: &[u8], src: &Path) -> Result<Vec<u8>, String> {
 /// Builds the image into `opts.out` and returns its manifest.
 pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     let kernel = read("kernel", &opts.kernel)?;
+    if opts.toolchains.is_some() && opts.modules.is_none() {
+        return Err(format!(
+            "--toolchains: the kernel {} has no lib/modules tree beside it, and the guest needs its block, \
+             device-mapper and erofs modules",
+            opts.kernel.display()
+        ));
+    }
+    // The toolchain image first: its root hash goes on the command line.
+    let toolchains = match &opts.toolchains {
+        Some(t) => Some(rootfs::build(t, &opts.out)?),
+        None => {
+            for stale in [rootfs::IMAGE_FILE, "toolchains.json"] {
+                let p = opts.out.join(stale);
+                if p.exists() {
+                    std::fs::remove_file(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                }
+            }
+            let tree = opts.out.join(rootfs::TREE_DIR);
+            if tree.exists() {
+                std::fs::remove_dir_all(&tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+            }
+            None
+        }
+    };
+    let cmdline = match &toolchains {
+        Some(t) => format!("{CMDLINE} {}", rootfs::cmdline_params(t)),
+        None => CMDLINE.to_string(),
+    };
     let (tree, agent, included) = initramfs_tree(opts)?;
     let mut initramfs = Vec::new();
     tree.write(&mut initramfs)
         .map_err(|e| format!("writing the initramfs: {e}"))?;
     let mut c256 = Sha256::new();
-    c256.update(CMDLINE.as_bytes());
+    c256.update(cmdline.as_bytes());
     c256.update([0u8]);
     let mut c384 = Sha384::new();
-    c384.update(CMDLINE.as_bytes());
+    c384.update(cmdline.as_bytes());
     c384.update([0u8]);
     let vm_kernel = match pvh::extract(&kernel) {
         Ok(k) => Some(k),
@@ -281,11 +365,11 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     let vm = measurements::sim::vm_launch_measurement(
         vm_kernel.as_deref().unwrap_or(&kernel),
         &initramfs,
-        CMDLINE,
+        &cmdline,
     );
     let snp_fw = opts.ovmf.as_ref().map(|p| read("--ovmf", p)).transpose()?;
     let sev_snp = match &snp_fw {
-        Some(fw) => snp_measurements(fw, &kernel, &initramfs)?,
+        Some(fw) => snp_measurements(fw, &kernel, &initramfs, &cmdline)?,
         None => Vec::new(),
     };
     let tdx_fw = opts
@@ -295,7 +379,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         .transpose()?;
     let tdx = match (&tdx_fw, &opts.tdx_ovmf) {
         (Some(fw), Some(p)) => Some(
-            measurements::manifest::tdx_measurement(fw, &kernel, &initramfs, CMDLINE)
+            measurements::manifest::tdx_measurement(fw, &kernel, &initramfs, &cmdline)
                 .map_err(|e| format!("--tdx-ovmf {}: {e}", p.display()))?,
         ),
         _ => None,
@@ -308,7 +392,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
             .map(|k| Artifact::of(VM_KERNEL_FILE, k)),
         initramfs: Artifact::of(INITRAMFS_FILE, &initramfs),
         cmdline: Cmdline {
-            value: CMDLINE.into(),
+            value: cmdline.clone(),
             sha256: hex::encode(c256.finalize()),
             sha384: hex::encode(c384.finalize()),
         },
@@ -319,6 +403,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
             sev_snp,
             tdx,
         },
+        toolchains,
     };
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let mut json = serde_json::to_string_pretty(&manifest).map_err(|e| format!("manifest: {e}"))?;

@@ -764,6 +764,7 @@ mod tests {
             dialer: None,
             qmp: None,
             bios: Some("/usr/share/qemu/qboot.rom".into()),
+            disk: None,
         }
     }
 

@@ -363,6 +363,10 @@ fn run_steps(
         },
         qmp: network.then(|| dir.path().join(qmp::SOCKET_FILE)),
         bios: qemu::fast_firmware(&opts.qemu),
+        disk: manifest
+            .toolchains
+            .as_ref()
+            .map(|t| opts.image.join(&t.image.file)),
     };
     let start = Instant::now();
     use std::os::unix::process::CommandExt;

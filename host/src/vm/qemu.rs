@@ -66,6 +66,9 @@ pub struct Launch {
     /// The firmware of a plain VM (`-bios`; `None`: QEMU's default, SeaBIOS). [`fast_firmware`] picks qboot
     /// where QEMU ships it. The confidential tiers replace it with their OVMF.
     pub bios: Option<PathBuf>,
+    /// The toolchain image (host::image::rootfs), attached read-only as the guest's only virtio disk; `None`:
+    /// no disk at all.
+    pub disk: Option<PathBuf>,
 }
 
 /// The qboot firmware where QEMU's data directory holds it (`/usr/share/qemu/qboot.rom`, or
@@ -157,6 +160,17 @@ pub fn args(l: &Launch) -> Vec<String> {
             guest::channel::PORT_NAME
         ),
     ]);
+    if let Some(disk) = &l.disk {
+        a.extend([
+            "-drive".into(),
+            format!(
+                "file={},if=none,id=toolchains,format=raw,readonly=on",
+                disk.display().to_string().replace(',', ",,")
+            ),
+            "-device".into(),
+            "virtio-blk-pci,drive=toolchains".into(),
+        ]);
+    }
     if let Some(cmd) = &l.dialer {
         a.extend([
             "-netdev".into(),
@@ -236,6 +250,7 @@ mod tests {
             dialer: None,
             qmp: Some("/q".into()),
             bios: None,
+            disk: None,
         };
         let a = args(&l);
         assert!(!a.iter().any(|x| x == "-bios"), "QEMU's default firmware");
@@ -278,5 +293,15 @@ mod tests {
             b[b.iter().position(|x| x == "-qmp").expect("-qmp") + 1],
             "unix:/q,server=on,wait=off"
         );
+        assert!(!b.iter().any(|x| x == "-drive"), "no disk without an image");
+        // With a toolchain image: one read-only raw virtio disk, commas in its path doubled.
+        l.disk = Some("/img/a,b/toolchains.img".into());
+        let c = args(&l);
+        assert_eq!(
+            c[c.iter().position(|x| x == "-drive").expect("-drive") + 1],
+            "file=/img/a,,b/toolchains.img,if=none,id=toolchains,format=raw,readonly=on"
+        );
+        assert!(c.iter().any(|x| x == "virtio-blk-pci,drive=toolchains"));
+        assert_eq!(c.iter().filter(|x| x.as_str() == "-drive").count(), 1);
     }
 }

@@ -1,0 +1,600 @@
+//! The toolchain root filesystem of `fenced-run image build --toolchains`: Debian packages at exact versions,
+//! unpacked with `dpkg-deb` into a tree without running any maintainer script, made into an erofs image with
+//! fixed times, owner and UUID, and followed in the same file by a dm-verity hash tree with a fixed salt. The
+//! root hash goes on the image's kernel command line ([`cmdline_params`]), which every launch measurement covers;
+//! the guest agent sets the verity device up and the fence shows the file system as the sandbox's system
+//! directories (docs/vm.md, "The toolchain image").
+
+use measurements::manifest::{Artifact, DebPackage, ToolchainImage};
+use sha2::{Digest, Sha256, Sha384};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The image file inside the image directory: erofs, then the hash tree.
+pub const IMAGE_FILE: &str = "toolchains.img";
+/// The unpacked tree inside the image directory (the process tier shows it as the sandbox's system
+/// directories, so that both tiers run the same toolchains).
+pub const TREE_DIR: &str = "toolchains.tree";
+/// Block size of the file system's device and of the hash tree.
+pub const BLOCK: u64 = 4096;
+/// The `SOURCE_DATE_EPOCH` used when the environment has none (2025-01-01T00:00:00Z).
+pub const DEFAULT_SOURCE_DATE_EPOCH: u64 = 1_735_689_600;
+/// The erofs UUID of every toolchain image (a random one would differ between builds).
+pub const FS_UUID: &str = "66656e63-6564-2d72-756e-2d746f6f6c73";
+/// The kernel command-line parameter naming the toolchain sets (`go,node,python,rust`, sorted).
+pub const PARAM_TOOLCHAINS: &str = "fenced_run.toolchains";
+/// The kernel command-line parameter with the verity table's values: `DATA_BLOCKS,ROOT_HASH,SALT`.
+pub const PARAM_VERITY: &str = "fenced_run.verity";
+
+/// The dm-verity salt of every toolchain image: SHA-256 of a fixed label (veritysetup's default is random).
+pub fn salt() -> String {
+    hex::encode(Sha256::digest(b"fenced-run/v1/toolchain-verity-salt"))
+}
+
+/// The Debian packages each toolchain set asks for (their dependencies come with them).
+pub fn toolchain_packages(name: &str) -> Option<&'static [&'static str]> {
+    Some(match name {
+        "rust" => &["rustc", "cargo"],
+        "python" => &["python3", "python3-pytest", "python3-venv"],
+        "node" => &["nodejs", "npm"],
+        "go" => &["golang"],
+        _ => return None,
+    })
+}
+
+/// Packages every toolchain image holds: what builds and fetches need beside the toolchains.
+pub const COMMON_PACKAGES: &[&str] = &["git", "build-essential", "ca-certificates"];
+/// The essential userland a Debian system has without asking (named here because apt, resolving against an
+/// empty package database, adds only what is depended on).
+pub const BASE_PACKAGES: &[&str] = &[
+    "base-files",
+    "bash",
+    "coreutils",
+    "dash",
+    "debianutils",
+    "diffutils",
+    "findutils",
+    "grep",
+    "gzip",
+    "libc-bin",
+    "mawk",
+    "sed",
+    "tar",
+];
+
+/// Links that maintainer scripts make with `update-alternatives` and that builds expect; made here, each
+/// only when its target was unpacked.
+const ALTERNATIVES: &[(&str, &str)] = &[
+    ("usr/bin/awk", "mawk"),
+    ("usr/bin/cc", "gcc"),
+    ("usr/bin/c++", "g++"),
+    ("usr/bin/c89", "c89-gcc"),
+    ("usr/bin/c99", "c99-gcc"),
+    ("usr/bin/which", "which.debianutils"),
+];
+
+/// Directories left out of the tree (manual pages, info, translations): nothing runs them.
+const EXCLUDED: &[&str] = &["./usr/share/man", "./usr/share/info", "./usr/share/locale"];
+
+/// Parses `--toolchains` (`rust,python`): known names, sorted, without duplicates.
+pub fn parse_toolchains(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in list.split(',').map(str::trim) {
+        if toolchain_packages(name).is_none() {
+            return Err(format!(
+                "--toolchains: unknown toolchain {:?} (known: go, node, python, rust)",
+                attestation::text::escape(name)
+            ));
+        }
+        out.push(name.to_string());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// A package at the exact version apt chose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    /// Package name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Architecture.
+    pub architecture: String,
+}
+
+impl Pin {
+    /// The file name `apt-get download` gives the package (`:` of an epoch written `%3a`).
+    pub fn deb_file(&self) -> String {
+        format!(
+            "{}_{}_{}.deb",
+            self.name,
+            self.version.replace(':', "%3a"),
+            self.architecture
+        )
+    }
+}
+
+/// The packages to unpack for `toolchains`, names only (before apt resolves dependencies).
+pub fn requested_packages(toolchains: &[String]) -> Vec<&'static str> {
+    let mut pkgs: Vec<&str> = BASE_PACKAGES
+        .iter()
+        .chain(COMMON_PACKAGES)
+        .copied()
+        .collect();
+    for t in toolchains {
+        pkgs.extend(toolchain_packages(t).unwrap_or_default());
+    }
+    pkgs
+}
+
+/// Resolves `packages` and everything they depend on (no recommends) with the machine's apt, as if nothing were
+/// installed: a simulated install against an empty dpkg status file. Returns the chosen versions, by name.
+pub fn resolve(packages: &[&str], work: &Path) -> Result<Vec<Pin>, String> {
+    let status = work.join("empty-dpkg-status");
+    std::fs::write(&status, b"").map_err(|e| format!("{}: {e}", status.display()))?;
+    let out = Command::new("apt-get")
+        .args(["-s", "-q"])
+        .arg(format!("-oDir::State::status={}", status.display()))
+        .args([
+            "-oAPT::Install-Recommends=false",
+            "-oAPT::Install-Suggests=false",
+            "-oDebug::NoLocking=1",
+            "install",
+        ])
+        .args(packages)
+        .env("LC_ALL", "C")
+        .output()
+        .map_err(|e| format!("apt-get (resolving the toolchain packages): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "apt-get could not resolve the toolchain packages {}: {}",
+            packages.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let pins = parse_simulation(&String::from_utf8_lossy(&out.stdout))?;
+    for p in packages {
+        if !pins.iter().any(|pin| pin.name == *p) {
+            return Err(format!(
+                "apt-get's plan does not install {p} (is it a virtual package or missing from apt's sources?)"
+            ));
+        }
+    }
+    Ok(pins)
+}
+
+/// The `Inst NAME (VERSION SUITE [ARCH])` lines of `apt-get -s install`, sorted by name.
+pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, String> {
+    let mut pins = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("Inst ") else {
+            continue;
+        };
+        let bad = || format!("apt-get -s: cannot read the line {line:?}");
+        let (name, rest) = rest.split_once(' ').ok_or_else(bad)?;
+        let inner = rest
+            .strip_prefix('(')
+            .and_then(|r| r.split_once(')'))
+            .map(|(i, _)| i)
+            .ok_or_else(bad)?;
+        let version = inner.split_whitespace().next().ok_or_else(bad)?;
+        let architecture = inner
+            .rsplit_once('[')
+            .and_then(|(_, a)| a.strip_suffix(']'))
+            .ok_or_else(bad)?;
+        let name = name.split(':').next().unwrap_or(name);
+        let ok = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+-.:~_".contains(&b))
+        };
+        if !ok(name) || !ok(version) || !ok(architecture) {
+            return Err(bad());
+        }
+        pins.push(Pin {
+            name: name.into(),
+            version: version.into(),
+            architecture: architecture.into(),
+        });
+    }
+    if pins.is_empty() {
+        return Err("apt-get -s planned to install nothing".into());
+    }
+    pins.sort_by(|a, b| a.name.cmp(&b.name));
+    pins.dedup_by(|a, b| a.name == b.name);
+    Ok(pins)
+}
+
+/// Downloads every pinned package missing from `cache` with `apt-get download NAME=VERSION` (apt checks each
+/// against its index's hash) and returns each with its SHA-256 and path.
+pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>, String> {
+    std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let missing: Vec<String> = pins
+        .iter()
+        .filter(|p| !cache.join(p.deb_file()).is_file())
+        .map(|p| format!("{}={}", p.name, p.version))
+        .collect();
+    if !missing.is_empty() {
+        let out = Command::new("apt-get")
+            .args(["download", "-q"])
+            .args(&missing)
+            .current_dir(cache)
+            .output()
+            .map_err(|e| format!("apt-get download: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "apt-get download of {} package(s) into {} failed: {}",
+                missing.len(),
+                cache.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for p in pins {
+        let path = cache.join(p.deb_file());
+        let bytes = std::fs::read(&path).map_err(|e| {
+            format!(
+                "{}: {e} (apt-get download did not write it)",
+                path.display()
+            )
+        })?;
+        out.push((
+            DebPackage {
+                name: p.name.clone(),
+                version: p.version.clone(),
+                architecture: p.architecture.clone(),
+                sha256: hex::encode(Sha256::digest(&bytes)),
+            },
+            path,
+        ));
+    }
+    Ok(out)
+}
+
+/// Unpacks the `.deb` files into a new tree at `tree` (removed first) without maintainer scripts: the merged-/usr
+/// links first, then each package's data in name order with `dpkg-deb --fsys-tarfile | tar -x`, then what the
+/// maintainer scripts would have made that the toolchains need ([`fix_up`]).
+pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
+    if tree.exists() {
+        std::fs::remove_dir_all(tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+    }
+    for d in ["usr/bin", "usr/lib", "usr/lib64", "usr/sbin"] {
+        std::fs::create_dir_all(tree.join(d)).map_err(|e| format!("{}: {e}", tree.display()))?;
+    }
+    for (link, to) in [
+        ("bin", "usr/bin"),
+        ("lib", "usr/lib"),
+        ("lib64", "usr/lib64"),
+        ("sbin", "usr/sbin"),
+    ] {
+        std::os::unix::fs::symlink(to, tree.join(link))
+            .map_err(|e| format!("{}/{link}: {e}", tree.display()))?;
+    }
+    for deb in debs {
+        let mut dpkg = Command::new("dpkg-deb")
+            .arg("--fsys-tarfile")
+            .arg(deb)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("dpkg-deb {}: {e}", deb.display()))?;
+        let Some(data) = dpkg.stdout.take() else {
+            return Err(format!("dpkg-deb {}: no output pipe", deb.display()));
+        };
+        let mut tar = Command::new("tar");
+        tar.args(["-x", "--keep-directory-symlink", "--same-permissions", "-C"])
+            .arg(tree);
+        for e in EXCLUDED {
+            tar.arg(format!("--exclude={e}"));
+        }
+        let tar_out = tar
+            .stdin(Stdio::from(data))
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("tar (unpacking {}): {e}", deb.display()))?;
+        let mut dpkg_err = String::new();
+        if let Some(mut e) = dpkg.stderr.take() {
+            let _ = e.read_to_string(&mut dpkg_err);
+        }
+        let dpkg_status = dpkg
+            .wait()
+            .map_err(|e| format!("dpkg-deb {}: {e}", deb.display()))?;
+        if !dpkg_status.success() || !tar_out.status.success() {
+            return Err(format!(
+                "unpacking {} failed: {} {}",
+                deb.display(),
+                dpkg_err.trim(),
+                String::from_utf8_lossy(&tar_out.stderr).trim()
+            ));
+        }
+    }
+    fix_up(tree)
+}
+
+/// What maintainer scripts would have made and the toolchains need: the alternatives' links
+/// ([`ALTERNATIVES`]), a minimal `/etc/passwd` and `/etc/group`, and the CA bundle `update-ca-certificates`
+/// writes (every certificate under `/usr/share/ca-certificates`, in path order).
+fn fix_up(tree: &Path) -> Result<(), String> {
+    let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    for (link, to) in ALTERNATIVES {
+        let l = tree.join(link);
+        let target = l.parent().map(|d| d.join(to)).unwrap_or_default();
+        if target.exists() && std::fs::symlink_metadata(&l).is_err() {
+            std::os::unix::fs::symlink(to, &l).map_err(|e| err(&l, e))?;
+        }
+    }
+    let etc = tree.join("etc");
+    std::fs::create_dir_all(&etc).map_err(|e| err(&etc, e))?;
+    for (name, text) in [
+        (
+            "passwd",
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ),
+        ("group", "root:x:0:\nnogroup:x:65534:\n"),
+    ] {
+        let p = etc.join(name);
+        std::fs::write(&p, text).map_err(|e| err(&p, e))?;
+    }
+    let certs_dir = tree.join("usr/share/ca-certificates");
+    if certs_dir.is_dir() {
+        let mut certs = Vec::new();
+        collect_files(&certs_dir, &mut certs)?;
+        certs.retain(|p| p.extension().is_some_and(|e| e == "crt"));
+        certs.sort();
+        let mut bundle = Vec::new();
+        for c in certs {
+            let mut b = std::fs::read(&c).map_err(|e| err(&c, e))?;
+            if !b.ends_with(b"\n") {
+                b.push(b'\n');
+            }
+            bundle.extend(b);
+        }
+        let ssl = etc.join("ssl/certs");
+        std::fs::create_dir_all(&ssl).map_err(|e| err(&ssl, e))?;
+        let p = ssl.join("ca-certificates.crt");
+        std::fs::write(&p, bundle).map_err(|e| err(&p, e))?;
+    }
+    Ok(())
+}
+
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    for e in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+        let t = e
+            .file_type()
+            .map_err(|x| format!("{}: {x}", e.path().display()))?;
+        if t.is_dir() {
+            collect_files(&e.path(), out)?;
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Makes the erofs image of `tree` at `image` (lz4hc; every time later than `epoch` clamped to it, every owner
+/// root, the fixed UUID, no extended attributes), padded to whole [`BLOCK`]s. Returns its size in blocks.
+pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, String> {
+    let _ = std::fs::remove_file(image);
+    let out = Command::new("mkfs.erofs")
+        .arg("-zlz4hc")
+        .arg(format!("-T{epoch}"))
+        .arg(format!("-U{FS_UUID}"))
+        .args(["-x-1", "--all-root", "--quiet"])
+        .arg(image)
+        .arg(tree)
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
+        .output()
+        .map_err(|e| format!("mkfs.erofs (package erofs-utils): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mkfs.erofs {}: {}",
+            image.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let len = std::fs::metadata(image)
+        .map_err(|e| format!("{}: {e}", image.display()))?
+        .len();
+    let blocks = len.div_ceil(BLOCK);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(image)
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    f.set_len(blocks * BLOCK)
+        .map_err(|e| format!("{}: {e}", image.display()))?;
+    Ok(blocks)
+}
+
+/// Appends the dm-verity hash tree (SHA-256, 4096-byte blocks, salt [`salt`], no superblock) of the first
+/// `data_blocks` blocks of `image` to it with `veritysetup format`; returns the root hash (hex).
+pub fn append_hash_tree(image: &Path, data_blocks: u64) -> Result<String, String> {
+    let out = Command::new("veritysetup")
+        .arg("format")
+        .arg(image)
+        .arg(image)
+        .arg(format!("--hash-offset={}", data_blocks * BLOCK))
+        .arg(format!("--data-blocks={data_blocks}"))
+        .args([
+            "--no-superblock",
+            "--hash=sha256",
+            "--data-block-size=4096",
+            "--hash-block-size=4096",
+        ])
+        .arg(format!("--salt={}", salt()))
+        .env("LC_ALL", "C")
+        .output()
+        .map_err(|e| format!("veritysetup (package cryptsetup-bin): {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "veritysetup format {}: {}",
+            image.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let root = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Root hash:"))
+        .map(str::trim)
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| format!("veritysetup format printed no root hash: {text}"))?;
+    Ok(root.to_ascii_lowercase())
+}
+
+/// What to build the toolchain image from.
+#[derive(Clone, Debug)]
+pub struct RootfsOptions {
+    /// The toolchain sets ([`parse_toolchains`]).
+    pub toolchains: Vec<String>,
+    /// Where downloaded `.deb` files are kept between builds.
+    pub deb_cache: PathBuf,
+    /// Every file's time in the image.
+    pub source_date_epoch: u64,
+}
+
+/// The `SOURCE_DATE_EPOCH` of the environment, else [`DEFAULT_SOURCE_DATE_EPOCH`]. It must lie in the past:
+/// `mkfs.erofs -T` clamps every time later than it (the directories and links the build itself makes, whose
+/// times are the build's) and keeps earlier ones (the files' times from the `.deb`s), so a time in the future
+/// would let the build's own clock into the image.
+pub fn source_date_epoch() -> Result<u64, String> {
+    let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) => v.trim().parse().map_err(|_| {
+            format!(
+                "SOURCE_DATE_EPOCH={:?} is not a number of seconds",
+                attestation::text::escape(&v)
+            )
+        })?,
+        Err(_) => DEFAULT_SOURCE_DATE_EPOCH,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    if epoch > now {
+        return Err(format!(
+            "SOURCE_DATE_EPOCH={epoch} is in the future: the toolchain image would take the build's own times"
+        ));
+    }
+    Ok(epoch)
+}
+
+/// SHA-256 and SHA-384 of a file, read in pieces.
+fn artifact_of(file: &str, path: &Path) -> Result<Artifact, String> {
+    let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (mut a, mut b) = (Sha256::new(), Sha384::new());
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        a.update(&buf[..n]);
+        b.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(Artifact {
+        file: file.into(),
+        size,
+        sha256: hex::encode(a.finalize()),
+        sha384: hex::encode(b.finalize()),
+    })
+}
+
+/// Builds the toolchain image into `out` ([`IMAGE_FILE`], [`TREE_DIR`]). When `out` already holds an image
+/// whose record (`toolchains.json`) names the same packages (by SHA-256) and epoch and whose file still has the
+/// recorded SHA-256, it is kept as it is (the build is reproducible, so a rebuild would give the same bytes).
+pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix(".toolchains-")
+        .tempdir_in(out)
+        .map_err(|e| format!("{}: {e}", out.display()))?;
+    let pins = resolve(&requested_packages(&opts.toolchains), work.path())?;
+    let debs = download(&pins, &opts.deb_cache)?;
+    let packages: Vec<DebPackage> = debs.iter().map(|(p, _)| p.clone()).collect();
+    let record = out.join("toolchains.json");
+    let image = out.join(IMAGE_FILE);
+    let tree = out.join(TREE_DIR);
+    if let Some(prev) = std::fs::read(&record)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<ToolchainImage>(&b).ok())
+    {
+        if prev.packages == packages
+            && prev.toolchains == opts.toolchains
+            && prev.source_date_epoch == opts.source_date_epoch
+            && tree.is_dir()
+            && artifact_of(IMAGE_FILE, &image).is_ok_and(|a| a == prev.image)
+        {
+            return Ok(prev);
+        }
+    }
+    let _ = std::fs::remove_file(&record);
+    let paths: Vec<PathBuf> = debs.into_iter().map(|(_, p)| p).collect();
+    unpack(&paths, &tree)?;
+    let data_blocks = make_erofs(&tree, &image, opts.source_date_epoch)?;
+    let root_hash = append_hash_tree(&image, data_blocks)?;
+    let img = ToolchainImage {
+        toolchains: opts.toolchains.clone(),
+        image: artifact_of(IMAGE_FILE, &image)?,
+        filesystem: "erofs".into(),
+        data_blocks,
+        root_hash,
+        salt: salt(),
+        source_date_epoch: opts.source_date_epoch,
+        packages,
+    };
+    let json = serde_json::to_vec_pretty(&img).map_err(|e| format!("toolchains.json: {e}"))?;
+    std::fs::write(&record, json).map_err(|e| format!("{}: {e}", record.display()))?;
+    Ok(img)
+}
+
+/// The kernel command-line parameters that tell the guest agent about the image: the toolchain sets, and the
+/// verity table's values (data blocks, root hash, salt). They are part of the measured command line.
+pub fn cmdline_params(img: &ToolchainImage) -> String {
+    format!(
+        "{PARAM_TOOLCHAINS}={} {PARAM_VERITY}={},{},{}",
+        img.toolchains.join(","),
+        img.data_blocks,
+        img.root_hash,
+        img.salt
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toolchain_lists_are_checked_sorted_and_deduplicated() {
+        assert_eq!(
+            parse_toolchains("rust, python,rust").expect("ok"),
+            ["python", "rust"]
+        );
+        let e = parse_toolchains("rust,java").expect_err("java");
+        assert!(e.contains("unknown toolchain \"java\""), "{e}");
+        assert!(parse_toolchains("").is_err());
+    }
+
+    #[test]
+    fn apt_simulation_lines_become_pins() {
+        let text = "Reading package lists...\nInst libc6 (2.36-9+deb12u14 Debian:12.15/oldstable [amd64]) []\n\
+                    Inst git (1:2.39.5-0+deb12u2 Debian:12.15/oldstable [amd64])\nConf git (1:2.39.5)\n\
+                    Inst ca-certificates (20230311+deb12u1 Debian:12.15/oldstable [all])\n";
+        let pins = parse_simulation(text).expect("parse");
+        assert_eq!(pins.len(), 3);
+        assert_eq!(pins[1].name, "git");
+        assert_eq!(pins[1].deb_file(), "git_1%3a2.39.5-0+deb12u2_amd64.deb");
+        assert_eq!(pins[0].architecture, "all");
+        assert!(parse_simulation("Inst x (1.0 [amd64").is_err());
+        assert!(parse_simulation("Inst ../x (1.0 D [amd64])").is_err());
+        assert!(parse_simulation("nothing").is_err());
+    }
+}
