@@ -56,7 +56,10 @@ struct QueueState {
     taken: usize,
     /// The first pass is over: no job will be added, helpers leave when nothing is left to take.
     closed: bool,
-    helpers: usize,
+    /// Helpers have been started.
+    started: bool,
+    /// Helpers waiting for a job (only they need a wake-up, which costs a system call).
+    waiting: usize,
 }
 
 impl Queue {
@@ -84,7 +87,9 @@ impl Queue {
             } else if st.closed {
                 return;
             } else {
+                st.waiting += 1;
                 st = self.more.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.waiting -= 1;
             }
         }
     }
@@ -144,12 +149,14 @@ pub(crate) fn within_one_verification<T>(mut f: impl FnMut() -> T) -> T {
     cache.speculative.store(true, Ordering::Relaxed);
     let first = f();
     cache.speculative.store(false, Ordering::Relaxed);
-    let jobs = {
+    let (jobs, waiting) = {
         let mut st = cache.queue.lock();
         st.closed = true;
-        st.jobs.clone()
+        (st.jobs.clone(), st.waiting)
     };
-    cache.queue.more.notify_all();
+    if waiting > 0 {
+        cache.queue.more.notify_all();
+    }
     if jobs.is_empty() {
         return first;
     }
@@ -222,14 +229,14 @@ fn put_off(cache: &Cache, id: [u8; 32], check: Check, key: &[u8], msg: &[u8], si
             sig: sig.to_vec(),
             answer: OnceLock::new(),
         }));
-        let start = st.helpers == 0;
-        st.helpers = 1;
-        start
+        let start = !st.started;
+        st.started = true;
+        (start, st.waiting > 0)
     };
-    if start {
-        start_helpers(&cache.queue);
-    } else {
-        cache.queue.more.notify_one();
+    match start {
+        (true, _) => start_helpers(&cache.queue),
+        (false, true) => cache.queue.more.notify_one(),
+        (false, false) => {}
     }
     true
 }
