@@ -8,6 +8,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Entries kept before the cache starts over (a few platforms' chains and collateral need a few dozen).
 const MAX_ENTRIES: usize = 4096;
@@ -46,7 +47,10 @@ impl Job {
 #[derive(Debug, Default)]
 struct Queue {
     state: Mutex<QueueState>,
+    /// A job was put off (for waiting helpers).
     more: Condvar,
+    /// A helper finished a job (for the calling thread waiting at the end of the pass).
+    done: Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -60,6 +64,8 @@ struct QueueState {
     started: bool,
     /// Helpers waiting for a job (only they need a wake-up, which costs a system call).
     waiting: usize,
+    /// The calling thread waits for a helper's answer.
+    caller_waiting: bool,
 }
 
 impl Queue {
@@ -75,6 +81,22 @@ impl Queue {
         Some(job)
     }
 
+    /// Waits until every job of `jobs` has an answer or `deadline` has passed, whichever comes first.
+    fn wait_for_answers(&self, jobs: &[Arc<Job>], deadline: Instant) {
+        let mut st = self.lock();
+        while jobs.iter().any(|j| j.answer.get().is_none()) {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            st.caller_waiting = true;
+            st = match self.done.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(e) => e.into_inner().0,
+            };
+            st.caller_waiting = false;
+        }
+    }
+
     /// A helper thread: runs jobs as the first pass puts them off, until it is over and none is left.
     fn help(&self) {
         let mut st = self.lock();
@@ -84,6 +106,9 @@ impl Queue {
                 drop(st);
                 let _kept_in_the_job = job.run();
                 st = self.lock();
+                if st.caller_waiting {
+                    self.done.notify_all();
+                }
             } else if st.closed {
                 return;
             } else {
@@ -133,9 +158,10 @@ pub(crate) fn activate(cache: &Arc<Cache>) -> Scope {
 ///
 /// 1. `f` runs with every signature it asks for put off and answered "verified"; a helper thread (on a machine
 ///    with more than one core, started when the first check is put off) verifies them as they are put off;
-/// 2. when `f` is done, the calling thread verifies every check no helper has taken, and then any a helper has
-///    taken but not finished (a helper that the machine's load keeps waiting never holds the verification up:
-///    the same check gives the same answer on either thread, and the first answer is kept);
+/// 2. when `f` is done, the calling thread verifies every check no helper has taken, waits for the ones a helper
+///    is running about as long as one check takes it, and then runs any still unanswered itself (so a helper
+///    that the machine's load keeps off a core holds the verification up by one check's time at most: the same
+///    check gives the same answer on either thread, and the first answer is kept);
 /// 3. if all verified, the answers of step 1 were the true ones, and its result stands; if any failed, `f` runs
 ///    again with every result known (the failures with their own messages), and that second result is returned.
 ///
@@ -160,9 +186,17 @@ pub(crate) fn within_one_verification<T>(mut f: impl FnMut() -> T) -> T {
     if jobs.is_empty() {
         return first;
     }
+    // The checks no helper has taken; then, for those a helper is running, as long as one check takes this
+    // thread (a helper on a core finishes by then; one the load keeps off a core is not waited for longer).
+    let mut patience = Duration::from_micros(100);
     while let Some(job) = cache.queue.take() {
+        let t = Instant::now();
         let _kept_in_the_job = job.run();
+        patience = t.elapsed();
     }
+    cache
+        .queue
+        .wait_for_answers(&jobs, Instant::now() + patience);
     let mut all_verified = true;
     if let Ok(mut m) = cache.results.lock() {
         for job in &jobs {
