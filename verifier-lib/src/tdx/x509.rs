@@ -357,6 +357,20 @@ pub fn strip_zeros(b: &[u8]) -> Vec<u8> {
     b[i..].to_vec()
 }
 
+/// The bytes of `text` without its whitespace (`char::is_whitespace`); byte by byte when it is ASCII.
+fn without_whitespace(text: &str) -> Vec<u8> {
+    if text.is_ascii() {
+        text.bytes()
+            .filter(|b| !char::from(*b).is_whitespace())
+            .collect()
+    } else {
+        text.chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .into_bytes()
+    }
+}
+
 /// Parses a PEM chain (leaf first). Text between certificates (NUL terminators, newlines) is ignored.
 pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
     // The QE stores the chain NUL-terminated; x509-parser's PEM reader stops at what it cannot read.
@@ -371,13 +385,12 @@ pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
             what: what.into(),
             detail: format!("certificate {} has no END line", out.len()),
         })?;
-        let body: String = after[..e].chars().filter(|c| !c.is_whitespace()).collect();
-        let der =
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.as_bytes())
-                .map_err(|err| X509Error::Pem {
-                    what: what.into(),
-                    detail: format!("certificate {}: base64: {err}", out.len()),
-                })?;
+        let body = without_whitespace(&after[..e]);
+        let der = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &body)
+            .map_err(|err| X509Error::Pem {
+                what: what.into(),
+                detail: format!("certificate {}: base64: {err}", out.len()),
+            })?;
         out.push(Cert::from_der(&format!("{what}[{}]", out.len()), &der)?);
         rest = &after[e + end.len()..];
     }
@@ -499,6 +512,14 @@ impl Crl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whitespace_is_taken_out_as_char_is_whitespace_says() {
+        for text in ["ab cd\n\r\t\u{b}\u{c}ef", "a\u{a0}b\u{2028}c d", "", " \n"] {
+            let want: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+            assert_eq!(without_whitespace(text), want.into_bytes(), "{text:?}");
+        }
+    }
 
     #[test]
     fn the_algorithm_oid_is_ecdsa_with_sha256() {
