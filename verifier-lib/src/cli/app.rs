@@ -9,23 +9,25 @@ use std::path::PathBuf;
 
 use super::{evidence, fetch, show, snp_report, tdx_quote};
 
+// The one-line descriptions, without a final period, as clap's derive shows a one-sentence doc comment.
+
 /// `snp-report`, in one line.
 pub const SNP_REPORT_ABOUT: &str =
-    "Verify a raw SEV-SNP ATTESTATION_REPORT against its VCEK/VLEK chain and a policy.";
+    "Verify a raw SEV-SNP ATTESTATION_REPORT against its VCEK/VLEK chain and a policy";
 /// `evidence`, in one line.
 pub const EVIDENCE_ABOUT: &str =
-    "Verify a fenced-run evidence bundle: report, key binding, verdict signature, nonce, measurement.";
+    "Verify a fenced-run evidence bundle: report, key binding, verdict signature, nonce, measurement";
 /// `tdx-quote`, in one line.
 pub const TDX_QUOTE_ABOUT: &str =
-    "Verify an Intel TDX DCAP quote against its PCK chain, collateral and a policy.";
+    "Verify an Intel TDX DCAP quote against its PCK chain, collateral and a policy";
 /// `fetch`, in one line.
 pub const FETCH_ABOUT: &str =
-    "Fetch (or convert) the collateral a report, quote or evidence needs: KDS/PCS, verified, cached, bundled.";
+    "Fetch (or convert) the collateral a report, quote or evidence needs: KDS/PCS, verified, cached, bundled";
 /// `bundle-sign`, in one line.
-pub const BUNDLE_SIGN_ABOUT: &str = "Add an auditor's Ed25519 signature to a collateral bundle.";
+pub const BUNDLE_SIGN_ABOUT: &str = "Add an auditor's Ed25519 signature to a collateral bundle";
 /// `show`, in one line.
 pub const SHOW_ABOUT: &str =
-    "Decode a report, quote or evidence WITHOUT verifying it: every field, TCBs decoded, the verdict.";
+    "Decode a report, quote or evidence WITHOUT verifying it: every field, TCBs decoded, the verdict";
 
 /// Verify fenced-run evidence, SEV-SNP attestation reports and TDX quotes.
 #[derive(Parser, Debug)]
@@ -236,6 +238,22 @@ mod tests {
         );
         let listed: Vec<&str> = SUBCOMMANDS.iter().map(|(n, _, _)| *n).collect();
         assert_eq!(listed, NAMES);
+    }
+
+    #[test]
+    fn the_descriptions_read_as_the_derive_showed_the_doc_comments_before() {
+        // A one-sentence doc comment loses its final period in clap's derive; the lines `--help` printed
+        // before the descriptions became constants.
+        for (name, about, _) in SUBCOMMANDS {
+            assert!(!about.ends_with('.'), "{name}: {about}");
+        }
+        let help = full_command().render_help().to_string();
+        assert!(
+            help.contains(
+                "Verify an Intel TDX DCAP quote against its PCK chain, collateral and a policy\n"
+            ),
+            "{help}"
+        );
     }
 
     #[test]
