@@ -119,12 +119,13 @@ impl Cli {
 /// `help`, a misspelt name) goes through the whole tree, so the top level's help and errors are clap's own.
 pub fn parse(argv: Vec<OsString>) -> Result<Cli, clap::Error> {
     let name = argv.get(1).and_then(|a| a.to_str());
-    if name == Some("tdx-quote") {
-        if let Some(args) = tdx_quote_plain(&argv[2..]) {
-            return Ok(Cli {
-                command: Command::TdxQuote(args),
-            });
-        }
+    let plain = match name {
+        Some("tdx-quote") => tdx_quote_plain(&argv[2..]).map(Command::TdxQuote),
+        Some("snp-report") => snp_report_plain(&argv[2..]).map(Command::SnpReport),
+        _ => None,
+    };
+    if let Some(command) = plain {
+        return Ok(Cli { command });
     }
     match name.and_then(lean_command) {
         Some(mut cmd) => {
@@ -137,54 +138,110 @@ pub fn parse(argv: Vec<OsString>) -> Result<Cli, clap::Error> {
     }
 }
 
-/// The plain `tdx-quote` command lines, read without clap: one quote path and any of `--collateral FILE`,
-/// `--at TIME`, `--event-log FILE` (each once, value as the next argument), `--json`, `--allow-simulated`
-/// (each once); every other flag at its default. `None` for anything else (another flag, `--flag=value`, `--`,
-/// a value that starts with `-` or is not UTF-8, a repeated flag, a second path, an `--at` that does not parse),
-/// and [`parse`] then asks clap, which parses it or names what is wrong. A test checks that this gives what
-/// clap gives for every line it accepts.
-fn tdx_quote_plain(args: &[OsString]) -> Option<tdx_quote::Args> {
-    let mut quote = None;
-    let mut collateral = None;
-    let mut at = None;
-    let mut event_log = None;
-    let mut json = false;
-    let mut allow_simulated = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let a = a.to_str()?;
-        let mut value = || {
-            it.next()
-                .and_then(|v| v.to_str())
-                .filter(|v| !v.is_empty() && !v.starts_with('-'))
-        };
-        match a {
-            "--json" if !json => json = true,
-            "--allow-simulated" if !allow_simulated => allow_simulated = true,
-            "--collateral" if collateral.is_none() => collateral = Some(PathBuf::from(value()?)),
-            "--event-log" if event_log.is_none() => event_log = Some(PathBuf::from(value()?)),
-            "--at" if at.is_none() => at = Some(snp_report::parse_time(value()?).ok()?),
-            p if quote.is_none() && !p.is_empty() && !p.starts_with('-') => {
-                quote = Some(PathBuf::from(p))
+/// A plain command line after the subcommand's name: one path, and flags from a short list, each at most once
+/// (a valued flag takes the next argument). `None` for anything else (another flag, `--flag=value`, `--`, a
+/// path or value that is empty, starts with `-` or is not UTF-8, a repeated flag, a second path).
+struct Plain<'a> {
+    path: &'a str,
+    /// The values of the valued flags given, in the order of the list.
+    values: Vec<Option<&'a str>>,
+    /// The switches given, in the order of the list.
+    switches: Vec<bool>,
+}
+
+impl<'a> Plain<'a> {
+    fn read(args: &'a [OsString], valued: &[&str], switches: &[&str]) -> Option<Plain<'a>> {
+        let word = |a: &'a OsString| a.to_str().filter(|w| !w.is_empty() && !w.starts_with('-'));
+        let mut path = None;
+        let mut values = vec![None; valued.len()];
+        let mut given = vec![false; switches.len()];
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let a = a.to_str()?;
+            if let Some(i) = valued.iter().position(|f| *f == a) {
+                if values[i].is_some() {
+                    return None;
+                }
+                values[i] = Some(word(it.next()?)?);
+            } else if let Some(i) = switches.iter().position(|f| *f == a) {
+                if given[i] {
+                    return None;
+                }
+                given[i] = true;
+            } else if path.is_none() && !a.is_empty() && !a.starts_with('-') {
+                path = Some(a);
+            } else {
+                return None;
             }
-            _ => return None,
         }
+        Some(Plain {
+            path: path?,
+            values,
+            switches: given,
+        })
     }
+}
+
+/// `--at`'s value parsed as clap parses it; `None` (left to clap) when it does not parse.
+fn plain_time(v: Option<&str>) -> Option<Option<time::OffsetDateTime>> {
+    match v {
+        None => Some(None),
+        Some(v) => snp_report::parse_time(v).ok().map(Some),
+    }
+}
+
+/// The collateral flags at their defaults.
+fn default_collateral_args() -> fetch::CollateralArgs {
+    fetch::CollateralArgs {
+        online: false,
+        collateral_auditor_key: Vec::new(),
+        collateral_auditors_required: 1,
+        tcb_baseline: None,
+        source: fetch::SourceArgs::default(),
+    }
+}
+
+/// The plain `tdx-quote` command lines, read without clap: the quote path and any of `--collateral FILE`,
+/// `--at TIME`, `--event-log FILE`, `--json`, `--allow-simulated` (each once); every other flag at its default.
+/// `None` for anything else, or an `--at` that does not parse, and [`parse`] then asks clap, which parses it or
+/// names what is wrong. A test checks that this gives what clap gives for every line it accepts.
+fn tdx_quote_plain(args: &[OsString]) -> Option<tdx_quote::Args> {
+    let p = Plain::read(
+        args,
+        &["--collateral", "--at", "--event-log"],
+        &["--json", "--allow-simulated"],
+    )?;
     Some(tdx_quote::Args {
-        quote: quote?,
-        collateral,
-        collateral_args: fetch::CollateralArgs {
-            online: false,
-            collateral_auditor_key: Vec::new(),
-            collateral_auditors_required: 1,
-            tcb_baseline: None,
-            source: fetch::SourceArgs::default(),
-        },
-        at,
-        event_log,
-        allow_simulated,
-        json,
+        quote: PathBuf::from(p.path),
+        collateral: p.values[0].map(PathBuf::from),
+        collateral_args: default_collateral_args(),
+        at: plain_time(p.values[1])?,
+        event_log: p.values[2].map(PathBuf::from),
+        allow_simulated: p.switches[1],
+        json: p.switches[0],
         policy: Box::default(),
+    })
+}
+
+/// The plain `snp-report` command lines, read without clap: the report path and any of `--certs DIR`,
+/// `--at TIME`, `--crl FILE`, `--json`, `--allow-simulated` (each once); as [`tdx_quote_plain`] otherwise.
+fn snp_report_plain(args: &[OsString]) -> Option<snp_report::Args> {
+    let p = Plain::read(
+        args,
+        &["--certs", "--at", "--crl"],
+        &["--json", "--allow-simulated"],
+    )?;
+    Some(snp_report::Args {
+        report: PathBuf::from(p.path),
+        certs: p.values[0].map(PathBuf::from),
+        collateral: None,
+        collateral_args: default_collateral_args(),
+        at: plain_time(p.values[1])?,
+        crl: p.values[2].map(PathBuf::from),
+        allow_simulated: p.switches[1],
+        policy_file: None,
+        json: p.switches[0],
+        policy: snp_report::PolicyArgs::default(),
     })
 }
 
@@ -389,18 +446,56 @@ mod tests {
 
     /// `argv` after `tdx-quote` through the plain reader, and through clap's whole tree.
     fn plain_and_clap(rest: &[&str]) -> (Option<String>, String) {
+        plain_and_clap_of("tdx-quote", rest)
+    }
+
+    /// `argv` after the subcommand `sub` through its plain reader, and through clap's whole tree.
+    fn plain_and_clap_of(sub: &str, rest: &[&str]) -> (Option<String>, String) {
         let rest_os: Vec<OsString> = rest.iter().map(OsString::from).collect();
-        let plain = tdx_quote_plain(&rest_os).map(|a| {
-            format!(
-                "ok {:?}",
-                Cli {
-                    command: Command::TdxQuote(a)
-                }
-            )
-        });
-        let mut all = vec!["tdx-quote"];
+        let command = match sub {
+            "tdx-quote" => tdx_quote_plain(&rest_os).map(Command::TdxQuote),
+            _ => snp_report_plain(&rest_os).map(Command::SnpReport),
+        };
+        let plain = command.map(|command| format!("ok {:?}", Cli { command }));
+        let mut all = vec![sub];
         all.extend_from_slice(rest);
         (plain, outcome(Cli::try_parse_from(argv(&all))))
+    }
+
+    #[test]
+    fn the_plain_snp_report_reader_gives_what_clap_gives_or_leaves_the_line_to_clap() {
+        let accepted: [&[&str]; 5] = [
+            &["r.bin"],
+            &["r.bin", "--certs", "dir", "--at", "2026-01-01T00:00:00Z"],
+            &[
+                "--json",
+                "r.bin",
+                "--certs",
+                "dir",
+                "--crl",
+                "crl.der",
+                "--allow-simulated",
+            ],
+            &["r.bin", "--at", "1752919234", "--json"],
+            &["r.bin", "--crl", "crl.pem"],
+        ];
+        for rest in accepted {
+            let (plain, clap) = plain_and_clap_of("snp-report", rest);
+            assert_eq!(plain.as_deref(), Some(clap.as_str()), "{rest:?}");
+        }
+        let left_to_clap: [&[&str]; 8] = [
+            &[],
+            &["r.bin", "--certs", "a", "--certs", "b"],
+            &["r.bin", "--collateral", "bundle.json"],
+            &["r.bin", "--measurement", "00"],
+            &["r.bin", "--policy", "p.toml"],
+            &["r.bin", "--at", "noon"],
+            &["r.bin", "--certs"],
+            &["r.bin", "r2.bin"],
+        ];
+        for rest in left_to_clap {
+            assert_eq!(plain_and_clap_of("snp-report", rest).0, None, "{rest:?}");
+        }
     }
 
     #[test]
@@ -457,12 +552,14 @@ mod tests {
             words in proptest::collection::vec(proptest::sample::select(vec![
                 "q.bin", "c.json", "--json", "--allow-simulated", "--collateral", "--at", "--event-log",
                 "1752919234", "2025-07-19T10:00:34Z", "-1", "x", "--", "-", "--online", "--mrtd", "",
-                "--at=5", "ccel.bin",
+                "--at=5", "ccel.bin", "--certs", "--crl", "dir",
             ]), 0..8)
         ) {
-            let (plain, clap) = plain_and_clap(&words);
-            if let Some(p) = plain {
-                proptest::prop_assert_eq!(p, clap, "{:?}", words);
+            for sub in ["tdx-quote", "snp-report"] {
+                let (plain, clap) = plain_and_clap_of(sub, &words);
+                if let Some(p) = plain {
+                    proptest::prop_assert_eq!(p, clap, "{} {:?}", sub, words);
+                }
             }
         }
     }
