@@ -16,8 +16,16 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    // A static build (`-C target-feature=+crt-static`) is a static PIE, with no dynamic loader to spare; adding
+    // `-no-pie` to it links a binary that crashes at once, so it keeps its own setting.
+    let crt_static = std::env::var("CARGO_CFG_TARGET_FEATURE")
+        .unwrap_or_default()
+        .split(',')
+        .any(|f| f == "crt-static");
     if os == "linux" && arch == "x86_64" && env == "gnu" {
-        println!("cargo:rustc-link-arg-bin=verify-attestation=-no-pie");
+        if !crt_static {
+            println!("cargo:rustc-link-arg-bin=verify-attestation=-no-pie");
+        }
         println!("cargo:rustc-link-arg-bin=verify-attestation=-Wl,--sort-section=name");
     }
 }
