@@ -6,8 +6,9 @@
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Entries kept before the cache starts over (a few platforms' chains and collateral need a few dozen).
 const MAX_ENTRIES: usize = 4096;
@@ -17,14 +18,106 @@ const MAX_ENTRIES: usize = 4096;
 /// its signatures in parallel, so both give the same result and the same message.
 pub(crate) type Check = fn(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), String>;
 
-/// A check a one-shot verification put off, with its own copy of the bytes.
+/// A check a one-shot verification put off, with its own copy of the bytes, and its answer once a thread has
+/// run it.
 #[derive(Debug)]
-struct Pending {
+struct Job {
     id: [u8; 32],
     check: Check,
     key: Vec<u8>,
     msg: Vec<u8>,
     sig: Vec<u8>,
+    answer: OnceLock<Result<(), String>>,
+}
+
+impl Job {
+    /// The answer: the one a thread has already given, else the check run now on this thread (never waiting
+    /// for another thread that is running it: both give the same answer, and the first is kept).
+    fn run(&self) -> Result<(), String> {
+        if let Some(r) = self.answer.get() {
+            return r.clone();
+        }
+        let r = (self.check)(&self.key, &self.msg, &self.sig);
+        let _ = self.answer.set(r.clone());
+        r
+    }
+}
+
+/// The checks one one-shot verification put off, in order, shared with its helper threads.
+#[derive(Debug, Default)]
+struct Queue {
+    state: Mutex<QueueState>,
+    /// A job was put off (for waiting helpers).
+    more: Condvar,
+    /// A helper finished a job (for the calling thread waiting at the end of the pass).
+    done: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    jobs: Vec<Arc<Job>>,
+    /// Jobs before this index have been taken by some thread.
+    taken: usize,
+    /// The first pass is over: no job will be added, helpers leave when nothing is left to take.
+    closed: bool,
+    /// Helpers have been started.
+    started: bool,
+    /// Helpers waiting for a job (only they need a wake-up, which costs a system call).
+    waiting: usize,
+    /// The calling thread waits for a helper's answer.
+    caller_waiting: bool,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next job no thread has taken yet, if any.
+    fn take(&self) -> Option<Arc<Job>> {
+        let mut st = self.lock();
+        let job = st.jobs.get(st.taken).cloned()?;
+        st.taken += 1;
+        Some(job)
+    }
+
+    /// Waits until every job of `jobs` has an answer or `deadline` has passed, whichever comes first.
+    fn wait_for_answers(&self, jobs: &[Arc<Job>], deadline: Instant) {
+        let mut st = self.lock();
+        while jobs.iter().any(|j| j.answer.get().is_none()) {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            st.caller_waiting = true;
+            st = match self.done.wait_timeout(st, left) {
+                Ok((st, _)) => st,
+                Err(e) => e.into_inner().0,
+            };
+            st.caller_waiting = false;
+        }
+    }
+
+    /// A helper thread: runs jobs as the first pass puts them off, until it is over and none is left.
+    fn help(&self) {
+        let mut st = self.lock();
+        loop {
+            if let Some(job) = st.jobs.get(st.taken).cloned() {
+                st.taken += 1;
+                drop(st);
+                let _kept_in_the_job = job.run();
+                st = self.lock();
+                if st.caller_waiting {
+                    self.done.notify_all();
+                }
+            } else if st.closed {
+                return;
+            } else {
+                st.waiting += 1;
+                st = self.more.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.waiting -= 1;
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -35,7 +128,7 @@ pub(crate) struct Cache {
     /// Set while a one-shot verification runs its first pass: a check whose result is not known is put off and
     /// answered as if it verified (see [`within_one_verification`]).
     speculative: AtomicBool,
-    pending: Mutex<Vec<Pending>>,
+    queue: Arc<Queue>,
 }
 
 thread_local! {
@@ -61,10 +154,14 @@ pub(crate) fn activate(cache: &Arc<Cache>) -> Scope {
 /// thread (then `f` runs once, as it is), else a fresh cache for this one verification. With the fresh cache, a
 /// signature two chains share (Intel's TCB Signing certificate under the root in both the TCB Info and the QE
 /// Identity chain, the PCK CA in the PCK chain and the PCK CRL issuer chain) is verified once, and the distinct
-/// signatures are verified in parallel:
+/// signatures are verified in parallel with the rest of the verification:
 ///
-/// 1. `f` runs with every signature it asks for put off and answered "verified";
-/// 2. the signatures put off are verified on up to [`MAX_THREADS`] threads, each with its own copy of the bytes;
+/// 1. `f` runs with every signature it asks for put off and answered "verified"; a helper thread (on a machine
+///    with more than one core, started when the first check is put off) verifies them as they are put off;
+/// 2. when `f` is done, the calling thread verifies every check no helper has taken, waits for the ones a helper
+///    is running about as long as one check takes it, and then runs any still unanswered itself (so a helper
+///    that the machine's load keeps off a core holds the verification up by one check's time at most: the same
+///    check gives the same answer on either thread, and the first answer is kept);
 /// 3. if all verified, the answers of step 1 were the true ones, and its result stands; if any failed, `f` runs
 ///    again with every result known (the failures with their own messages), and that second result is returned.
 ///
@@ -78,15 +175,34 @@ pub(crate) fn within_one_verification<T>(mut f: impl FnMut() -> T) -> T {
     cache.speculative.store(true, Ordering::Relaxed);
     let first = f();
     cache.speculative.store(false, Ordering::Relaxed);
-    let pending = std::mem::take(&mut *cache.pending.lock().unwrap_or_else(|e| e.into_inner()));
-    if pending.is_empty() {
+    let (jobs, waiting) = {
+        let mut st = cache.queue.lock();
+        st.closed = true;
+        (st.jobs.clone(), st.waiting)
+    };
+    if waiting > 0 {
+        cache.queue.more.notify_all();
+    }
+    if jobs.is_empty() {
         return first;
     }
-    let results = run_all(&pending);
-    let all_verified = results.iter().all(Result::is_ok);
+    // The checks no helper has taken; then, for those a helper is running, as long as one check takes this
+    // thread (a helper on a core finishes by then; one the load keeps off a core is not waited for longer).
+    let mut patience = Duration::from_micros(100);
+    while let Some(job) = cache.queue.take() {
+        let t = Instant::now();
+        let _kept_in_the_job = job.run();
+        patience = t.elapsed();
+    }
+    cache
+        .queue
+        .wait_for_answers(&jobs, Instant::now() + patience);
+    let mut all_verified = true;
     if let Ok(mut m) = cache.results.lock() {
-        for (p, r) in pending.iter().zip(results) {
-            m.insert(p.id, r);
+        for job in &jobs {
+            let r = job.run();
+            all_verified &= r.is_ok();
+            m.insert(job.id, r);
         }
     }
     if all_verified {
@@ -99,41 +215,23 @@ pub(crate) fn within_one_verification<T>(mut f: impl FnMut() -> T) -> T {
 /// Threads a one-shot verification's signatures run on at most (the calling thread is one of them).
 pub(crate) const MAX_THREADS: usize = 4;
 
-/// Runs every put-off check: on the calling thread and as many others as the machine has cores (at most
-/// [`MAX_THREADS`] in all, never more than checks), each taking the next check not yet taken.
-fn run_all(pending: &[Pending]) -> Vec<Result<(), String>> {
-    let threads = std::thread::available_parallelism()
+/// Starts the helper threads of a one-shot verification: one fewer than the machine's cores, at most
+/// [`MAX_THREADS`] - 1. A helper that cannot be started leaves its share to the calling thread.
+fn start_helpers(queue: &Arc<Queue>) {
+    let helpers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, MAX_THREADS)
-        .min(pending.len());
-    let next = AtomicUsize::new(0);
-    let slots: Vec<Mutex<Option<Result<(), String>>>> =
-        pending.iter().map(|_| Mutex::new(None)).collect();
-    let work = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(p) = pending.get(i) else { break };
-        let r = (p.check)(&p.key, &p.msg, &p.sig);
-        if let Ok(mut slot) = slots[i].lock() {
-            *slot = Some(r);
+        - 1;
+    for _ in 0..helpers {
+        let q = queue.clone();
+        if std::thread::Builder::new()
+            .name("sig-check".into())
+            .spawn(move || q.help())
+            .is_err()
+        {
+            break;
         }
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            // A thread that cannot be started leaves its share to the others.
-            let _ = std::thread::Builder::new().spawn_scoped(scope, work);
-        }
-        work();
-    });
-    pending
-        .iter()
-        .zip(slots)
-        .map(|(p, slot)| {
-            slot.into_inner()
-                .ok()
-                .flatten()
-                .unwrap_or_else(|| (p.check)(&p.key, &p.msg, &p.sig))
-        })
-        .collect()
+    }
 }
 
 /// The cache key of a check: SHA-256 over algorithm, key, signed bytes and signature, each with its length.
@@ -146,21 +244,33 @@ fn id_of(alg: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Puts a check off in a speculative pass (once per distinct check); `false` outside one.
+/// Puts a check off in a speculative pass (once per distinct check), for a helper thread or the end of the
+/// pass; `false` outside one.
 fn put_off(cache: &Cache, id: [u8; 32], check: Check, key: &[u8], msg: &[u8], sig: &[u8]) -> bool {
     if !cache.speculative.load(Ordering::Relaxed) {
         return false;
     }
-    if let Ok(mut pending) = cache.pending.lock() {
-        if !pending.iter().any(|p| p.id == id) {
-            pending.push(Pending {
-                id,
-                check,
-                key: key.to_vec(),
-                msg: msg.to_vec(),
-                sig: sig.to_vec(),
-            });
+    let start = {
+        let mut st = cache.queue.lock();
+        if st.jobs.iter().any(|j| j.id == id) {
+            return true;
         }
+        st.jobs.push(Arc::new(Job {
+            id,
+            check,
+            key: key.to_vec(),
+            msg: msg.to_vec(),
+            sig: sig.to_vec(),
+            answer: OnceLock::new(),
+        }));
+        let start = !st.started;
+        st.started = true;
+        (start, st.waiting > 0)
+    };
+    match start {
+        (true, _) => start_helpers(&cache.queue),
+        (false, true) => cache.queue.more.notify_one(),
+        (false, false) => {}
     }
     true
 }
@@ -292,6 +402,6 @@ mod tests {
             2,
             "the two memo checks, not the report's own: {m:?}"
         );
-        assert!(cache.pending.lock().expect("lock").is_empty());
+        assert!(cache.queue.lock().jobs.is_empty());
     }
 }

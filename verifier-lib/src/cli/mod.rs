@@ -12,6 +12,7 @@ macro_rules! print {
     };
 }
 
+pub mod app;
 pub mod evidence;
 pub mod fetch;
 pub mod kind;

@@ -10,8 +10,7 @@ use crate::cli::snp_report::parse_time;
 use crate::output::print_table;
 use crate::snp::policy::HexBytes;
 use crate::tdx::{
-    verify_quote_received, Collateral, Failure, Policy, Root, TcbStatus, TdxVerification,
-    VerifyOptions,
+    verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
 };
 use attestation::tdx::Quote;
 
@@ -402,10 +401,18 @@ pub fn run(args: Args) -> ExitCode {
         Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
         Err((_, check, why)) => return unusable(args.json, check, why),
     };
-    let collateral = match collateral_bytes.as_deref().map(Collateral::from_json) {
-        None => None,
-        Some(Ok(c)) => Some(c),
-        Some(Err(e)) => {
+    let policy = args.policy.to_policy();
+    let opts = VerifyOptions {
+        collateral: None,
+        at,
+        policy: &policy,
+        allow_simulated: args.allow_simulated,
+    };
+    // The collateral is parsed while the quote's own signatures are verified on another core.
+    let mut v = match verify_quote_received_json(&bytes, quote, collateral_bytes.as_deref(), &opts)
+    {
+        Ok(v) => v,
+        Err(e) => {
             let p = args.collateral.as_deref().unwrap_or(Path::new("(fetched)"));
             return unusable(
                 args.json,
@@ -429,14 +436,6 @@ pub fn run(args: Args) -> ExitCode {
         },
         Err(exit) => return exit,
     };
-    let policy = args.policy.to_policy();
-    let opts = VerifyOptions {
-        collateral: collateral.as_ref(),
-        at,
-        policy: &policy,
-        allow_simulated: args.allow_simulated,
-    };
-    let mut v = verify_quote_received(&bytes, quote, &opts);
     if let Some(r) = replay {
         let quoted = v.quote.td().rtmr;
         for i in r.mismatches(&quoted) {

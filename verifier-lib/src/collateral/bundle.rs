@@ -171,6 +171,12 @@ impl Bundle {
 
     /// Whether `bytes` look like a bundle (its `format` field), not a bare `collateral.json`.
     pub fn is_bundle(bytes: &[u8]) -> bool {
+        // A JSON text with a key `format` holds it as `"format"`, or with a letter written `\uXXXX`; without
+        // either it is no bundle, and the whole text need not be parsed to say so.
+        let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+        if !has(b"\"format\"") && !has(b"\\u") {
+            return false;
+        }
         #[derive(Deserialize)]
         struct F {
             format: Option<String>,
@@ -275,5 +281,23 @@ impl Bundle {
             ));
         }
         Ok(SignatureCheck { signers, problems })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bundle_is_told_by_its_format_key_however_the_key_is_written() {
+        let plain = format!(r#"{{"x": 1, "format": "{BUNDLE_FORMAT}"}}"#);
+        assert!(Bundle::is_bundle(plain.as_bytes()));
+        let escaped = format!(r#"{{"form\u0061t": "{BUNDLE_FORMAT}"}}"#);
+        assert!(Bundle::is_bundle(escaped.as_bytes()));
+        assert!(!Bundle::is_bundle(br#"{"format": "something else"}"#));
+        assert!(!Bundle::is_bundle(
+            br#"{"pck_crl": "00", "tcb_info": "{\"id\":\"TDX\"}"}"#
+        ));
+        assert!(!Bundle::is_bundle(b"not json"));
     }
 }

@@ -19,7 +19,7 @@ pub use policy::Policy;
 pub use tcb::{TcbEvaluation, TcbStatus};
 pub use verify::{
     validate, verify, verify_quote, verify_quote_for_evidence, verify_quote_for_evidence_chosen,
-    verify_quote_parsed, verify_quote_received, INTEL_QE_VENDOR_ID,
+    verify_quote_parsed, verify_quote_received, verify_quote_received_json, INTEL_QE_VENDOR_ID,
 };
 
 use attestation::tdx::{Quote, QuoteError};

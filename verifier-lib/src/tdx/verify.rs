@@ -304,15 +304,46 @@ fn verify_received(
     opts: &VerifyOptions<'_>,
 ) -> TdxVerification {
     crate::sigcache::within_one_verification(|| {
-        verify_received_once(raw, quote.clone(), chain.clone(), opts)
+        verify_received_once(raw, quote.clone(), chain.clone(), opts, &|| opts.collateral)
     })
 }
 
-fn verify_received_once(
+/// As [`verify_quote_received`], with the collateral given as its `collateral.json` bytes: they are parsed
+/// ([`Collateral::from_json`]) when the checks of the quote itself (its signature, the PCK chain, the QE report)
+/// have been put off, so in a one-shot verification those signatures are verified on a helper thread while
+/// the collateral is parsed. The collateral in `opts` is not used. `Err`: the collateral does not parse (the
+/// same error [`Collateral::from_json`] gives; nothing of the quote is reported then).
+pub fn verify_quote_received_json(
+    raw: &[u8],
+    quote: Quote,
+    collateral_json: Option<&[u8]>,
+    opts: &VerifyOptions<'_>,
+) -> Result<TdxVerification, super::CollateralError> {
+    let parsed = std::cell::OnceCell::new();
+    let collateral = || -> Option<&Collateral> {
+        parsed
+            .get_or_init(|| collateral_json.map(Collateral::from_json).transpose())
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+    };
+    let mut v = crate::sigcache::within_one_verification(|| {
+        verify_received_once(raw, quote.clone(), None, opts, &collateral)
+    });
+    if let Some(Err(e)) = parsed.get() {
+        return Err(e.clone());
+    }
+    validate(&mut v, opts.policy);
+    Ok(v)
+}
+
+/// One pass of the verification; `collateral` is asked for once, after the checks of the quote itself.
+fn verify_received_once<'c>(
     raw: &[u8],
     quote: Quote,
     chain: Option<Vec<Cert>>,
     opts: &VerifyOptions<'_>,
+    collateral: &dyn Fn() -> Option<&'c Collateral>,
 ) -> TdxVerification {
     let (signed, qe_signed) = signed_regions(raw, &quote);
     let at = opts.at;
@@ -491,7 +522,8 @@ fn verify_received_once(
     // 4. Collateral and the TCB evaluation (the policy that judges them is [`validate`]'s).
     let mut coll_checks = None;
     let mut tcb_eval = None;
-    if let Some(coll) = opts.collateral {
+    let collateral = collateral();
+    if let Some(coll) = collateral {
         let (checks, eval) = check_collateral(
             coll,
             &quote,
@@ -513,9 +545,7 @@ fn verify_received_once(
         simulated,
         authenticity: auth,
         collateral: coll_checks,
-        collateral_used: opts
-            .collateral
-            .map(|c| c.used(super::CollateralSource::Given)),
+        collateral_used: collateral.map(|c| c.used(super::CollateralSource::Given)),
         pck,
         tcb: tcb_eval,
         at,

@@ -18,9 +18,6 @@ pub const INTEL_SGX_ROOT_CA_SPKI_SHA256: [u8; 32] = [
     0x36, 0x28, 0x63, 0x3b, 0xa2, 0x35, 0x77, 0x74, 0x72, 0xe2, 0x9b, 0x6b, 0x6c, 0x67, 0xa4, 0x9e,
 ];
 
-/// OID of ecdsa-with-SHA256.
-const ECDSA_WITH_SHA256: &str = "1.2.840.10045.4.3.2";
-
 /// A certificate kept as DER, with what the verification reads of it taken out once, when it is parsed
 /// (x509-parser borrows from the DER, so a full parsed view is made again only by [`Cert::parsed`], for the
 /// path rules and the SGX extensions).
@@ -31,12 +28,36 @@ pub struct Cert {
     key: Option<P256Key>,
     validity: (i64, i64),
     serial: Vec<u8>,
-    subject: String,
     issuer_raw: Range<usize>,
     subject_raw: Range<usize>,
     tbs: Range<usize>,
     signature: Vec<u8>,
-    algorithm: String,
+    /// The signature algorithm's OID, its DER content bytes.
+    algorithm: Vec<u8>,
+}
+
+/// The DER content bytes of the OID ecdsa-with-SHA256 (1.2.840.10045.4.3.2, unit test
+/// `the_algorithm_oid_is_ecdsa_with_sha256`).
+const ECDSA_WITH_SHA256_DER: [u8; 8] = [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+
+/// The dotted form of an OID given by its DER content bytes (for messages).
+fn oid_string(der: &[u8]) -> String {
+    x509_parser::der_parser::oid::Oid::new(der.into()).to_id_string()
+}
+
+/// A DER Name as an RFC 4514-ish string (for messages), or its hex when it does not parse.
+fn name_string(raw: &[u8]) -> String {
+    X509Name::from_der(raw)
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|_| hex::encode(raw))
+}
+
+/// How many parsed certificates a thread keeps to answer [`Cert::from_der`] for the same DER again (a TDX
+/// quote and its collateral carry Intel's root four times, the PCK CA and the TCB Signing certificate twice).
+const PARSED_KEPT: usize = 16;
+
+thread_local! {
+    static PARSED: std::cell::RefCell<Vec<Cert>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Where `part` (a slice x509-parser returned) sits inside `whole` (the slice it parsed); `None` if it is not
@@ -109,8 +130,24 @@ pub enum X509Error {
 }
 
 impl Cert {
-    /// Parses (to check) and keeps one DER certificate.
+    /// Parses (to check) and keeps one DER certificate. The same DER parsed again on this thread is answered
+    /// from the last [`PARSED_KEPT`] parsed (everything a `Cert` holds is a function of its DER alone).
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
+        if let Some(c) = PARSED.with(|p| p.borrow().iter().find(|c| c.der == der).cloned()) {
+            return Ok(c);
+        }
+        let c = Self::parse(what, der)?;
+        PARSED.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() >= PARSED_KEPT {
+                p.remove(0);
+            }
+            p.push(c.clone());
+        });
+        Ok(c)
+    }
+
+    fn parse(what: &str, der: &[u8]) -> Result<Self, X509Error> {
         let c = exactly(what, "certificate", X509Certificate::from_der(der))?;
         let spki = c.public_key();
         let [issuer_raw, subject_raw, tbs] = ranges(
@@ -130,12 +167,11 @@ impl Cert {
                 c.validity().not_after.timestamp(),
             ),
             serial: strip_zeros(c.raw_serial()),
-            subject: c.subject().to_string(),
             issuer_raw,
             subject_raw,
             tbs,
             signature: c.signature_value.data.to_vec(),
-            algorithm: c.signature_algorithm.algorithm.to_id_string(),
+            algorithm: c.signature_algorithm.algorithm.as_bytes().to_vec(),
             der: der.to_vec(),
         })
     }
@@ -161,7 +197,7 @@ impl Cert {
 
     /// The subject as an RFC 4514-ish string.
     pub fn subject(&self) -> String {
-        self.subject.clone()
+        name_string(self.subject_raw())
     }
 
     /// The DER of the subject name.
@@ -192,12 +228,10 @@ impl Cert {
     /// Whether `issuer` signed this certificate (ecdsa-with-SHA256, P-256) and names it as issuer.
     pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
         if self.issuer_raw() != issuer.subject_raw() {
-            let name = X509Name::from_der(self.issuer_raw())
-                .map(|(_, n)| n.to_string())
-                .unwrap_or_else(|_| hex::encode(self.issuer_raw()));
             return Err(format!(
-                "issuer name {name} is not the subject {} of the next certificate",
-                issuer.subject
+                "issuer name {} is not the subject {} of the next certificate",
+                name_string(self.issuer_raw()),
+                issuer.subject()
             ));
         }
         if self.der == issuer.der && crate::anchors::self_signature_known_good(&self.der) {
@@ -225,10 +259,16 @@ impl Cert {
 }
 
 /// ecdsa-with-SHA256 by `issuer`'s P-256 key over `tbs`: what certificates and CRLs of this PKI carry.
-fn signed_with(algorithm: &str, issuer: &Cert, tbs: &[u8], signature: &[u8]) -> Result<(), String> {
-    if algorithm != ECDSA_WITH_SHA256 {
+fn signed_with(
+    algorithm: &[u8],
+    issuer: &Cert,
+    tbs: &[u8],
+    signature: &[u8],
+) -> Result<(), String> {
+    if algorithm != ECDSA_WITH_SHA256_DER {
         return Err(format!(
-            "signature algorithm {algorithm} is not ecdsa-with-SHA256"
+            "signature algorithm {} is not ecdsa-with-SHA256",
+            oid_string(algorithm)
         ));
     }
     let key = issuer
@@ -317,6 +357,20 @@ pub fn strip_zeros(b: &[u8]) -> Vec<u8> {
     b[i..].to_vec()
 }
 
+/// The bytes of `text` without its whitespace (`char::is_whitespace`); byte by byte when it is ASCII.
+fn without_whitespace(text: &str) -> Vec<u8> {
+    if text.is_ascii() {
+        text.bytes()
+            .filter(|b| !char::from(*b).is_whitespace())
+            .collect()
+    } else {
+        text.chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .into_bytes()
+    }
+}
+
 /// Parses a PEM chain (leaf first). Text between certificates (NUL terminators, newlines) is ignored.
 pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
     // The QE stores the chain NUL-terminated; x509-parser's PEM reader stops at what it cannot read.
@@ -331,13 +385,12 @@ pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
             what: what.into(),
             detail: format!("certificate {} has no END line", out.len()),
         })?;
-        let body: String = after[..e].chars().filter(|c| !c.is_whitespace()).collect();
-        let der =
-            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, body.as_bytes())
-                .map_err(|err| X509Error::Pem {
-                    what: what.into(),
-                    detail: format!("certificate {}: base64: {err}", out.len()),
-                })?;
+        let body = without_whitespace(&after[..e]);
+        let der = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &body)
+            .map_err(|err| X509Error::Pem {
+                what: what.into(),
+                detail: format!("certificate {}: base64: {err}", out.len()),
+            })?;
         out.push(Cert::from_der(&format!("{what}[{}]", out.len()), &der)?);
         rest = &after[e + end.len()..];
     }
@@ -353,22 +406,23 @@ pub fn parse_pem_chain(what: &str, pem: &[u8]) -> Result<Vec<Cert>, X509Error> {
 pub struct Crl {
     der: Vec<u8>,
     window: (i64, Option<i64>),
-    issuer: String,
     issuer_raw: Range<usize>,
     tbs: Range<usize>,
     signature: Vec<u8>,
-    algorithm: String,
-    /// Revoked serial numbers without leading zeros, sorted, with the revocation date of each.
-    revoked: Vec<(Vec<u8>, String)>,
+    /// The signature algorithm's OID, its DER content bytes.
+    algorithm: Vec<u8>,
+    /// Revoked serial numbers without leading zeros, sorted (the dates are read again from the DER for the
+    /// one a check finds listed).
+    revoked: Vec<Vec<u8>>,
 }
 
 impl Crl {
     /// Parses (to check) and keeps one DER CRL.
     pub fn from_der(what: &str, der: &[u8]) -> Result<Self, X509Error> {
         let c = exactly(what, "CRL", CertificateRevocationList::from_der(der))?;
-        let mut revoked: Vec<(Vec<u8>, String)> = c
+        let mut revoked: Vec<Vec<u8>> = c
             .iter_revoked_certificates()
-            .map(|r| (strip_zeros(r.raw_serial()), r.revocation_date.to_string()))
+            .map(|r| strip_zeros(r.raw_serial()))
             .collect();
         revoked.sort();
         let [issuer_raw, tbs] = ranges(what, der, [c.issuer().as_raw(), c.tbs_cert_list.as_ref()])?;
@@ -377,11 +431,10 @@ impl Crl {
                 c.last_update().timestamp(),
                 c.next_update().map(|t| t.timestamp()),
             ),
-            issuer: c.issuer().to_string(),
             issuer_raw,
             tbs,
             signature: c.signature_value.data.to_vec(),
-            algorithm: c.signature_algorithm.algorithm.to_id_string(),
+            algorithm: c.signature_algorithm.algorithm.as_bytes().to_vec(),
             revoked,
             der: der.to_vec(),
         })
@@ -405,7 +458,8 @@ impl Crl {
         if &self.der[self.issuer_raw.clone()] != issuer.subject_raw() {
             return Err(format!(
                 "CRL issuer {} is not {}",
-                self.issuer, issuer.subject
+                name_string(&self.der[self.issuer_raw.clone()]),
+                issuer.subject()
             ));
         }
         signed_with(
@@ -428,15 +482,20 @@ impl Crl {
 
     /// Whether `serial` (no leading zeros) is listed.
     pub fn revokes(&self, serial: &[u8]) -> bool {
-        self.revoked_at(serial).is_some()
+        self.revoked
+            .binary_search_by(|s| s.as_slice().cmp(serial))
+            .is_ok()
     }
 
     /// The revocation date of `serial` (no leading zeros), if this CRL lists it.
-    pub fn revoked_at(&self, serial: &[u8]) -> Option<&str> {
-        self.revoked
-            .binary_search_by(|(s, _)| s.as_slice().cmp(serial))
-            .ok()
-            .map(|i| self.revoked[i].1.as_str())
+    pub fn revoked_at(&self, serial: &[u8]) -> Option<String> {
+        if !self.revokes(serial) {
+            return None;
+        }
+        self.parsed()
+            .iter_revoked_certificates()
+            .find(|r| strip_zeros(r.raw_serial()) == serial)
+            .map(|r| r.revocation_date.to_string())
     }
 
     /// Number of revoked entries.
@@ -453,6 +512,19 @@ impl Crl {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whitespace_is_taken_out_as_char_is_whitespace_says() {
+        for text in ["ab cd\n\r\t\u{b}\u{c}ef", "a\u{a0}b\u{2028}c d", "", " \n"] {
+            let want: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+            assert_eq!(without_whitespace(text), want.into_bytes(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn the_algorithm_oid_is_ecdsa_with_sha256() {
+        assert_eq!(oid_string(&ECDSA_WITH_SHA256_DER), "1.2.840.10045.4.3.2");
+    }
 
     #[test]
     fn ranges_are_only_those_inside_the_der() {
