@@ -229,24 +229,7 @@ pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Includ
     if let Some(mods) = &opts.modules {
         let mut list = String::new();
         for m in MODULES {
-            let src = mods.join(m);
-            let packed = read("kernel module", &src)?;
-            let name = Path::new(m)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            // Decompressed here, not by the guest's kernel: xz under TCG costs boot time, and the bytes the
-            // guest loads are what the manifest lists either way.
-            let (bytes, name) = match name.strip_suffix(".xz") {
-                Some(plain) => (unxz(&packed, &src)?, plain.to_string()),
-                None => (packed, name),
-            };
-            let gp = format!("/lib/modules/{name}");
-            included.push(Included {
-                path: gp.clone(),
-                sha256: sha256_hex(&bytes),
-            });
-            t.add(&gp, Entry::File(bytes, false));
+            let gp = add_module(&mut t, &mut included, mods, m)?;
             list.push_str(&gp);
             list.push('\n');
         }
@@ -281,6 +264,8 @@ fn add_module(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // Decompressed here, not by the guest's kernel: xz under TCG costs boot time, and the bytes the guest loads
+    // are what the manifest lists either way.
     let (bytes, name) = match name.strip_suffix(".xz") {
         Some(plain) => (unxz(&packed, &src)?, plain.to_string()),
         None => (packed, name),
