@@ -3,3 +3,4 @@
 pub mod cli;
 pub mod fence;
 pub mod viewer;
+pub mod vm;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 const VERIFY: &str = env!("CARGO_BIN_EXE_verify-attestation-e2e");
-const NONCE: &str = "00112233445566778899aabbccddeeff0011223344556677";
+use fenced_run_tests::vm::NONCE;
 
 fn demo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/demo")
@@ -106,19 +106,7 @@ impl Work {
 }
 
 fn verify(evidence: &Path, measurement: &str) -> std::process::Output {
-    Command::new(VERIFY)
-        .args([
-            "evidence",
-            "--allow-simulated",
-            "--json",
-            "--nonce",
-            NONCE,
-            "--measurement",
-            measurement,
-        ])
-        .arg(evidence)
-        .output()
-        .expect("run verify-attestation")
+    fenced_run_tests::vm::verify_sim(VERIFY, evidence, measurement)
 }
 
 fn run_cli(job: &Path, image: &Path, evidence: &Path) -> std::process::Output {

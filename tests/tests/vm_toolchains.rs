@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 const VERIFY: &str = env!("CARGO_BIN_EXE_verify-attestation-e2e");
-const NONCE: &str = "00112233445566778899aabbccddeeff0011223344556677";
+use fenced_run_tests::vm::NONCE;
 const TOOLCHAINS: &str = "rust,python";
 
 fn on_path(name: &str) -> bool {
@@ -271,19 +271,7 @@ fn run(tier: &str, job: &Path, image: &Path, evidence: Option<&Path>) -> serde_j
 }
 
 fn verify(evidence: &Path, measurement: &str) -> serde_json::Value {
-    let o = Command::new(VERIFY)
-        .args([
-            "evidence",
-            "--allow-simulated",
-            "--json",
-            "--nonce",
-            NONCE,
-            "--measurement",
-            measurement,
-        ])
-        .arg(evidence)
-        .output()
-        .expect("run verify-attestation");
+    let o = fenced_run_tests::vm::verify_sim(VERIFY, evidence, measurement);
     assert!(
         o.status.success(),
         "verify-attestation rejected {}: {}",
