@@ -130,16 +130,19 @@ pub fn set_up(
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(0);
-    if size_sectors * 512 < p.data_blocks * BLOCK {
+    // The size comes from the host's disk: saturating, so no value of it wraps past the check.
+    let (have, need) = (
+        size_sectors.saturating_mul(512),
+        p.data_blocks.saturating_mul(BLOCK),
+    );
+    if have < need {
         return Err(format!(
-            "/dev/{DISK} has {} bytes, fewer than the {} the command line's file system needs",
-            size_sectors * 512,
-            p.data_blocks * BLOCK
+            "/dev/{DISK} has {have} bytes, fewer than the {need} the command line's file system needs"
         ));
     }
     let dm = dm::create_verity(
         DM_NAME,
-        p.data_blocks * (BLOCK / 512),
+        p.data_blocks.saturating_mul(BLOCK / 512),
         &table_params(p, &dev),
     )?;
     std::fs::create_dir_all(MOUNT_POINT).map_err(|e| format!("mkdir {MOUNT_POINT}: {e}"))?;
