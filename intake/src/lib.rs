@@ -11,6 +11,7 @@ pub mod receive;
 pub mod report;
 pub mod scan;
 pub mod structure;
+pub mod task;
 pub mod unpack;
 
 pub use report::{
@@ -187,6 +188,7 @@ impl Run {
             }
             self.report.root = None;
             self.report.repository_dir = None;
+            self.report.task = None;
         }
         self.report
     }
@@ -271,6 +273,7 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             root: None,
             repository_dir: None,
             job: None,
+            task: None,
         },
     };
     let limits = &opts.limits;
@@ -384,6 +387,9 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         }
     };
     run.pass(Stage::Unpack, unpack_notes);
+    if !copy_dirs && task::is_task_bundle(&root) {
+        return task_stages(run, &root, &work, opts);
+    }
 
     // 3 structure
     let st = match structure::structure_at(
@@ -418,6 +424,42 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         s.extend(scan::scan_repository(dir, limits));
     }
     if refused {
+        run.refuse(Stage::Scan, s, "", String::new());
+    } else {
+        run.pass(Stage::Scan, s);
+    }
+    run.finish(opts)
+}
+
+/// Stages 3-5 of a task bundle (`task.toml` at the root): the layout and `task.toml`, the resources against
+/// the tier, the Dockerfile and the solution command (see [`task`]).
+fn task_stages(mut run: Run, root: &Path, work: &Path, opts: &IntakeOptions) -> IntakeReport {
+    let limits = &opts.limits;
+    // 3 structure
+    let (mut t, notes) = match task::structure(root, work, limits) {
+        Ok(s) => s,
+        Err(why) => {
+            run.refuse(Stage::Structure, Vec::new(), "", why);
+            return run.finish(opts);
+        }
+    };
+    let job = t.to_job(root);
+    run.report.repository_dir = Some(t.work_tree.clone());
+    run.report.job = Some(job.clone());
+    run.pass(Stage::Structure, notes);
+
+    // 4 normalise
+    let n = task::normalise(&t, &job, opts.isolation, &opts.tier_limits, &opts.runner);
+    if n.iter().any(|f| f.severity == Severity::Refusal) {
+        run.refuse(Stage::Normalise, n, "", String::new());
+        return run.finish(opts);
+    }
+    run.pass(Stage::Normalise, n);
+
+    // 5 scan
+    let s = task::scan(&mut t, root, &job, limits);
+    run.report.task = Some(t);
+    if s.iter().any(|f| f.severity == Severity::Refusal) {
         run.refuse(Stage::Scan, s, "", String::new());
     } else {
         run.pass(Stage::Scan, s);

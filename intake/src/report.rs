@@ -169,6 +169,8 @@ pub struct IntakeReport {
     pub repository_dir: Option<PathBuf>,
     /// The loaded job, when stage 3 passed.
     pub job: Option<Job>,
+    /// The task, when the bundle is a task bundle and stage 5 ran (the job above is the one it runs as).
+    pub task: Option<crate::task::Task>,
 }
 
 impl IntakeReport {
