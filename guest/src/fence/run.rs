@@ -116,6 +116,22 @@ pub struct RunOptions {
     /// image the agent mounted, in the `process` tier the image's unpacked tree. `None`: a job that names
     /// toolchains is refused.
     pub toolchains: Option<ToolchainRoot>,
+    /// The environment image a task bundle runs on, built by stage 6 (`host::task`); `None`: a task is refused.
+    pub task_image: Option<TaskImage>,
+    /// A task's pristine `tests/` ([`run_input`] sets it from intake's copy); the test phase shows it read-only
+    /// at [`spec::SANDBOX_TESTS`]. `None` for a repository job.
+    pub tests_dir: Option<PathBuf>,
+}
+
+/// A task's environment, built from its Dockerfile and converted into a read-only root file system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskImage {
+    /// The built image's id (`sha256:<hex>`, the digest of its configuration), recorded in the verdict.
+    pub digest: String,
+    /// The dm-verity root hash (hex) of the image's erofs, recorded in the verdict.
+    pub root_hash: String,
+    /// The image's root directory (its `/usr`, `/bin`, `/lib`, `/etc`... become the sandbox's).
+    pub dir: PathBuf,
 }
 
 /// A toolchain root filesystem the sandbox shows as its system directories when the job asks for toolchains.
@@ -176,6 +192,8 @@ impl RunOptions {
             repository: None,
             operator: intake::operator::OperatorPolicy::default(),
             toolchains: None,
+            task_image: None,
+            tests_dir: None,
         }
     }
 }
@@ -364,6 +382,13 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
     if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
         return refuse("normalise", &e, inputs);
     }
+    if opts.tests_dir.is_some() && opts.task_image.is_none() {
+        return refuse(
+            "environment",
+            "a task bundle runs on the image its Dockerfile builds (stage 6), and none was built for this run",
+            inputs,
+        );
+    }
     let dir = match RunDir::create(job.limits.disk_mib, root) {
         Ok(d) => d,
         Err(e) => return refuse("fence", &e, inputs),
@@ -454,6 +479,7 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
     };
     let mut from_intake = opts.clone();
     from_intake.repository = report.repository_dir.clone();
+    from_intake.tests_dir = report.task.as_ref().map(|t| t.tests_dir.clone());
     let mut verdict = run_job(&job, &from_intake);
     verdict.findings.splice(0..0, findings);
     if let Err(e) = report.cleanup() {
@@ -685,7 +711,15 @@ fn run_in(
         .map(|t| ImageInfo {
             toolchains: t.toolchains.clone(),
             root_hash: t.root_hash.clone(),
+            digest: None,
         });
+    if let (Some(img), Some(_)) = (&opts.task_image, &opts.tests_dir) {
+        verdict.image = Some(ImageInfo {
+            toolchains: Vec::new(),
+            root_hash: img.root_hash.clone(),
+            digest: Some(img.digest.clone()),
+        });
+    }
     for note in &prepared.notes {
         verdict
             .findings
@@ -787,7 +821,19 @@ fn run_in(
             }
         }
     }
-    if let Some(p) = &protected {
+    if let Some(tests) = &opts.tests_dir {
+        // A task: what the test phase runs is the bundle's pristine tests/, never written by the first phase.
+        match repo::tree_hash(tests) {
+            Ok(t) => verdict.inputs.test_tree = Some(t),
+            Err(e) => {
+                verdict
+                    .findings
+                    .push(finding("protect", "protect", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        }
+    } else if let Some(p) = &protected {
         match p.tree() {
             Ok(t) => verdict.inputs.test_tree = Some(t),
             Err(e) => {
@@ -928,6 +974,9 @@ struct PhaseCtx<'a> {
 impl PhaseCtx<'_> {
     /// Where the sandbox's system directories come from: the toolchain root when the job asks for toolchains.
     fn system_root(&self) -> Option<&Path> {
+        if let (Some(img), Some(_)) = (&self.opts.task_image, &self.opts.tests_dir) {
+            return Some(img.dir.as_path());
+        }
         ToolchainRoot::for_job(self.opts.toolchains.as_ref(), self.job)
             .ok()
             .flatten()
@@ -1010,6 +1059,12 @@ impl PhaseCtx<'_> {
                 .map(|p| p.display().to_string())
                 .collect();
             lines.push(format!("read-only ([sandbox] read): {}", extra.join(" ")));
+        }
+        if phase == "test" && self.opts.tests_dir.is_some() {
+            lines.push(format!(
+                "read-only: {} (the task bundle's pristine tests/; not shown to the solution phase)",
+                spec::SANDBOX_TESTS
+            ));
         }
         lines.push(format!(
             "read-write: {} (repository), {} (HOME), {} (TMPDIR){}",
@@ -1116,6 +1171,7 @@ impl PhaseCtx<'_> {
             tmp_dir: tmp_dir.clone(),
             read_paths: self.read_paths.to_vec(),
             system_root: self.system_root().map(Path::to_path_buf),
+            tests_dir: self.opts.tests_dir.clone().filter(|_| phase == "test"),
             uid: self.uid,
             gid: self.gid,
             user_ns: !self.root,
