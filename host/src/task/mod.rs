@@ -198,36 +198,6 @@ pub fn looks_like_task(path: &Path) -> bool {
     path.is_dir() && intake::task::is_task_bundle(path)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn registry_names_a_host_and_a_port_only() {
-        assert_eq!(
-            Registry::parse("registry.example:5000", false)
-                .expect("ok")
-                .host,
-            "registry.example:5000"
-        );
-        assert!(Registry::parse("127.0.0.1:5000", true).is_ok());
-        assert!(Registry::parse("[::1]:5000", true).is_ok());
-        for bad in [
-            "https://registry.example",
-            "registry.example/path",
-            "",
-            "registry.example:0",
-            "registry.example:http",
-            "user@registry.example",
-        ] {
-            assert!(Registry::parse(bad, false).is_err(), "{bad}");
-        }
-        let e =
-            Registry::parse("registry.example:5000", true).expect_err("plain http off loopback");
-        assert!(e.contains("loopback"), "{e}");
-    }
-}
-
 /// What [`prepare`] gives the fence for one input.
 pub enum Prepared {
     /// Not a task bundle, or one intake refuses (the fence's own intake says why): run it as it is.
@@ -310,5 +280,35 @@ pub fn egress_finding(e: &EgressRecord) -> attestation::verdict::Finding {
             e.bytes_up,
             e.bytes_down
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_names_a_host_and_a_port_only() {
+        assert_eq!(
+            Registry::parse("registry.example:5000", false)
+                .expect("ok")
+                .host,
+            "registry.example:5000"
+        );
+        assert!(Registry::parse("127.0.0.1:5000", true).is_ok());
+        assert!(Registry::parse("[::1]:5000", true).is_ok());
+        for bad in [
+            "https://registry.example",
+            "registry.example/path",
+            "",
+            "registry.example:0",
+            "registry.example:http",
+            "user@registry.example",
+        ] {
+            assert!(Registry::parse(bad, false).is_err(), "{bad}");
+        }
+        let e =
+            Registry::parse("registry.example:5000", true).expect_err("plain http off loopback");
+        assert!(e.contains("loopback"), "{e}");
     }
 }
