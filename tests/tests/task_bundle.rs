@@ -98,7 +98,10 @@ fn task_bundles_pass_fail_and_refuse_a_build_that_reaches_out() {
     let page = viewer::Page::from_verdict_json("task.json", v.to_string().as_bytes())
         .expect("the viewer reads a task's verdict");
     let html = viewer::render::Renderer::new(&page, &viewer::docs::Docs::verification()).page();
-    assert!(html.contains("tests_passed") || html.contains("passed"), "{html}");
+    assert!(
+        html.contains("tests_passed") || html.contains("passed"),
+        "{html}"
+    );
     let _ = std::fs::remove_file(&evidence);
 
     // 2. Failing, and cheating: the solution leaves the bug, rewrites a tests/ of its own in the work tree and

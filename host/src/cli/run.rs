@@ -177,7 +177,13 @@ pub fn run(args: Args) -> ExitCode {
     opts.operator = operator;
     opts.toolchains = process_toolchains(&image);
     // A task bundle: stage 6 builds its environment first (docs/task-bundle.md).
-    let (environment, refused) = match task_environment(&args, &opts, &nonce) {
+    let proxy = opts
+        .proxy
+        .clone()
+        .unwrap_or_else(|| std::sync::Arc::new(guest::fence::run::ProxyEgress::system()));
+    let runner =
+        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
+    let (environment, refused) = match task_environment(&args, proxy, runner, tier, &nonce) {
         Ok(p) => p,
         Err(e) => return fail(json, "run", "registry", &e, 2),
     };
@@ -238,12 +244,14 @@ pub fn run(args: Args) -> ExitCode {
     }
 }
 
-/// Stage 6 for `fenced-run run` in the process tier: `(Some(image), None)` when the input is a task bundle
-/// whose environment was built, `(None, Some(verdict))` when the build refused, `(None, None)` for anything
-/// else; `Err` for an unusable `--registry`.
-fn task_environment(
+/// Stage 6 for `fenced-run run` (built on this host for every tier): `(Some(image), None)` when the input is a
+/// task bundle whose environment was built, `(None, Some(verdict))` when the build refused, `(None, None)` for
+/// anything else; `Err` for an unusable `--registry`.
+pub(crate) fn task_environment(
     args: &Args,
-    opts: &RunOptions,
+    proxy: std::sync::Arc<dyn guest::fence::run::EgressProvider>,
+    runner: intake::normalise::RunnerPolicy,
+    tier: crate::vm::confidential::Tier,
     nonce: &[u8],
 ) -> Result<(Option<crate::task::BuiltImage>, Option<Verdict>), String> {
     if !crate::task::looks_like_task(&args.job) {
@@ -256,26 +264,31 @@ fn task_environment(
         .transpose()?;
     let build = registry.map(|registry| crate::task::BuildOptions {
         registry,
-        proxy: opts
-            .proxy
-            .clone()
-            .unwrap_or_else(|| std::sync::Arc::new(guest::fence::run::ProxyEgress::system())),
+        proxy,
         uid_base: crate::task::DEFAULT_UID_BASE,
         work_parent: std::env::temp_dir(),
     });
-    let intake_opts = intake::IntakeOptions::for_tier(intake::normalise::Isolation::Process)
-        .with_runner(intake::normalise::RunnerPolicy::with_operator(
-            opts.operator.clone(),
-            opts.home.clone(),
-        ));
-    Ok(
-        match crate::task::prepare(
-            &args.job,
-            &intake_opts,
-            build.as_ref(),
+    let (itier, vtier) = match tier {
+        crate::vm::confidential::Tier::Process => (
+            intake::normalise::Isolation::Process,
             attestation::verdict::Isolation::Process,
-            nonce,
-        ) {
+        ),
+        crate::vm::confidential::Tier::Vm => (
+            intake::normalise::Isolation::Vm,
+            attestation::verdict::Isolation::Vm,
+        ),
+        crate::vm::confidential::Tier::SevSnp => (
+            intake::normalise::Isolation::SevSnp,
+            attestation::verdict::Isolation::SevSnp,
+        ),
+        crate::vm::confidential::Tier::Tdx => (
+            intake::normalise::Isolation::Tdx,
+            attestation::verdict::Isolation::Tdx,
+        ),
+    };
+    let intake_opts = intake::IntakeOptions::for_tier(itier).with_runner(runner);
+    Ok(
+        match crate::task::prepare(&args.job, &intake_opts, build.as_ref(), vtier, nonce) {
             crate::task::Prepared::NotATask => (None, None),
             crate::task::Prepared::Built(b) => (Some(*b), None),
             crate::task::Prepared::Refused(v) => (None, Some(*v)),

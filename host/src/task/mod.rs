@@ -11,6 +11,9 @@ use intake::task::Task;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The kernel command-line parameter naming a task's image id (guest::agent::verity::PARAM_TASK_IMAGE).
+pub const PARAM_TASK_IMAGE: &str = "fenced_run.task_image";
+
 /// The first host uid (and gid) of the 65536 a build's user namespace maps by default: its root is this
 /// unprivileged id, never the host's root.
 pub const DEFAULT_UID_BASE: u32 = 1_400_000_000;
@@ -152,12 +155,36 @@ pub struct BuiltImage {
     pub erofs: PathBuf,
     /// The dm-verity root hash (hex).
     pub root_hash: String,
+    /// The erofs's size in 4096-byte blocks (its hash tree follows).
+    pub data_blocks: u64,
     /// Every connection the build tried through the egress proxy.
     pub egress: Vec<EgressRecord>,
     _dir: tempfile::TempDir,
 }
 
 impl BuiltImage {
+    /// The kernel command-line parameters that name this image to the guest agent (measured with the
+    /// launch): the toolchain image's two, with `task` as its only toolchain, and the image id.
+    pub fn cmdline_params(&self) -> String {
+        format!(
+            "{}=task {}={},{},{} {PARAM_TASK_IMAGE}={}",
+            crate::image::rootfs::PARAM_TOOLCHAINS,
+            crate::image::rootfs::PARAM_VERITY,
+            self.data_blocks,
+            self.root_hash,
+            crate::image::rootfs::salt(),
+            self.digest
+        )
+    }
+
+    /// The VM's view of this image.
+    pub fn vm_environment(&self) -> crate::vm::VmEnvironment {
+        crate::vm::VmEnvironment {
+            disk: self.erofs.clone(),
+            params: self.cmdline_params(),
+        }
+    }
+
     /// The fence's view of this image.
     pub fn task_image(&self) -> TaskImage {
         TaskImage {
@@ -187,6 +214,7 @@ pub fn build(task: &Task, opts: &BuildOptions) -> Result<BuiltImage, BuildError>
         rootfs: out.rootfs,
         erofs,
         root_hash,
+        data_blocks: blocks,
         egress: out.egress,
         _dir: dir,
     })
