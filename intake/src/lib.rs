@@ -1,9 +1,9 @@
 //! Intake stages 1-5 (receive, unpack, structure, normalise, scan): refuse a bad bundle before a byte of
 //! it runs. Nothing reachable from here spawns a process or loads code; `tests/no_exec.rs` walks this crate
-//! and its dependency graph to keep it so. Also home of the job-file loader ([`job`]) and of the address
-//! policy ([`addr`]) that the fence and its egress proxy share with intake.
+//! and its dependency graph to keep it so. The job file's loader ([`job`]) and the address policy
+//! ([`addr`]) are [`job_policy`]'s, re-exported; the accepted bundle ([`AcceptedBundle`]) is what every later
+//! step takes.
 
-pub mod addr;
 pub mod job;
 pub mod normalise;
 pub mod operator;
@@ -12,6 +12,9 @@ pub mod report;
 pub mod scan;
 pub mod structure;
 pub mod unpack;
+
+/// The address policy (in [`job_policy::addr`]), shared with the egress proxy.
+pub use job_policy::addr;
 
 pub use report::{
     AcceptedBundle, Finding, IntakeLimits, IntakeReport, Refusal, Severity, Stage, StageResult,

@@ -887,7 +887,7 @@ fn unpack_zip(
             planner.add(&name, kind, size, mode.unwrap_or(0) & 0o7777, None)?;
         }
     }
-    let mut w = Writer::start(&planner, dest)?;
+    let mut w = Writer::start(planner, dest)?;
     // Match planned entries back to zip indices by name.
     let mut by_name: HashMap<String, usize> = HashMap::new();
     for (i, e) in planner.entries.iter().enumerate() {

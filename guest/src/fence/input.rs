@@ -3,7 +3,7 @@
 //! intake's copy and never re-read, re-parsed or re-hashed; intake's refusals become `refused` verdicts.
 
 use super::run::{run_fenced, RunOptions, AGENT_VERSION};
-use attestation::verdict::{Finding, Inputs, Isolation, Verdict};
+use attestation::verdict::{Finding, Inputs, Verdict};
 use intake::AcceptedBundle;
 use std::path::Path;
 
@@ -48,12 +48,6 @@ fn verdict_findings<'a>(findings: impl IntoIterator<Item = &'a intake::Finding>)
 
 /// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
 fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
-    let tier = match opts.isolation {
-        Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
-        Isolation::Tdx => intake::normalise::Isolation::Tdx,
-        Isolation::Vm => intake::normalise::Isolation::Vm,
-        _ => intake::normalise::Isolation::Process,
-    };
     // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
     // killed mid-run the next run sweeps intake's copy too.
     let work = tempfile::Builder::new()
@@ -64,7 +58,7 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
         intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
     let report = intake::run_stages(
         input,
-        &intake::IntakeOptions::for_tier(tier)
+        &intake::IntakeOptions::for_tier(opts.isolation)
             .with_work_parent(work.path())
             .with_runner(runner),
     );
