@@ -220,7 +220,11 @@ fn url_host(src: &str) -> Option<Result<(HostName, u16), String>> {
         },
         _ => (hostport, port),
     };
-    Some(HostName::parse(host).map(|h| (h, port)))
+    Some(
+        HostName::parse(host)
+            .map(|h| (h, port))
+            .map_err(|e| e.to_string()),
+    )
 }
 
 /// What stage 5 finds in a Dockerfile: the refusals (each naming the line) and the base images it pins.

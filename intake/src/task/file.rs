@@ -138,7 +138,10 @@ impl Ctx<'_> {
 
     fn allow(&self, list: &[Spanned<String>], key: &str) -> Result<Vec<AllowEntry>, JobError> {
         list.iter()
-            .map(|a| AllowEntry::parse(a.get_ref()).map_err(|e| self.invalid(a.span(), key, e)))
+            .map(|a| {
+                AllowEntry::parse(a.get_ref())
+                    .map_err(|e| self.invalid(a.span(), key, e.to_string()))
+            })
             .collect()
     }
 
@@ -305,20 +308,17 @@ impl TaskFile {
         )?;
         let limits = match &raw.limits {
             None => Limits::default(),
-            Some(l) => Limits {
-                memory_mib: cx.positive(
-                    &l.memory_mib,
-                    "limits.memory_mib",
-                    job::DEFAULT_MEMORY_MIB,
-                )?,
-                pids: cx.positive(&l.pids, "limits.pids", job::DEFAULT_PIDS)?,
-                disk_mib: cx.positive(&l.disk_mib, "limits.disk_mib", job::DEFAULT_DISK_MIB)?,
-                open_files: cx.positive(
-                    &l.open_files,
-                    "limits.open_files",
-                    job::DEFAULT_OPEN_FILES,
-                )?,
-            },
+            Some(l) => {
+                let mut out = Limits::default();
+                out.memory_mib =
+                    cx.positive(&l.memory_mib, "limits.memory_mib", job::DEFAULT_MEMORY_MIB)?;
+                out.pids = cx.positive(&l.pids, "limits.pids", job::DEFAULT_PIDS)?;
+                out.disk_mib =
+                    cx.positive(&l.disk_mib, "limits.disk_mib", job::DEFAULT_DISK_MIB)?;
+                out.open_files =
+                    cx.positive(&l.open_files, "limits.open_files", job::DEFAULT_OPEN_FILES)?;
+                out
+            }
         };
         Ok(TaskFile {
             name,

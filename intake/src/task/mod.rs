@@ -6,7 +6,7 @@
 pub mod dockerfile;
 pub mod file;
 
-use crate::job::{InstallSpec, Job, OnProtectedChange, Repository, TestSpec};
+use crate::job::Job;
 use crate::normalise::{self, Isolation, RunnerPolicy, TierLimits};
 use crate::report::{Finding, IntakeLimits, Severity, Stage};
 use dockerfile::BaseImage;
@@ -190,34 +190,57 @@ pub fn structure(
 
 impl Task {
     /// The job the fence runs for this task: the solution command as the first phase (network only through
-    /// `[solution] allow`), the patch applied before it, and `sh /work/tests/test.sh` as the test phase.
-    pub fn to_job(&self, bundle_root: &Path) -> Job {
+    /// `[solution] allow`), the patch applied before it, and `sh /work/tests/test.sh` as the test phase. It is
+    /// written as a job file and loaded by the job loader, so it is checked like any job; its `sha256` is then
+    /// set to `task.toml`'s.
+    pub fn to_job(&self, bundle_root: &Path) -> Result<Job, String> {
+        use toml::{Table, Value};
         let f = &self.file;
-        Job {
-            repository: Repository {
-                path: WORKSPACE_DIR.into(),
-                commit: None,
-                patch: f.solution.patch.clone(),
-            },
-            install: f.solution.command.as_ref().map(|c| InstallSpec {
-                command: c.clone(),
-                allow: f.solution.allow.clone(),
-                timeout_seconds: f.solution.timeout_seconds,
-            }),
-            test: TestSpec {
-                command: Some(format!("sh {SANDBOX_TESTS}/test.sh")),
-                timeout_seconds: f.test_timeout_seconds,
-                junit: None,
-                protect: Vec::new(),
-                on_protected_change: OnProtectedChange::Restore,
-            },
-            limits: f.limits,
-            env: Default::default(),
-            sandbox: Default::default(),
-            image: Default::default(),
-            sha256: f.sha256.clone(),
-            base_dir: bundle_root.to_path_buf(),
+        let int = |v: u64| Value::Integer(i64::try_from(v).unwrap_or(i64::MAX));
+        let mut doc = Table::new();
+        let mut repo = Table::new();
+        repo.insert("path".into(), Value::String(WORKSPACE_DIR.into()));
+        if let Some(p) = &f.solution.patch {
+            repo.insert(
+                "patch".into(),
+                Value::String(p.to_string_lossy().into_owned()),
+            );
         }
+        doc.insert("repository".into(), Value::Table(repo));
+        if let Some(c) = &f.solution.command {
+            let mut install = Table::new();
+            install.insert("command".into(), Value::String(c.clone()));
+            install.insert(
+                "allow".into(),
+                Value::Array(
+                    f.solution
+                        .allow
+                        .iter()
+                        .map(|a| Value::String(a.to_string()))
+                        .collect(),
+                ),
+            );
+            install.insert("timeout_seconds".into(), int(f.solution.timeout_seconds));
+            doc.insert("install".into(), Value::Table(install));
+        }
+        let mut test = Table::new();
+        test.insert(
+            "command".into(),
+            Value::String(format!("sh {SANDBOX_TESTS}/test.sh")),
+        );
+        test.insert("timeout_seconds".into(), int(f.test_timeout_seconds));
+        doc.insert("test".into(), Value::Table(test));
+        let mut limits = Table::new();
+        limits.insert("memory_mib".into(), int(f.limits.memory_mib));
+        limits.insert("pids".into(), int(f.limits.pids));
+        limits.insert("disk_mib".into(), int(f.limits.disk_mib));
+        limits.insert("open_files".into(), int(f.limits.open_files));
+        doc.insert("limits".into(), Value::Table(limits));
+        let text = toml::to_string(&doc).map_err(|e| format!("task.toml as a job: {e}"))?;
+        let mut job = Job::from_toml_str(&text, &bundle_root.join(TASK_FILE))
+            .map_err(|e| format!("task.toml as a job: {e}"))?;
+        job.sha256 = f.sha256.clone();
+        Ok(job)
     }
 }
 
