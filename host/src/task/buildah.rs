@@ -161,7 +161,10 @@ fn run_logged(
     let f2 = f
         .try_clone()
         .map_err(|e| BuildError::Setup(e.to_string()))?;
+    use std::os::unix::process::CommandExt;
+    // Its own process group, so that the budget's kill reaches the steps buildah started too.
     let mut child = cmd
+        .process_group(0)
         .stdout(Stdio::from(f))
         .stderr(Stdio::from(f2))
         .spawn()
@@ -172,6 +175,12 @@ fn run_logged(
             Ok(Some(s)) if s.success() => return Ok(Ok(())),
             Ok(Some(s)) => return Ok(Err(format!("buildah ended with {s}: {}", tail(log)))),
             Ok(None) if Instant::now() >= deadline => {
+                if let Ok(pid) = i32::try_from(child.id()) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
                 let _ = child.kill();
                 let _ = child.wait();
                 return Ok(Err(format!(
