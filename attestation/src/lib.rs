@@ -14,3 +14,4 @@ pub mod tee;
 pub mod text;
 pub mod vectors;
 pub mod verdict;
+pub mod wire;
