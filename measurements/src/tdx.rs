@@ -4,8 +4,8 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha384};
 use attestation::wire::{Reader, WireError};
+use sha2::{Digest, Sha384};
 
 use crate::snp::{Ovmf, OvmfError, TDX_METADATA_GUID};
 
@@ -566,7 +566,10 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
             }
         }
         let size = r.u32_le("event size").map_err(truncated(offset))? as usize;
-        let data = r.take("event data", size).map_err(truncated(offset))?.to_vec();
+        let data = r
+            .take("event data", size)
+            .map_err(truncated(offset))?
+            .to_vec();
         if mr_index > 4 {
             return Err(EventLogError::BadMrIndex {
                 event: n,

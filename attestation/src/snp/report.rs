@@ -409,10 +409,6 @@ fn be48(le: &[u8; 72]) -> [u8; 48] {
     out
 }
 
-fn ser_hex<S: Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&hex::encode(v))
-}
-
 fn ser_sig<S: Serializer>(v: &Signature, s: S) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Rs {
@@ -436,10 +432,10 @@ pub struct AttestationReport {
     /// POLICY (0x008).
     pub policy: GuestPolicy,
     /// FAMILY_ID (0x010).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub family_id: [u8; 16],
     /// IMAGE_ID (0x020).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub image_id: [u8; 16],
     /// VMPL (0x030) of the request.
     pub vmpl: u32,
@@ -452,32 +448,32 @@ pub struct AttestationReport {
     /// KEY_INFO (0x048).
     pub key_info: KeyInfo,
     /// REPORT_DATA (0x050), chosen by the guest.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_data: [u8; 64],
     /// MEASUREMENT (0x090), the launch digest.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub measurement: [u8; 48],
     /// HOST_DATA (0x0C0), chosen by the host at launch.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub host_data: [u8; 32],
     /// ID_KEY_DIGEST (0x0E0): SHA-384 of the ID key that signed the ID block.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub id_key_digest: [u8; 48],
     /// AUTHOR_KEY_DIGEST (0x110): SHA-384 of the author key that signed the ID key.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub author_key_digest: [u8; 48],
     /// REPORT_ID (0x140).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_id: [u8; 32],
     /// REPORT_ID_MA (0x160), the migration agent's report ID.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_id_ma: [u8; 32],
     /// REPORTED_TCB (0x180), the TCB the VCEK was derived from.
     pub reported_tcb: TcbVersion,
     /// CPUID_FAM_ID/MOD_ID/STEP (0x188..0x18A), version 3 and later.
     pub cpuid: Option<Cpuid>,
     /// CHIP_ID (0x1A0); zero when masked or signed by a VLEK.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub chip_id: [u8; 64],
     /// COMMITTED_TCB (0x1E0).
     pub committed_tcb: TcbVersion,

@@ -1,8 +1,8 @@
 //! The TD report bodies (TD 1.0 and TD 1.5) and the SGX enclave report that carries the QE's identity.
 //! Each parses from exactly its length and writes back the same bytes, reserved fields included.
 
-use crate::wire::Reader;
 use super::{QuoteError, ENCLAVE_REPORT_LEN, TD10_BODY_LEN, TD15_BODY_LEN};
+use crate::wire::Reader;
 
 /// The TD 1.0 report body (584 bytes): the TD's measurements and attributes as the TDX module reported them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,11 +3,12 @@
 //! trailing bytes aside as a field of their own, so that `to_bytes` gives back the input byte for byte.
 
 use super::body::{EnclaveReport, TdReport10, TdReport15};
-use crate::wire::Reader;
 use super::{
     QuoteError, ATT_KEY_TYPE_ECDSA_P256, BODY_TYPE_TD10, BODY_TYPE_TD15, CERT_TYPE_PCK_CHAIN,
-    CERT_TYPE_QE_REPORT, ENCLAVE_REPORT_LEN, HEADER_LEN, TD10_BODY_LEN, TD15_BODY_LEN, TEE_TYPE_TDX,
+    CERT_TYPE_QE_REPORT, ENCLAVE_REPORT_LEN, HEADER_LEN, TD10_BODY_LEN, TD15_BODY_LEN,
+    TEE_TYPE_TDX,
 };
+use crate::wire::Reader;
 use std::ops::Range;
 
 /// The 48-byte quote header.

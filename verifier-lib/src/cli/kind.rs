@@ -68,9 +68,11 @@ impl Kind {
 /// Judges what `bytes` are.
 pub fn sniff(bytes: &[u8]) -> Kind {
     let mut r = attestation::wire::Reader::new("file", bytes);
-    if let (Ok(version), Ok(key_type), Ok(tee)) =
-        (r.u16_le("version"), r.u16_le("att_key_type"), r.u32_le("tee_type"))
-    {
+    if let (Ok(version), Ok(key_type), Ok(tee)) = (
+        r.u16_le("version"),
+        r.u16_le("att_key_type"),
+        r.u32_le("tee_type"),
+    ) {
         if (version == 3 || version == 4 || version == 5) && key_type == 2 {
             if tee == 0x81 {
                 return Kind::TdxQuote;
