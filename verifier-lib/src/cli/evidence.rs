@@ -210,12 +210,9 @@ impl EvidenceTdxArgs {
 pub struct NonceArg(pub Vec<u8>);
 
 impl std::str::FromStr for NonceArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let v =
-            hex::decode(s.trim().trim_start_matches("0x")).map_err(|e| format!("not hex ({e})"))?;
-        attestation::binding::check_nonce(&v).map_err(|e| e.to_string())?;
-        Ok(NonceArg(v))
+    type Err = attestation::binding::NonceTextError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        attestation::binding::parse_nonce_hex(s).map(NonceArg)
     }
 }
 

@@ -562,6 +562,7 @@ mod tests {
         assert!("ab"
             .parse::<Hex<48>>()
             .expect_err("short")
+            .to_string()
             .contains("expected 48"));
         assert_eq!(
             "bl=3, tee=0,snp=10,ucode=115".parse::<TcbMinimum>(),
