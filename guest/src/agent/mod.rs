@@ -12,7 +12,8 @@ pub mod tee;
 pub mod verity;
 
 use crate::channel::{self, ChannelError, FrameType, JobHeader};
-use crate::fence::run::{run_input, RunOptions, ToolchainRoot, AGENT_VERSION};
+use crate::fence::input::run_input;
+use crate::fence::run::{RunOptions, ToolchainRoot, AGENT_VERSION};
 use attestation::session::Session;
 use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
 use sha2::{Digest, Sha256};

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
                 guest::fence::run::random_nonce(),
             );
             // Intake again in here: the guest trusts no host.
-            let v = match guest::fence::run::run_input(std::path::Path::new(job), &opts) {
+            let v = match guest::fence::input::run_input(std::path::Path::new(job), &opts) {
                 Ok(v) => v,
                 Err(e) => {
                     eprintln!(

@@ -165,6 +165,86 @@ pub fn sweep(parent: &Path) -> Vec<String> {
     left
 }
 
+/// The run's own directory: spec and report files, the sandbox root mount points, and `fs` (a size-limited
+/// tmpfs when the runner is root) holding the repository copy, the scratch home and the temporary dirs.
+pub(crate) struct RunDir {
+    dir: Option<tempfile::TempDir>,
+    pub(crate) fs: PathBuf,
+    mounted: bool,
+}
+
+impl RunDir {
+    pub(crate) fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
+        let parent = runs_parent(&std::env::temp_dir())?;
+        sweep(&parent);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("fenced-run-{}-", std::process::id()))
+            .tempdir_in(&parent)
+            .map_err(|e| format!("cannot create the run directory: {e}"))?;
+        let fs_dir = dir.path().join("fs");
+        fs::create_dir(&fs_dir).map_err(|e| format!("{}: {e}", fs_dir.display()))?;
+        let mut rd = RunDir {
+            dir: Some(dir),
+            fs: fs_dir,
+            mounted: false,
+        };
+        if root {
+            nix::mount::mount(
+                Some(SCRATCH_SOURCE),
+                &rd.fs,
+                Some("tmpfs"),
+                nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+                Some(format!("size={}m,mode=0755", disk_mib.max(1)).as_str()),
+            )
+            .map_err(|e| {
+                format!(
+                    "tmpfs of {disk_mib} MiB on {}: {}",
+                    rd.fs.display(),
+                    e.desc()
+                )
+            })?;
+            rd.mounted = true;
+        }
+        Ok(rd)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .map(|d| d.path())
+            .unwrap_or(Path::new("/nonexistent"))
+    }
+
+    /// Unmounts and removes everything; returns what could not be removed.
+    pub(crate) fn teardown(mut self) -> Vec<String> {
+        let mut left = Vec::new();
+        if self.mounted {
+            if let Err(e) = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH) {
+                left.push(format!("mount {}: {}", self.fs.display(), e.desc()));
+            }
+            self.mounted = false;
+        }
+        if let Some(dir) = self.dir.take() {
+            let p = dir.path().to_owned();
+            if let Err(e) = dir.close() {
+                left.push(format!("directory {}: {e}", p.display()));
+            }
+            if let Some(parent) = p.parent() {
+                remove_parent_if_empty(parent);
+            }
+        }
+        left
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = nix::mount::umount2(&self.fs, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,8 @@
 
 use attestation::text::{escape, shown};
 use attestation::verdict::{Isolation, Verdict};
-use guest::fence::run::{run_input, RunOptions};
+use guest::fence::input::run_input;
+use guest::fence::run::RunOptions;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions};

@@ -4,7 +4,8 @@
 
 use attestation::text::{escape, shown};
 use attestation::verdict::Verdict;
-use guest::fence::run::{run_input, RunOptions};
+use guest::fence::input::run_input;
+use guest::fence::run::RunOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -1,0 +1,61 @@
+//! The install phase's way out: the trait a runner implements to start an egress proxy on a Unix socket,
+//! and the fence's own proxy behind it.
+
+use crate::fence::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
+use attestation::verdict::EgressRecord;
+use intake::job::AllowEntry;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A running egress proxy for one install phase.
+pub trait EgressSession: Send {
+    /// Stops the proxy (closing every connection) and returns every attempt it saw, in order.
+    fn finish(self: Box<Self>) -> Vec<EgressRecord>;
+}
+
+/// Something that can start the install phase's egress proxy on a Unix socket.
+pub trait EgressProvider: Send + Sync {
+    /// Starts listening on `socket` with `allow` as the allowlist.
+    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String>;
+}
+
+/// The fence's egress proxy ([`super::proxy::EgressProxy`]), with a hook to adjust its configuration
+/// (tests inject a resolver that sends an allowed name to a loopback registry).
+#[derive(Clone)]
+pub struct ProxyEgress {
+    configure: Arc<dyn Fn(ProxyConfig) -> ProxyConfig + Send + Sync>,
+}
+
+impl ProxyEgress {
+    /// The proxy with the system resolver and a plain TCP dialer.
+    pub fn system() -> ProxyEgress {
+        ProxyEgress {
+            configure: Arc::new(|c| c),
+        }
+    }
+
+    /// The proxy with its configuration passed through `configure` first.
+    pub fn with(
+        configure: impl Fn(ProxyConfig) -> ProxyConfig + Send + Sync + 'static,
+    ) -> ProxyEgress {
+        ProxyEgress {
+            configure: Arc::new(configure),
+        }
+    }
+}
+
+struct ProxySession(ProxyHandle);
+
+impl EgressSession for ProxySession {
+    fn finish(self: Box<Self>) -> Vec<EgressRecord> {
+        self.0.shutdown()
+    }
+}
+
+impl EgressProvider for ProxyEgress {
+    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String> {
+        let config = (self.configure)(ProxyConfig::new(allow.to_vec(), socket));
+        let handle = EgressProxy::start(config).map_err(|e| e.to_string())?;
+        Ok(Box::new(ProxySession(handle)))
+    }
+}

@@ -1,0 +1,279 @@
+//! The fenced run: prepare the repository, run the install phase behind the egress relay, make the cut, run
+//! the test phase with no network, read the counts, classify the outcome and tear everything down. The
+//! result is always a [`Verdict`]; nothing of the run is left on the host afterwards. This file holds the
+//! sequence; each step is its own module.
+
+mod egress;
+mod options;
+mod outcome;
+mod output;
+mod phase;
+mod prepare;
+mod read_paths;
+mod record;
+
+pub use egress::{EgressProvider, EgressSession, ProxyEgress};
+pub use options::{
+    random_nonce, RunOptions, ToolchainRoot, AGENT_VERSION, RELAY_PORT, SANDBOX_ID, SANDBOX_PATH,
+};
+pub use output::Output;
+pub use read_paths::READ_PATH_MAX_ENTRIES;
+
+use crate::fence::rundir::RunDir;
+use crate::fence::spec::ForwardSpec;
+use crate::fence::{classify, repo};
+use attestation::verdict::{ImageInfo, Inputs, InstallPhase, TestNetwork, TestPhase, Verdict};
+use intake::job::Job;
+use output::tail_with_header;
+use phase::{absorb, PhaseCtx};
+use read_paths::resolve_read_paths;
+use record::{applied_limits, finding, restored};
+use std::fs;
+use std::path::PathBuf;
+
+/// Runs `job` in the fence and returns its verdict (never panics on outside input; refusals are verdicts).
+pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
+    let inputs = Inputs {
+        commit: None,
+        tree: None,
+        patch_sha256: None,
+        job_sha256: Some(job.sha256.clone()),
+        nonce: opts.nonce.clone(),
+        protect: Vec::new(),
+        test_tree: None,
+    };
+    let refuse = |stage: &str, reason: &str, inputs: Inputs| {
+        let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
+        v.limits = applied_limits(job);
+        v
+    };
+    if let Some(url) = job.repository.url() {
+        let _ = url;
+        return refuse(
+            "repository",
+            &format!(
+                "{}: a repository URL is fetched by intake, not by the fence",
+                job.repository.path
+            ),
+            inputs,
+        );
+    }
+    let root = nix::unistd::geteuid().is_root();
+    let home = opts
+        .home
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .unwrap_or_default();
+    let read_paths = match resolve_read_paths(job, &home, &opts.operator) {
+        Ok(p) => p,
+        Err(e) => return refuse("sandbox", &e, inputs),
+    };
+    if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
+        return refuse("normalise", &e, inputs);
+    }
+    let dir = match RunDir::create(job.limits.disk_mib, root) {
+        Ok(d) => d,
+        Err(e) => return refuse("fence", &e, inputs),
+    };
+    let mut verdict = run_in(job, opts, &dir, read_paths, root, inputs);
+    for left in dir.teardown() {
+        verdict
+            .findings
+            .push(finding("teardown", "left-on-host", left));
+    }
+    verdict
+}
+
+fn run_in(
+    job: &Job,
+    opts: &RunOptions,
+    dir: &RunDir,
+    read_paths: Vec<PathBuf>,
+    root: bool,
+    mut inputs: Inputs,
+) -> Verdict {
+    let refuse = |stage: &str, reason: &str, inputs: Inputs| {
+        let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
+        v.limits = applied_limits(job);
+        v
+    };
+    let prep = match prepare::prepare(job, opts, dir, &mut inputs) {
+        Ok(p) => p,
+        Err(r) => return refuse(&r.stage, &r.reason, inputs),
+    };
+    let prepare::Prepared {
+        repo_dir,
+        repo: prepared,
+        protected,
+        undone,
+        test_command: (test_command, test_source),
+    } = prep;
+    let (uid, gid) = if root {
+        (SANDBOX_ID, SANDBOX_ID)
+    } else {
+        (0, 0)
+    };
+    let home_dir = dir.fs.join("home");
+    let setup = (|| -> Result<(), String> {
+        fs::create_dir(&home_dir).map_err(|e| format!("{}: {e}", home_dir.display()))?;
+        if root {
+            for d in [&repo_dir, &home_dir] {
+                repo::chown_tree(d, uid, gid).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        return refuse("fence", &e, inputs);
+    }
+
+    let mut verdict = Verdict::new(
+        attestation::verdict::Outcome::TestsPassed,
+        opts.isolation,
+        inputs,
+        AGENT_VERSION,
+    );
+    verdict.limits = applied_limits(job);
+    verdict.protected = undone;
+    verdict.image = ToolchainRoot::for_job(opts.toolchains.as_ref(), job)
+        .ok()
+        .flatten()
+        .map(|t| ImageInfo {
+            toolchains: t.toolchains.clone(),
+            root_hash: t.root_hash.clone(),
+        });
+    for note in &prepared.notes {
+        verdict
+            .findings
+            .push(finding("commit", "commit-unverified", note.clone()));
+    }
+    let ctx = PhaseCtx {
+        job,
+        opts,
+        dir,
+        read_paths: &read_paths,
+        root,
+        uid,
+        gid,
+        repo_dir: &repo_dir,
+        home_dir: &home_dir,
+    };
+
+    if let Some(install) = &job.install {
+        let socket = dir.path().join("egress.sock");
+        let session = match &opts.proxy {
+            Some(p) => match p.start(&install.allow, &socket) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    verdict.findings.push(finding(
+                        "install",
+                        "egress-proxy",
+                        format!("the egress proxy did not start: {e}"),
+                    ));
+                    None
+                }
+            },
+            None => {
+                verdict.findings.push(finding(
+                    "install",
+                    "egress-proxy",
+                    "no egress proxy configured: the install phase had loopback only",
+                ));
+                None
+            }
+        };
+        let forward = session.as_ref().map(|_| ForwardSpec {
+            port: RELAY_PORT,
+            socket: socket.clone(),
+        });
+        let run = ctx.phase(
+            "install",
+            &install.command,
+            install.timeout_seconds,
+            forward,
+            None,
+        );
+        let egress = session.map(|s| s.finish()).unwrap_or_default();
+        let _ = fs::remove_file(&socket);
+        verdict.install = Some(InstallPhase {
+            command: install.command.clone(),
+            source: "job".into(),
+            exit_code: run.report.exit_code,
+            signal: run.report.signal,
+            duration_ms: run.report.duration_ms,
+            egress,
+            env_names: run.env_names.clone(),
+            sandbox: run.sandbox.clone(),
+        });
+        verdict.output_tail.install = tail_with_header(&run.header, &run.output);
+        absorb(&mut verdict, &run);
+        // The cut: the install namespace must be gone and every process of it dead before tests start.
+        if run.left_after_teardown > 0 || !run.report.namespace_dead {
+            verdict.findings.push(finding(
+                "cut",
+                "cut-not-verified",
+                format!(
+                    "after the install phase {} process(es) remained and PID 1 dead = {}; the test phase was not started",
+                    run.left_after_teardown, run.report.namespace_dead
+                ),
+            ));
+            verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+            return verdict;
+        }
+        if let Some((outcome, why)) = classify::install_stops(&run.facts) {
+            verdict
+                .findings
+                .push(finding("install", "install-phase", why));
+            verdict.set_outcome(outcome);
+            return verdict;
+        }
+        if let Some(p) = &protected {
+            let owner = root.then_some((uid, gid));
+            match p.restore(&repo_dir, owner) {
+                Ok(c) => verdict
+                    .protected
+                    .extend(c.into_iter().map(|c| restored(c, "install"))),
+                Err(e) => {
+                    verdict
+                        .findings
+                        .push(finding("protect", "protect", e.to_string()));
+                    verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                    return verdict;
+                }
+            }
+        }
+    }
+    if let Some(p) = &protected {
+        match p.tree() {
+            Ok(t) => verdict.inputs.test_tree = Some(t),
+            Err(e) => {
+                verdict
+                    .findings
+                    .push(finding("protect", "protect", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        }
+    }
+
+    let cut = job.install.as_ref().map(|_| {
+        "cut: the install phase's PID 1 was reaped (so every process of its namespace was dead) and no \
+         install process was left before this phase started"
+    });
+    let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
+    verdict.test = Some(TestPhase {
+        command: test_command.clone(),
+        source: test_source,
+        exit_code: run.report.exit_code,
+        signal: run.report.signal,
+        duration_ms: run.report.duration_ms,
+        network: TestNetwork::None,
+        env_names: run.env_names.clone(),
+        sandbox: run.sandbox.clone(),
+    });
+    verdict.output_tail.test = tail_with_header(&run.header, &run.output);
+    absorb(&mut verdict, &run);
+
+    outcome::record_test_outcome(&mut verdict, job, &repo_dir, &run);
+    verdict
+}

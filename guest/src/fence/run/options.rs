@@ -1,0 +1,112 @@
+//! What a run is given besides its job file: the runner's options (helper binary, tier, nonce, egress,
+//! operator policy) and the toolchain root the sandbox may show as its system directories.
+
+use super::egress::{EgressProvider, ProxyEgress};
+use attestation::verdict::Isolation;
+use intake::job::Job;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The agent version recorded in verdicts.
+pub const AGENT_VERSION: &str = concat!("fenced-run ", env!("CARGO_PKG_VERSION"));
+/// The uid and gid untrusted commands run as when the runner is root (`nobody` on Debian).
+pub const SANDBOX_ID: u32 = 65534;
+/// The port of the egress relay inside the install phase's network namespace.
+pub const RELAY_PORT: u16 = 3128;
+/// The PATH of the sandbox (before any `[sandbox] read` directory named `bin`).
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// 32 random bytes, the nonce of a run when the founder gave none.
+pub fn random_nonce() -> Vec<u8> {
+    use rand::RngCore;
+    let mut n = vec![0u8; 32];
+    rand::thread_rng().fill_bytes(&mut n);
+    n
+}
+
+/// How to run a job (everything that is not in the job file).
+#[derive(Clone)]
+pub struct RunOptions {
+    /// The binary re-executed as the fence helper (`/proc/self/exe` for `fenced-run`).
+    pub helper: PathBuf,
+    /// The isolation tier recorded in the verdict.
+    pub isolation: Isolation,
+    /// The founder's nonce recorded in the verdict.
+    pub nonce: Vec<u8>,
+    /// The egress proxy of the install phase; without one the install phase has loopback only.
+    pub proxy: Option<Arc<dyn EgressProvider>>,
+    /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
+    pub home: Option<PathBuf>,
+    /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
+    /// `repository.path`.
+    pub repository: Option<PathBuf>,
+    /// What the job may take from the runner's machine (passthrough names, read paths): the operator's
+    /// configuration, checked by intake's stage 4 and again by the fence.
+    pub operator: intake::operator::OperatorPolicy,
+    /// The toolchain root filesystem this runner has (`[image] toolchains`): in the `vm` tier the verity-checked
+    /// image the agent mounted, in the `process` tier the image's unpacked tree. `None`: a job that names
+    /// toolchains is refused.
+    pub toolchains: Option<ToolchainRoot>,
+}
+
+/// A toolchain root filesystem the sandbox shows as its system directories when the job asks for toolchains.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolchainRoot {
+    /// The toolchain sets it holds (sorted).
+    pub toolchains: Vec<String>,
+    /// Its dm-verity root hash (hex), recorded in the verdict.
+    pub root_hash: String,
+    /// Its root directory.
+    pub dir: PathBuf,
+}
+
+impl ToolchainRoot {
+    /// The system root for `job`: `Ok(None)` when the job names no toolchain, this root when it holds every
+    /// toolchain named, else why not (a refusal).
+    pub fn for_job<'a>(
+        root: Option<&'a ToolchainRoot>,
+        job: &Job,
+    ) -> Result<Option<&'a ToolchainRoot>, String> {
+        let wanted = &job.image.toolchains;
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let Some(root) = root else {
+            return Err(format!(
+                "image.toolchains = [{}]: this runner has no toolchain image (build one with `fenced-run image \
+                 build --toolchains {}`)",
+                wanted.join(", "),
+                wanted.join(",")
+            ));
+        };
+        let missing: Vec<&str> = wanted
+            .iter()
+            .filter(|t| !root.toolchains.contains(t))
+            .map(String::as_str)
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "image.toolchains: this runner's toolchain image holds [{}], not {}",
+                root.toolchains.join(", "),
+                missing.join(", ")
+            ));
+        }
+        Ok(Some(root))
+    }
+}
+
+impl RunOptions {
+    /// Options for the process tier with `helper` as the re-executed binary.
+    pub fn new(helper: PathBuf, nonce: Vec<u8>) -> RunOptions {
+        RunOptions {
+            helper,
+            isolation: Isolation::Process,
+            nonce,
+            proxy: Some(Arc::new(ProxyEgress::system())),
+            home: None,
+            repository: None,
+            operator: intake::operator::OperatorPolicy::default(),
+            toolchains: None,
+        }
+    }
+}
