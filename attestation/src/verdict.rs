@@ -111,41 +111,8 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// The isolation tier the run used (DESIGN.md "Isolation tiers").
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Isolation {
-    /// AMD SEV-SNP confidential VM.
-    #[serde(rename = "sev-snp")]
-    SevSnp,
-    /// Intel TDX trust domain.
-    #[serde(rename = "tdx")]
-    Tdx,
-    /// A plain KVM or TCG VM with the same guest image (sim attestation).
-    #[serde(rename = "vm")]
-    Vm,
-    /// Linux namespaces on the host with the same fence code (sim attestation).
-    #[serde(rename = "process")]
-    Process,
-}
-
-impl Isolation {
-    /// The contract name (`sev-snp`, `tdx`, `vm`, `process`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Isolation::SevSnp => "sev-snp",
-            Isolation::Tdx => "tdx",
-            Isolation::Vm => "vm",
-            Isolation::Process => "process",
-        }
-    }
-}
-
-impl fmt::Display for Isolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The isolation tier the run used (DESIGN.md "Isolation tiers"): the one enum, [`job_policy::Isolation`].
+pub use job_policy::Isolation;
 
 /// The `format` key: always [`VERDICT_FORMAT`]; any other string is rejected when decoding.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

@@ -1,9 +1,9 @@
 //! Intake stages 1-5 (receive, unpack, structure, normalise, scan): refuse a bad bundle before a byte of
 //! it runs. Nothing reachable from here spawns a process or loads code; `tests/no_exec.rs` walks this crate
-//! and its dependency graph to keep it so. Also home of the job-file loader ([`job`]) and of the address
-//! policy ([`addr`]) that the fence and its egress proxy share with intake.
+//! and its dependency graph to keep it so. The job file's loader ([`job`]) and the address policy
+//! ([`addr`]) are [`job_policy`]'s, re-exported; the accepted bundle ([`AcceptedBundle`]) is what every later
+//! step takes.
 
-pub mod addr;
 pub mod job;
 pub mod normalise;
 pub mod operator;
@@ -13,8 +13,12 @@ pub mod scan;
 pub mod structure;
 pub mod unpack;
 
+/// The address policy (in [`job_policy::addr`]), shared with the egress proxy.
+pub use job_policy::addr;
+
 pub use report::{
-    Finding, IntakeLimits, IntakeReport, Refusal, Severity, Stage, StageResult, StageStatus,
+    AcceptedBundle, Finding, IntakeLimits, IntakeReport, Refusal, Severity, Stage, StageResult,
+    StageStatus,
 };
 
 use normalise::{Isolation, RunnerPolicy, TierLimits};
@@ -23,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
-use unpack::ArchiveFormat;
+use unpack::{ArchiveFormat, OpenedArchive};
 
 /// How to run intake.
 #[derive(Clone)]
@@ -192,19 +196,68 @@ impl Run {
     }
 }
 
+/// The job file as intake read it once: its bytes' hash and what the loader made of them.
+struct LoadedJob {
+    /// SHA-256 of the bytes, lowercase hex.
+    sha256: String,
+    /// The bytes (kept to check a directory bundle's copy against them).
+    bytes: Vec<u8>,
+    /// The parsed job, or the loader's refusal.
+    job: Result<job::Job, job::JobError>,
+}
+
+impl LoadedJob {
+    /// Parses `bytes` once; `origin` is where the job file lies in intake's copy (relative paths resolve
+    /// against its directory).
+    fn parse(bytes: Vec<u8>, origin: &Path) -> LoadedJob {
+        let job = job::Job::from_bytes(&bytes, origin);
+        let sha256 = match &job {
+            Ok(j) => j.sha256.clone(),
+            Err(_) => {
+                use sha2::Digest;
+                hex::encode(sha2::Sha256::digest(&bytes))
+            }
+        };
+        LoadedJob { sha256, bytes, job }
+    }
+}
+
+/// The job file's name as messages show it (never the temporary directory it was unpacked into).
+fn shown_name(job_path: &Path) -> String {
+    job_path
+        .file_name()
+        .map_or_else(|| "job.toml".into(), |n| n.to_string_lossy().into_owned())
+}
+
+/// Reads the job file at `job_path` (a regular file, at most [`job::MAX_JOB_FILE_BYTES`]) as stage 3 would;
+/// `Err` is stage 3's refusal.
+fn read_job_file(job_path: &Path) -> Result<Vec<u8>, String> {
+    let shown = shown_name(job_path);
+    match std::fs::symlink_metadata(job_path) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(format!("{shown} is not a regular file")),
+        Err(_) => return Err(format!("the bundle root holds no {shown}")),
+    }
+    match unpack::read_limited(job_path, job::MAX_JOB_FILE_BYTES) {
+        Ok(Some(b)) => Ok(b),
+        Ok(None) => Err(format!(
+            "{shown}: the job file is larger than {} bytes",
+            job::MAX_JOB_FILE_BYTES
+        )),
+        Err(e) => Err(format!("{shown}: cannot read the job file: {e}")),
+    }
+}
+
 /// Unpacks the job's repository when it is an archive (or, with `copy_dirs`, copies it when it is a
 /// directory) into `work/repository` under the stage 2 rules. `Ok(None)` when there is nothing to do (a
 /// URL, a git bundle, a directory inside an unpacked bundle, or a job stage 3 will refuse anyway).
 fn unpack_repository(
-    job_path: &Path,
+    job: &job::Job,
     root: &Path,
     work: &Path,
     limits: &IntakeLimits,
     copy_dirs: bool,
 ) -> Result<Option<(PathBuf, Finding)>, (String, String)> {
-    let Ok(job) = job::Job::load(job_path) else {
-        return Ok(None);
-    };
     if job.repository.url().is_some() {
         return Ok(None);
     }
@@ -236,7 +289,8 @@ fn unpack_repository(
         let Some(fmt) = ArchiveFormat::detect(&bytes) else {
             return Ok(None);
         };
-        unpack::unpack_archive(&bytes, fmt, &dest, limits)
+        let archive = OpenedArchive::open(&bytes, fmt, work, limits);
+        archive.unpack(&dest)
     } else {
         return Ok(None);
     };
@@ -258,7 +312,10 @@ fn unpack_repository(
 }
 
 /// Runs stages 1-5 on a bundle (a directory or a .tar/.tar.gz/.zip whose root holds `job.toml`), or on a
-/// lone job file (`*.toml`, whose repository and patch must lie under its directory). Executes nothing. On acceptance the report holds the unpacked root, the repository directory and the loaded job.
+/// lone job file (`*.toml`, whose repository and patch must lie under its directory). Executes nothing.
+/// The job file is read and parsed once, and an archive decompressed once. On acceptance the report holds
+/// the unpacked root, the repository directory and the loaded job; [`IntakeReport::into_accepted`] turns it
+/// into the [`AcceptedBundle`] every later step takes.
 pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     let mut run = Run {
         report: IntakeReport {
@@ -271,6 +328,8 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             root: None,
             repository_dir: None,
             job: None,
+            job_sha256: None,
+            isolation: opts.isolation,
         },
     };
     let limits = &opts.limits;
@@ -287,10 +346,46 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             return run.finish(opts);
         }
     };
+    // The work directory is made now: a .tar.gz is inflated once, into it, for every later pass.
+    let work = match fresh_dir(&opts.work_parent) {
+        Ok(w) => w,
+        Err(e) => {
+            run.report.unusable = Some(format!(
+                "cannot create a work directory under {}: {e}",
+                opts.work_parent.display()
+            ));
+            return run.finish(opts);
+        }
+    };
+    run.report.work_dir = Some(work.clone());
+    let job_file = received.kind == BundleKind::JobFile;
+    let root = if job_file {
+        match input.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    } else {
+        work.join("bundle")
+    };
+    let job_path = if job_file {
+        input.to_path_buf()
+    } else {
+        root.join("job.toml")
+    };
+    let opened = match (&received.kind, &received.bytes) {
+        (BundleKind::Archive(fmt), Some(bytes)) => {
+            Some(OpenedArchive::open(bytes, *fmt, &work, limits))
+        }
+        _ => None,
+    };
     let mut notes = Vec::new();
-    match receive::peek_job(input, &received, limits) {
-        Some(bytes) => {
-            if let Ok(job) = job::Job::from_bytes(&bytes, Path::new("job.toml")) {
+    // The job file, read and parsed here once when that is cheap; stage 3 judges what the loader said.
+    let mut loaded = receive::peek_job(input, &received, opened.as_ref())
+        .map(|bytes| LoadedJob::parse(bytes, &job_path));
+    match &loaded {
+        Some(l) => {
+            run.report.job_sha256 = Some(l.sha256.clone());
+            if let Ok(job) = &l.job {
                 if let Some(Ok(url)) = job.repository.url() {
                     if let Err(why) = receive::check_repository_url(&url, opts.resolver.as_ref()) {
                         run.refuse(Stage::Receive, Vec::new(), "repository.path", why);
@@ -309,43 +404,20 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     run.pass(Stage::Receive, notes);
 
     // 2 unpack
-    let work = match fresh_dir(&opts.work_parent) {
-        Ok(w) => w,
-        Err(e) => {
-            run.report.unusable = Some(format!(
-                "cannot create a work directory under {}: {e}",
-                opts.work_parent.display()
-            ));
-            return run.finish(opts);
-        }
-    };
-    run.report.work_dir = Some(work.clone());
-    let (root, job_path, mut unpack_notes) = if received.kind == BundleKind::JobFile {
-        let dir = match input.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let note = Finding::new(
+    let mut unpack_notes = if job_file {
+        vec![Finding::new(
             Stage::Unpack,
             Severity::Note,
             "job file",
             format!(
                 "a job file, not a bundle: what it names is taken from {} under the bundle rules",
-                dir.display()
+                root.display()
             ),
-        );
-        (dir, input.to_path_buf(), vec![note])
+        )]
     } else {
-        let root = work.join("bundle");
-        let unpacked = match (&received.kind, &received.bytes) {
-            (BundleKind::Archive(fmt), Some(bytes)) => {
-                unpack::unpack_archive(bytes, *fmt, &root, limits)
-            }
-            (BundleKind::Archive(_), None) => Err(unpack::UnpackError {
-                member: "<archive>".into(),
-                reason: "archive bytes missing".into(),
-            }),
-            _ => unpack::copy_dir(input, &root, limits),
+        let unpacked = match &opened {
+            Some(archive) => archive.unpack(&root),
+            None => unpack::copy_dir(input, &root, limits),
         };
         let summary = match unpacked.and_then(|s| unpack::verify_tree(&root).map(|_| s)) {
             Ok(s) => s,
@@ -354,7 +426,7 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
                 return run.finish(opts);
             }
         };
-        let note = Finding::new(
+        vec![Finding::new(
             Stage::Unpack,
             Severity::Note,
             "bundle",
@@ -362,49 +434,87 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
                 "{} entries: {} files ({} bytes), {} symlinks, {} hard links",
                 summary.entries, summary.files, summary.bytes, summary.symlinks, summary.hardlinks
             ),
-        );
-        let job_path = root.join("job.toml");
-        (root, job_path, vec![note])
+        )]
     };
     run.report.root = Some(root.clone());
+    // The archive's bytes (and its spool) are not needed again: free them before a repository archive is read.
+    drop(opened);
+    let copy_dirs = job_file;
+    let kind = received.kind;
+    drop(received);
+    // The job file from intake's own copy: read there when stage 1 could not read it cheaply; a directory
+    // bundle's copy must hold the very bytes stage 1 read (a file changed mid-intake is refused).
+    let job_state: Result<LoadedJob, String> = match loaded.take() {
+        Some(l) if kind == BundleKind::Directory => match read_job_file(&job_path) {
+            Ok(copy) if copy == l.bytes => Ok(l),
+            Ok(_) | Err(_) => {
+                run.refuse(
+                    Stage::Unpack,
+                    Vec::new(),
+                    "job.toml",
+                    "changed while intake copied the bundle (the copy differs from what stage 1 read)"
+                        .into(),
+                );
+                return run.finish(opts);
+            }
+        },
+        Some(l) => Ok(l),
+        None => read_job_file(&job_path).map(|b| {
+            let l = LoadedJob::parse(b, &job_path);
+            run.report.job_sha256 = Some(l.sha256.clone());
+            l
+        }),
+    };
     // A repository shipped as an archive is unpacked, and a lone job file's repository directory copied,
     // under the same rules, into `repository/`.
-    let copy_dirs = received.kind == BundleKind::JobFile;
-    // The archive's bytes are not needed again: free them before a repository archive is read.
-    drop(received);
-    let repo_unpacked = match unpack_repository(&job_path, &root, &work, limits, copy_dirs) {
-        Ok(Some((dest, note))) => {
-            unpack_notes.push(note);
-            Some(dest)
-        }
-        Ok(None) => None,
-        Err((location, reason)) => {
-            run.refuse(Stage::Unpack, Vec::new(), &location, reason);
-            return run.finish(opts);
-        }
+    let repo_unpacked = match job_state.as_ref().map(|l| l.job.as_ref()) {
+        Ok(Ok(job)) => match unpack_repository(job, &root, &work, limits, copy_dirs) {
+            Ok(Some((dest, note))) => {
+                unpack_notes.push(note);
+                Some(dest)
+            }
+            Ok(None) => None,
+            Err((location, reason)) => {
+                run.refuse(Stage::Unpack, Vec::new(), &location, reason);
+                return run.finish(opts);
+            }
+        },
+        _ => None,
     };
     run.pass(Stage::Unpack, unpack_notes);
 
     // 3 structure
-    let st = match structure::structure_at(
-        &job_path,
-        &root,
-        repo_unpacked.as_deref(),
-        opts.resolver.as_ref(),
-    ) {
-        Ok(s) => s,
+    let job = match job_state.map(|l| l.job) {
+        Ok(Ok(job)) => job,
+        Ok(Err(e)) => {
+            // Messages name the file by its own name, not the temporary directory it was unpacked into.
+            let why =
+                e.to_string()
+                    .replacen(&job_path.display().to_string(), &shown_name(&job_path), 1);
+            run.refuse(Stage::Structure, Vec::new(), "", why);
+            return run.finish(opts);
+        }
         Err(why) => {
             run.refuse(Stage::Structure, Vec::new(), "", why);
             return run.finish(opts);
         }
     };
+    let st =
+        match structure::structure_of(job, &root, repo_unpacked.as_deref(), opts.resolver.as_ref())
+        {
+            Ok(s) => s,
+            Err(why) => {
+                run.refuse(Stage::Structure, Vec::new(), "", why);
+                return run.finish(opts);
+            }
+        };
+    let job = st.job;
     run.report.repository_dir = st.repository_dir.clone();
-    run.report.job = Some(st.job.clone());
+    run.report.job = Some(job.clone());
     run.pass(Stage::Structure, st.notes);
 
     // 4 normalise
-    let n =
-        normalise::normalise_for_runner(&st.job, opts.isolation, &opts.tier_limits, &opts.runner);
+    let n = normalise::normalise_for_runner(&job, opts.isolation, &opts.tier_limits, &opts.runner);
     if n.iter().any(|f| f.severity == Severity::Refusal) {
         run.refuse(Stage::Normalise, n, "", String::new());
         return run.finish(opts);
@@ -412,7 +522,7 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
     run.pass(Stage::Normalise, n);
 
     // 5 scan
-    let mut s = scan::scan_job(&st.job);
+    let mut s = scan::scan_job(&job);
     let refused = !s.is_empty();
     if let Some(dir) = &st.repository_dir {
         s.extend(scan::scan_repository(dir, limits));

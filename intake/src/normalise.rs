@@ -9,41 +9,10 @@ use crate::job::{env_name_denied, AllowHost, Job};
 use crate::operator::{self, OperatorPolicy};
 use crate::report::{Finding, Severity, Stage};
 use serde::Serialize;
-use std::fmt;
 use std::path::PathBuf;
 
-/// The isolation tiers of DESIGN.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-#[non_exhaustive]
-pub enum Isolation {
-    /// AMD SEV-SNP confidential VM.
-    SevSnp,
-    /// Intel TDX trust domain.
-    Tdx,
-    /// Plain KVM/TCG VM.
-    Vm,
-    /// Linux namespaces on the host.
-    Process,
-}
-
-impl Isolation {
-    /// The tier's name as in verdicts.
-    pub fn name(self) -> &'static str {
-        match self {
-            Isolation::SevSnp => "sev-snp",
-            Isolation::Tdx => "tdx",
-            Isolation::Vm => "vm",
-            Isolation::Process => "process",
-        }
-    }
-}
-
-impl fmt::Display for Isolation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The isolation tiers (one enum, [`job_policy::Isolation`], shared with the verdict and the fence).
+pub use job_policy::Isolation;
 
 /// The most a job may ask for in one tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -5,8 +5,8 @@
 use crate::addr;
 use crate::job::{HostName, RepoUrl, MAX_JOB_FILE_BYTES};
 use crate::report::IntakeLimits;
-use crate::unpack::{self, ArchiveFormat};
-use std::io::{self, Read};
+use crate::unpack::{self, ArchiveFormat, OpenedArchive};
+use std::io;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::Path;
 
@@ -143,9 +143,14 @@ pub fn check_repository_url(url: &RepoUrl, resolver: &dyn Resolver) -> Result<Ve
     Ok(addrs)
 }
 
-/// The bytes of the bundle's `job.toml`, if it can be found cheaply (directory, zip central directory, or
-/// a tar whose headers pass the bounded raw check); `None` otherwise (stage 3 checks again).
-pub fn peek_job(input: &Path, received: &Received, limits: &IntakeLimits) -> Option<Vec<u8>> {
+/// The bytes of the bundle's `job.toml`, if they can be found cheaply: a directory's, a lone job file's own,
+/// or through the [`OpenedArchive`] (a zip's central directory, a tar whose headers pass the bounded raw
+/// check); `None` otherwise (stage 3 reads it from intake's copy).
+pub fn peek_job(
+    input: &Path,
+    received: &Received,
+    archive: Option<&OpenedArchive<'_>>,
+) -> Option<Vec<u8>> {
     match (&received.kind, &received.bytes) {
         (BundleKind::Directory, _) => {
             let p = input.join("job.toml");
@@ -156,22 +161,7 @@ pub fn peek_job(input: &Path, received: &Received, limits: &IntakeLimits) -> Opt
             unpack::read_limited(&p, MAX_JOB_FILE_BYTES).ok().flatten()
         }
         (BundleKind::JobFile, Some(bytes)) => Some(bytes.clone()),
-        (BundleKind::Archive(ArchiveFormat::Zip), Some(bytes)) => {
-            let mut z = zip::ZipArchive::new(io::Cursor::new(bytes.as_slice())).ok()?;
-            let name = ["job.toml", "./job.toml"]
-                .into_iter()
-                .find(|n| z.index_for_name(n).is_some())?;
-            let f = z.by_name(name).ok()?;
-            if f.size() > MAX_JOB_FILE_BYTES {
-                return None;
-            }
-            let mut out = Vec::new();
-            f.take(MAX_JOB_FILE_BYTES).read_to_end(&mut out).ok()?;
-            Some(out)
-        }
-        (BundleKind::Archive(fmt), Some(bytes)) => {
-            unpack::peek_tar_file(bytes, *fmt, limits, "job.toml")
-        }
+        (BundleKind::Archive(_), Some(_)) => archive?.peek_file("job.toml"),
         _ => None,
     }
 }

@@ -3,9 +3,10 @@
 //! first refusing stage.
 
 use crate::job::Job;
+use crate::normalise::Isolation;
 use serde::Serialize;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The five intake stages, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -169,12 +170,83 @@ pub struct IntakeReport {
     pub repository_dir: Option<PathBuf>,
     /// The loaded job, when stage 3 passed.
     pub job: Option<Job>,
+    /// SHA-256 of the job file's bytes as intake read them (lowercase hex), when it read them, whether or not
+    /// they loaded: a refused verdict names the job file by it.
+    #[serde(skip)]
+    pub job_sha256: Option<String>,
+    /// The tier intake judged the job for (stage 4).
+    #[serde(skip)]
+    pub isolation: Isolation,
+}
+
+/// A bundle intake accepted: the one checked value every later step (the fence, the guest agent) takes, so
+/// that nothing re-reads, re-parses or re-hashes what intake checked. It owns intake's work directory
+/// (the unpacked tree and repository); [`AcceptedBundle::cleanup`] removes it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct AcceptedBundle {
+    /// The job, loaded once from the job file in intake's copy (its `sha256` is the file's hash, its
+    /// `base_dir` the copy's root, so a patch path resolves inside intake's copy).
+    pub job: Job,
+    /// The unpacked bundle root (a lone job file's own directory for `fenced-run run JOB.toml`).
+    pub root: PathBuf,
+    /// The repository as a directory in intake's copy (or a lone job file's directory tree copied), when
+    /// there is one; `None` for a git bundle, which the fence reads itself.
+    pub repository_dir: Option<PathBuf>,
+    /// Every finding of every stage, in order (notes included).
+    pub findings: Vec<Finding>,
+    /// The tier intake judged the job for.
+    pub isolation: Isolation,
+    /// Intake's work directory, removed by [`AcceptedBundle::cleanup`].
+    work_dir: Option<PathBuf>,
+}
+
+impl AcceptedBundle {
+    /// SHA-256 of the job file, lowercase hex (the verdict's `inputs.job_sha256`).
+    pub fn job_sha256(&self) -> &str {
+        &self.job.sha256
+    }
+
+    /// Intake's work directory, while it is there.
+    pub fn work_dir(&self) -> Option<&Path> {
+        self.work_dir.as_deref()
+    }
+
+    /// Removes intake's work directory (never following a symbolic link out of it).
+    pub fn cleanup(&mut self) -> std::io::Result<()> {
+        if let Some(dir) = self.work_dir.take() {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl IntakeReport {
     /// Every finding of every stage, in order.
     pub fn findings(&self) -> impl Iterator<Item = &Finding> {
         self.stages.iter().flat_map(|s| s.findings.iter())
+    }
+
+    /// The accepted bundle when every stage passed (the report's job, root, repository and work directory
+    /// move into it); the report itself, unchanged, otherwise.
+    #[allow(clippy::result_large_err)]
+    pub fn into_accepted(mut self) -> Result<AcceptedBundle, IntakeReport> {
+        if !self.accepted || self.unusable.is_some() || self.job.is_none() || self.root.is_none() {
+            return Err(self);
+        }
+        let (Some(job), Some(root)) = (self.job.take(), self.root.take()) else {
+            return Err(self);
+        };
+        Ok(AcceptedBundle {
+            findings: self.findings().cloned().collect(),
+            job,
+            root,
+            repository_dir: self.repository_dir.take(),
+            isolation: self.isolation,
+            work_dir: self.work_dir.take(),
+        })
     }
 
     /// Removes the work directory (never following a symbolic link out of it).

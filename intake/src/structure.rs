@@ -1,5 +1,5 @@
-//! Stage 3: structure. The bundle's `job.toml` loads with the same loader as `fenced-run run`, and what it
-//! names is present inside the bundle: the repository (a directory, an archive unpacked by stage 2, a git
+//! Stage 3: structure. The bundle's `job.toml` (loaded once, with the same loader as `fenced-run run`, by
+//! [`crate::run_stages`]) names what is present inside the bundle: the repository (a directory, an archive unpacked by stage 2, a git
 //! bundle, or a URL whose host passes the address policy) and the patch.
 
 use crate::job::Job;
@@ -60,37 +60,15 @@ pub fn is_git_bundle(path: &Path) -> bool {
     }
 }
 
-/// Stage 3 on an unpacked bundle root. `unpacked_repository` is where stage 2 unpacked a repository
-/// archive, if it did.
-pub fn structure(
+/// Stage 3 on a job intake loaded once (stage 1 or 2 read and parsed its file): what it names must lie
+/// inside `root` (the bundle root, or a lone job file's directory). `unpacked_repository` is where stage 2
+/// unpacked a repository archive, if it did. The job comes back in [`Structure::job`].
+pub fn structure_of(
+    job: Job,
     root: &Path,
     unpacked_repository: Option<&Path>,
     resolver: &dyn Resolver,
 ) -> Result<Structure, String> {
-    structure_at(&root.join("job.toml"), root, unpacked_repository, resolver)
-}
-
-/// Stage 3 for a job file at `job_path` whose named paths must stay inside `root` (the bundle root, or a
-/// lone job file's directory).
-pub fn structure_at(
-    job_path: &Path,
-    root: &Path,
-    unpacked_repository: Option<&Path>,
-    resolver: &dyn Resolver,
-) -> Result<Structure, String> {
-    let shown = job_path
-        .file_name()
-        .map_or_else(|| "job.toml".into(), |n| n.to_string_lossy().into_owned());
-    match fs::symlink_metadata(job_path) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return Err(format!("{shown} is not a regular file")),
-        Err(_) => return Err(format!("the bundle root holds no {shown}")),
-    }
-    let job = Job::load(job_path).map_err(|e| {
-        // Messages name the file by its own name, not the temporary directory it was unpacked into.
-        e.to_string()
-            .replacen(&job_path.display().to_string(), &shown, 1)
-    })?;
     let mut notes = Vec::new();
     let repository_dir = match job.repository.url() {
         Some(Err(e)) => return Err(format!("repository.path: {e}")),

@@ -583,130 +583,333 @@ fn make_fresh(dest: &Path) -> Result<(), UnpackError> {
     })
 }
 
-/// Unpacks an archive held in memory into `dest`, which must not exist yet (it is created here).
+/// Unpacks an archive held in memory into `dest`, which must not exist yet (it is created here); a .tar.gz is
+/// inflated once, into a spool file beside `dest` that is removed afterwards ([`OpenedArchive`]).
 pub fn unpack_archive(
     bytes: &[u8],
     format: ArchiveFormat,
     dest: &Path,
     limits: &IntakeLimits,
 ) -> Result<UnpackSummary, UnpackError> {
-    let clen = format.compressed().then_some(bytes.len() as u64);
-    let mut planner = Planner::new(limits, clen);
-    match format {
-        ArchiveFormat::Tar | ArchiveFormat::TarGz => {
-            plan_tar(bytes, format, &mut planner)?;
-            let mut w = Writer::start(&planner, dest)?;
-            write_tar(bytes, format, &planner, &mut w)?;
-            w.links(&planner.entries)?;
-            Ok(w.summary)
-        }
-        ArchiveFormat::Zip => {
-            // Bound the zip reader's own memory first: it holds every central-directory record, and each
-            // record starts with this signature, so the count bounds the records (data that happens to
-            // contain the signature only makes the bound looser).
-            let records = bytes.windows(4).filter(|w| *w == b"PK\x01\x02").count() as u64;
-            if records > limits.max_entries {
-                return Err(refuse(
-                    "<archive>",
-                    format!(
-                        "archive has up to {records} central-directory records, more than max_entries = {}",
-                        limits.max_entries
-                    ),
-                ));
-            }
-            let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
-                .map_err(|e| refuse("<archive>", format!("not a readable zip: {e}")))?;
-            if zip.len() as u64 > limits.max_entries {
-                return Err(refuse(
-                    "<archive>",
-                    format!(
-                        "archive has {} members, more than max_entries = {}",
-                        zip.len(),
-                        limits.max_entries
-                    ),
-                ));
-            }
-            for i in 0..zip.len() {
-                let f = zip
-                    .by_index_raw(i)
-                    .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?;
-                let name = f.name_raw().to_vec();
-                let mode = f.unix_mode();
-                let mut kind = zip_kind(f.name(), mode);
-                if let Some(c) = f.compressed_size().checked_mul(limits.max_ratio) {
-                    if f.size() > c.saturating_add(limits.ratio_slack_bytes) {
-                        return Err(refuse(
-                            shown(&name),
-                            format!(
-                                "declares {} bytes from {} compressed, more than max_ratio = {}",
-                                f.size(),
-                                f.compressed_size(),
-                                limits.max_ratio
-                            ),
-                        ));
-                    }
-                }
-                if let RawKind::Symlink(_) = kind {
-                    // A zip symlink's target is its (stored) content; small by definition.
-                    if f.size() > limits.max_path_bytes as u64 || f.compressed_size() > 4096 {
-                        return Err(refuse(
-                            shown(&name),
-                            "symlink target longer than max_path_bytes",
-                        ));
-                    }
-                    drop(f);
-                    let mut g = zip
-                        .by_index(i)
-                        .map_err(|e| refuse(shown(&name), format!("unreadable: {e}")))?;
-                    let mut t = Vec::new();
-                    (&mut g)
-                        .take(limits.max_path_bytes as u64 + 1)
-                        .read_to_end(&mut t)
-                        .map_err(|e| refuse(shown(&name), format!("unreadable: {e}")))?;
-                    kind = RawKind::Symlink(t);
-                    planner.add(&name, kind, 0, mode.unwrap_or(0), None)?;
-                } else {
-                    let size = if matches!(kind, RawKind::File) {
-                        f.size()
-                    } else {
-                        0
-                    };
-                    planner.add(&name, kind, size, mode.unwrap_or(0) & 0o7777, None)?;
-                }
-            }
-            let mut w = Writer::start(&planner, dest)?;
-            // Match planned entries back to zip indices by name.
-            let mut by_name: HashMap<String, usize> = HashMap::new();
-            for (i, e) in planner.entries.iter().enumerate() {
-                by_name.insert(e.comps.join("/"), i);
-            }
-            for i in 0..zip.len() {
-                let mut f = zip
-                    .by_index(i)
-                    .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?;
-                let comps = components(f.name_raw(), limits)?;
-                let Some(&pi) = by_name.get(&comps.join("/")) else {
-                    continue;
-                };
-                let e = &planner.entries[pi];
-                match e.kind {
-                    Kind::Dir => w.dir(&e.comps)?,
-                    Kind::File => w.file(e, &mut f)?,
-                    _ => {}
-                }
-            }
-            w.links(&planner.entries)?;
-            Ok(w.summary)
+    let spool_dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    OpenedArchive::open(bytes, format, spool_dir, limits).unpack(dest)
+}
+
+/// Where a tar stream is read from: the archive's own bytes (a plain tar), or the spool file a .tar.gz was
+/// inflated into once.
+enum TarSource<'a> {
+    Bytes(&'a [u8]),
+    Spool(PathBuf),
+}
+
+impl TarSource<'_> {
+    fn reader(&self) -> Result<Box<dyn Read + '_>, UnpackError> {
+        match self {
+            TarSource::Bytes(b) => Ok(Box::new(*b)),
+            TarSource::Spool(p) => File::open(p)
+                .map(|f| Box::new(io::BufReader::with_capacity(64 * 1024, f)) as Box<dyn Read>)
+                .map_err(|e| io_refuse("<archive>", "cannot reopen the inflated archive", e)),
         }
     }
 }
 
-fn tar_reader(bytes: &[u8], format: ArchiveFormat) -> tar::Archive<Box<dyn Read + '_>> {
-    let r: Box<dyn Read> = match format {
-        ArchiveFormat::TarGz => Box::new(flate2::read::MultiGzDecoder::new(bytes)),
-        _ => Box::new(bytes),
+/// What was read of an archive once, for every later pass: a zip's bytes, or a tar stream whose raw headers
+/// passed the bounded check (a .tar.gz inflated exactly once, into a spool file, while that check ran). The
+/// job-file peek of stage 1, the metadata pass and the write pass of stage 2 all read this, so no archive is
+/// decompressed twice. The spool file is removed when this is dropped.
+pub struct OpenedArchive<'a> {
+    format: ArchiveFormat,
+    limits: IntakeLimits,
+    compressed_len: Option<u64>,
+    zip: Option<&'a [u8]>,
+    tar: Option<TarSource<'a>>,
+    /// The raw header check's refusal (reported by stage 2, which would have run it).
+    checked: Result<(), UnpackError>,
+}
+
+impl std::fmt::Debug for OpenedArchive<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedArchive")
+            .field("format", &self.format)
+            .field("checked", &self.checked)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Copies what is read through it into a writer: the inflated tar stream into its spool file.
+struct Tee<R, W> {
+    inner: R,
+    copy: W,
+}
+
+impl<R: Read, W: Write> Read for Tee<R, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.copy.write_all(&buf[..n])?;
+        Ok(n)
+    }
+}
+
+/// Bytes of the inflated stream kept after the raw check's end-of-archive block (the tar reader stops at the
+/// first zero block, so it never needs more; the rest of a stream is not inflated).
+const SPOOL_TAIL_BYTES: u64 = 1024;
+
+impl<'a> OpenedArchive<'a> {
+    /// Opens an archive held in memory. A .tar.gz is inflated once into a fresh spool file in `spool_dir`
+    /// while its raw headers are checked; a failure of that check (or of the spool) is kept and returned by
+    /// [`OpenedArchive::unpack`], as stage 2 reports it.
+    pub fn open(
+        bytes: &'a [u8],
+        format: ArchiveFormat,
+        spool_dir: &Path,
+        limits: &IntakeLimits,
+    ) -> OpenedArchive<'a> {
+        let compressed_len = format.compressed().then_some(bytes.len() as u64);
+        let mut opened = OpenedArchive {
+            format,
+            limits: *limits,
+            compressed_len,
+            zip: None,
+            tar: None,
+            checked: Ok(()),
+        };
+        let planner = Planner::new(limits, compressed_len);
+        match format {
+            ArchiveFormat::Zip => opened.zip = Some(bytes),
+            ArchiveFormat::Tar => {
+                opened.checked = raw_tar_check(&mut &bytes[..], &planner);
+                opened.tar = Some(TarSource::Bytes(bytes));
+            }
+            ArchiveFormat::TarGz => match inflate_checked(bytes, spool_dir, &planner) {
+                Ok((spool, checked)) => {
+                    opened.checked = checked;
+                    opened.tar = Some(TarSource::Spool(spool));
+                }
+                Err(e) => opened.checked = Err(e),
+            },
+        }
+        opened
+    }
+
+    /// The archive's format.
+    pub fn format(&self) -> ArchiveFormat {
+        self.format
+    }
+
+    /// The bytes of one top-level regular file (`name` or `./name`) of at most
+    /// [`crate::job::MAX_JOB_FILE_BYTES`], when it can be found cheaply: a zip's central directory, or a tar
+    /// whose raw headers passed the check. `None` otherwise (stage 3 reads it from the unpacked tree).
+    pub fn peek_file(&self, name: &str) -> Option<Vec<u8>> {
+        use crate::job::MAX_JOB_FILE_BYTES;
+        if let Some(bytes) = self.zip {
+            let mut z = zip::ZipArchive::new(Cursor::new(bytes)).ok()?;
+            let found = [name.to_owned(), format!("./{name}")]
+                .into_iter()
+                .find(|n| z.index_for_name(n).is_some())?;
+            let f = z.by_name(&found).ok()?;
+            if f.size() > MAX_JOB_FILE_BYTES {
+                return None;
+            }
+            let mut out = Vec::new();
+            f.take(MAX_JOB_FILE_BYTES).read_to_end(&mut out).ok()?;
+            return Some(out);
+        }
+        self.checked.as_ref().ok()?;
+        let source = self.tar.as_ref()?;
+        let mut ar = tar::Archive::new(source.reader().ok()?);
+        for entry in ar.entries().ok()? {
+            let mut entry = entry.ok()?;
+            let comps = components(&entry.path_bytes(), &self.limits).ok()?;
+            if comps.len() == 1 && comps[0] == name {
+                if entry.header().entry_type() != tar::EntryType::Regular
+                    || entry.size() > MAX_JOB_FILE_BYTES
+                {
+                    return None;
+                }
+                let mut out = Vec::new();
+                entry.read_to_end(&mut out).ok()?;
+                return Some(out);
+            }
+        }
+        None
+    }
+
+    /// Unpacks into `dest`, which must not exist yet (it is created here): the metadata pass, then the write
+    /// pass, both over what [`OpenedArchive::open`] read.
+    pub fn unpack(&self, dest: &Path) -> Result<UnpackSummary, UnpackError> {
+        self.checked.clone()?;
+        let mut planner = Planner::new(&self.limits, self.compressed_len);
+        if let Some(bytes) = self.zip {
+            return unpack_zip(bytes, &mut planner, dest);
+        }
+        let source = self
+            .tar
+            .as_ref()
+            .ok_or_else(|| refuse("<archive>", "archive bytes missing"))?;
+        plan_tar(source, &mut planner)?;
+        let mut w = Writer::start(&planner, dest)?;
+        write_tar(source, &planner, &mut w)?;
+        w.links(&planner.entries)?;
+        Ok(w.summary)
+    }
+}
+
+impl Drop for OpenedArchive<'_> {
+    fn drop(&mut self) {
+        if let Some(TarSource::Spool(p)) = &self.tar {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// Inflates a .tar.gz once into a fresh spool file in `dir` while the raw header check reads it. `Err` when
+/// the spool cannot be made; the check's own result is the second member.
+fn inflate_checked(
+    bytes: &[u8],
+    dir: &Path,
+    planner: &Planner,
+) -> Result<(PathBuf, Result<(), UnpackError>), UnpackError> {
+    static SPOOLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SPOOLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!(".inflated-{}-{n}.tar", std::process::id()));
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| io_refuse("<archive>", "cannot create the inflated archive's spool", e))?;
+    let mut tee = Tee {
+        inner: flate2::read::MultiGzDecoder::new(bytes),
+        copy: io::BufWriter::with_capacity(64 * 1024, file),
     };
-    tar::Archive::new(r)
+    let mut checked = raw_tar_check(&mut tee, planner);
+    if checked.is_ok() {
+        // The second zero block (and a little slack) after the end, never the rest of a long stream.
+        let mut rest = (&mut tee).take(SPOOL_TAIL_BYTES);
+        if let Err(e) = io::copy(&mut rest, &mut io::sink()) {
+            if e.kind() != io::ErrorKind::UnexpectedEof {
+                checked = Err(refuse("<archive>", format!("unreadable: {e}")));
+            }
+        }
+    }
+    if let Err(e) = tee.copy.flush() {
+        let _ = fs::remove_file(&path);
+        return Err(io_refuse(
+            "<archive>",
+            "writing the inflated archive's spool",
+            e,
+        ));
+    }
+    Ok((path, checked))
+}
+
+/// Both passes of a zip: the central directory checked member by member, then the members written.
+fn unpack_zip(
+    bytes: &[u8],
+    planner: &mut Planner,
+    dest: &Path,
+) -> Result<UnpackSummary, UnpackError> {
+    let limits = planner.limits;
+    // Bound the zip reader's own memory first: it holds every central-directory record, and each
+    // record starts with this signature, so the count bounds the records (data that happens to
+    // contain the signature only makes the bound looser).
+    let records = bytes.windows(4).filter(|w| *w == b"PK\x01\x02").count() as u64;
+    if records > limits.max_entries {
+        return Err(refuse(
+            "<archive>",
+            format!(
+                "archive has up to {records} central-directory records, more than max_entries = {}",
+                limits.max_entries
+            ),
+        ));
+    }
+    let mut zip = zip::ZipArchive::new(Cursor::new(bytes))
+        .map_err(|e| refuse("<archive>", format!("not a readable zip: {e}")))?;
+    if zip.len() as u64 > limits.max_entries {
+        return Err(refuse(
+            "<archive>",
+            format!(
+                "archive has {} members, more than max_entries = {}",
+                zip.len(),
+                limits.max_entries
+            ),
+        ));
+    }
+    for i in 0..zip.len() {
+        let f = zip
+            .by_index_raw(i)
+            .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?;
+        let name = f.name_raw().to_vec();
+        let mode = f.unix_mode();
+        let mut kind = zip_kind(f.name(), mode);
+        if let Some(c) = f.compressed_size().checked_mul(limits.max_ratio) {
+            if f.size() > c.saturating_add(limits.ratio_slack_bytes) {
+                return Err(refuse(
+                    shown(&name),
+                    format!(
+                        "declares {} bytes from {} compressed, more than max_ratio = {}",
+                        f.size(),
+                        f.compressed_size(),
+                        limits.max_ratio
+                    ),
+                ));
+            }
+        }
+        if let RawKind::Symlink(_) = kind {
+            // A zip symlink's target is its (stored) content; small by definition.
+            if f.size() > limits.max_path_bytes as u64 || f.compressed_size() > 4096 {
+                return Err(refuse(
+                    shown(&name),
+                    "symlink target longer than max_path_bytes",
+                ));
+            }
+            drop(f);
+            let mut g = zip
+                .by_index(i)
+                .map_err(|e| refuse(shown(&name), format!("unreadable: {e}")))?;
+            let mut t = Vec::new();
+            (&mut g)
+                .take(limits.max_path_bytes as u64 + 1)
+                .read_to_end(&mut t)
+                .map_err(|e| refuse(shown(&name), format!("unreadable: {e}")))?;
+            kind = RawKind::Symlink(t);
+            planner.add(&name, kind, 0, mode.unwrap_or(0), None)?;
+        } else {
+            let size = if matches!(kind, RawKind::File) {
+                f.size()
+            } else {
+                0
+            };
+            planner.add(&name, kind, size, mode.unwrap_or(0) & 0o7777, None)?;
+        }
+    }
+    let mut w = Writer::start(planner, dest)?;
+    // Match planned entries back to zip indices by name.
+    let mut by_name: HashMap<String, usize> = HashMap::new();
+    for (i, e) in planner.entries.iter().enumerate() {
+        by_name.insert(e.comps.join("/"), i);
+    }
+    for i in 0..zip.len() {
+        let mut f = zip
+            .by_index(i)
+            .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?;
+        let comps = components(f.name_raw(), limits)?;
+        let Some(&pi) = by_name.get(&comps.join("/")) else {
+            continue;
+        };
+        let e = &planner.entries[pi];
+        match e.kind {
+            Kind::Dir => w.dir(&e.comps)?,
+            Kind::File => w.file(e, &mut f)?,
+            _ => {}
+        }
+    }
+    w.links(&planner.entries)?;
+    Ok(w.summary)
 }
 
 /// Largest GNU long-name/long-link or pax extension record accepted (the tar crate holds these in memory).
@@ -849,15 +1052,9 @@ fn raw_tar_check(r: &mut dyn Read, planner: &Planner) -> Result<(), UnpackError>
     }
 }
 
-fn plan_tar(bytes: &[u8], format: ArchiveFormat, planner: &mut Planner) -> Result<(), UnpackError> {
-    {
-        let mut raw: Box<dyn Read> = match format {
-            ArchiveFormat::TarGz => Box::new(flate2::read::MultiGzDecoder::new(bytes)),
-            _ => Box::new(bytes),
-        };
-        raw_tar_check(&mut raw, planner)?;
-    }
-    let mut ar = tar_reader(bytes, format);
+/// The metadata pass over a tar stream whose raw headers were checked ([`OpenedArchive::open`]).
+fn plan_tar(source: &TarSource, planner: &mut Planner) -> Result<(), UnpackError> {
+    let mut ar = tar::Archive::new(source.reader()?);
     let entries = ar
         .entries()
         .map_err(|e| refuse("<archive>", format!("not a readable tar: {e}")))?;
@@ -884,13 +1081,9 @@ fn plan_tar(bytes: &[u8], format: ArchiveFormat, planner: &mut Planner) -> Resul
     Ok(())
 }
 
-fn write_tar(
-    bytes: &[u8],
-    format: ArchiveFormat,
-    planner: &Planner,
-    w: &mut Writer,
-) -> Result<(), UnpackError> {
-    let mut ar = tar_reader(bytes, format);
+/// The write pass over the same tar stream.
+fn write_tar(source: &TarSource, planner: &Planner, w: &mut Writer) -> Result<(), UnpackError> {
+    let mut ar = tar::Archive::new(source.reader()?);
     let entries = ar
         .entries()
         .map_err(|e| refuse("<archive>", format!("not a readable tar: {e}")))?;
@@ -912,39 +1105,6 @@ fn write_tar(
         }
     }
     Ok(())
-}
-
-/// Finds one top-level regular file (`name`, or `./name`) in a tar or tar.gz after the bounded raw header
-/// check, and returns its bytes when it is at most [`crate::job::MAX_JOB_FILE_BYTES`].
-pub fn peek_tar_file(
-    bytes: &[u8],
-    format: ArchiveFormat,
-    limits: &IntakeLimits,
-    name: &str,
-) -> Option<Vec<u8>> {
-    let clen = format.compressed().then_some(bytes.len() as u64);
-    let planner = Planner::new(limits, clen);
-    let mut raw: Box<dyn Read> = match format {
-        ArchiveFormat::TarGz => Box::new(flate2::read::MultiGzDecoder::new(bytes)),
-        _ => Box::new(bytes),
-    };
-    raw_tar_check(&mut raw, &planner).ok()?;
-    let mut ar = tar_reader(bytes, format);
-    for entry in ar.entries().ok()? {
-        let mut entry = entry.ok()?;
-        let comps = components(&entry.path_bytes(), limits).ok()?;
-        if comps.len() == 1 && comps[0] == name {
-            if entry.header().entry_type() != tar::EntryType::Regular
-                || entry.size() > crate::job::MAX_JOB_FILE_BYTES
-            {
-                return None;
-            }
-            let mut out = Vec::new();
-            entry.read_to_end(&mut out).ok()?;
-            return Some(out);
-        }
-    }
-    None
 }
 
 /// Copies a directory bundle into `dest` (created here) under the same rules as an archive; a file that

@@ -8,7 +8,7 @@ use crate::channel::{self, FrameType};
 use crate::fence::proxy::{BoxFuture, EgressProxy, NameDialer, ProxyConfig, ProxyHandle};
 use crate::fence::run::{EgressProvider, EgressSession};
 use attestation::verdict::EgressRecord;
-use intake::job::AllowEntry;
+use job_policy::allow::AllowEntry;
 use std::fs::File;
 use std::io;
 use std::path::Path;

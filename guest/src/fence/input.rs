@@ -1,15 +1,16 @@
-//! From an input on disk (a job file or a bundle) to a verdict: intake's stages first, then the job it
-//! accepted, in the fence, from intake's own copy; intake's refusals become `refused` verdicts.
+//! From an input on disk (a job file or a bundle) to a verdict: intake's stages first, then the bundle it
+//! accepted ([`intake::AcceptedBundle`]: the job it parsed, its copy of the tree) in the fence, read from
+//! intake's copy and never re-read, re-parsed or re-hashed; intake's refusals become `refused` verdicts.
 
-use super::run::{run_job, RunOptions, AGENT_VERSION};
-use attestation::verdict::{Finding, Inputs, Isolation, Verdict};
-use std::fs;
+use super::run::{run_fenced, RunOptions, AGENT_VERSION};
+use attestation::verdict::{Finding, Inputs, Verdict};
+use intake::AcceptedBundle;
 use std::path::Path;
 
 /// Runs intake stages 1-5 on `input` (a job file, or a bundle: a directory or a .tar/.tar.gz/.zip whose root
-/// holds `job.toml`), executing nothing, then, when intake accepts, the job it loaded, in the fence, from
-/// intake's own copy of the bundle. Intake's refusals come back as `refused` verdicts naming the stage, with
-/// every finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
+/// holds `job.toml`), executing nothing, then, when intake accepts, the bundle it accepted in the fence
+/// ([`run_accepted`]). Intake's refusals come back as `refused` verdicts naming the stage, with every
+/// finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
 pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
     let parent = crate::fence::rundir::runs_parent(&std::env::temp_dir())?;
     let verdict = run_input_under(input, opts, &parent);
@@ -17,30 +18,21 @@ pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
     verdict
 }
 
-/// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
-fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
-    let tier = match opts.isolation {
-        Isolation::SevSnp => intake::normalise::Isolation::SevSnp,
-        Isolation::Tdx => intake::normalise::Isolation::Tdx,
-        Isolation::Vm => intake::normalise::Isolation::Vm,
-        _ => intake::normalise::Isolation::Process,
-    };
-    // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
-    // killed mid-run the next run sweeps intake's copy too.
-    let work = tempfile::Builder::new()
-        .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
-        .tempdir_in(parent)
-        .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
-    let runner =
-        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
-    let mut report = intake::run_stages(
-        input,
-        &intake::IntakeOptions::for_tier(tier)
-            .with_work_parent(work.path())
-            .with_runner(runner),
-    );
-    let findings: Vec<Finding> = report
-        .findings()
+/// Runs a bundle intake accepted in the fence: the job intake parsed (its hash is the verdict's
+/// `inputs.job_sha256`), the repository from intake's copy. Intake's findings other than notes open the
+/// verdict's findings. The caller removes intake's work directory ([`AcceptedBundle::cleanup`]).
+pub fn run_accepted(bundle: &AcceptedBundle, opts: &RunOptions) -> Verdict {
+    let mut verdict = run_fenced(&bundle.job, bundle.repository_dir.as_deref(), opts);
+    verdict
+        .findings
+        .splice(0..0, verdict_findings(&bundle.findings));
+    verdict
+}
+
+/// Intake's findings as the verdict records them (notes left out).
+fn verdict_findings<'a>(findings: impl IntoIterator<Item = &'a intake::Finding>) -> Vec<Finding> {
+    findings
+        .into_iter()
         .filter(|f| f.severity != intake::Severity::Note)
         .map(|f| Finding {
             stage: f.stage.name().to_owned(),
@@ -51,14 +43,32 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
             },
             detail: f.what.clone(),
         })
-        .collect();
-    if let Some(why) = report.unusable.clone() {
-        let _ = report.cleanup();
-        return Err(why);
-    }
-    let job = match (report.accepted, report.job.take()) {
-        (true, Some(job)) => job,
-        _ => {
+        .collect()
+}
+
+/// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
+fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
+    // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
+    // killed mid-run the next run sweeps intake's copy too.
+    let work = tempfile::Builder::new()
+        .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    let runner =
+        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
+    let report = intake::run_stages(
+        input,
+        &intake::IntakeOptions::for_tier(opts.isolation)
+            .with_work_parent(work.path())
+            .with_runner(runner),
+    );
+    let mut bundle = match report.into_accepted() {
+        Ok(b) => b,
+        Err(mut report) => {
+            if let Some(why) = report.unusable.clone() {
+                let _ = report.cleanup();
+                return Err(why);
+            }
             let (stage, reason) = match &report.refusal {
                 Some(r) => (r.stage.name().to_owned(), r.reason.clone()),
                 None => (
@@ -71,21 +81,19 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
                 commit: None,
                 tree: None,
                 patch_sha256: None,
-                job_sha256: job_file_sha256(input),
+                // The hash of the job file's bytes as intake read them (when it read them at all).
+                job_sha256: report.job_sha256.clone(),
                 nonce: opts.nonce.clone(),
                 protect: Vec::new(),
                 test_tree: None,
             };
             let mut v = Verdict::refused(&stage, &reason, opts.isolation, inputs, AGENT_VERSION);
-            v.findings = findings;
+            v.findings = verdict_findings(report.findings());
             return Ok(v);
         }
     };
-    let mut from_intake = opts.clone();
-    from_intake.repository = report.repository_dir.clone();
-    let mut verdict = run_job(&job, &from_intake);
-    verdict.findings.splice(0..0, findings);
-    if let Err(e) = report.cleanup() {
+    let mut verdict = run_accepted(&bundle, opts);
+    if let Err(e) = bundle.cleanup() {
         verdict.findings.push(Finding {
             stage: "teardown".into(),
             path: String::new(),
@@ -94,18 +102,4 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
         });
     }
     Ok(verdict)
-}
-
-/// SHA-256 of the job file `input` names (itself, or `job.toml` at a bundle directory's root), when readable.
-fn job_file_sha256(input: &Path) -> Option<String> {
-    use sha2::Digest;
-    let file = if input.is_dir() {
-        input.join("job.toml")
-    } else if input.extension().is_some_and(|e| e == "toml") {
-        input.to_path_buf()
-    } else {
-        return None;
-    };
-    let bytes = fs::read(file).ok()?;
-    Some(hex::encode(sha2::Sha256::digest(bytes)))
 }

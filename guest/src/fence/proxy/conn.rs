@@ -6,8 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use intake::addr;
-use intake::job::{AllowEntry, HostName};
+use job_policy::addr;
+use job_policy::allow::{AllowEntry, HostName};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -242,7 +242,6 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
                 }
             }
         }
-        _ => Vec::new(),
     };
     if addrs.is_empty() {
         return Err((
@@ -276,7 +275,7 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
     })
 }
 
-/// The address policy of intake, with the one test-only exception: plain loopback when the knob is set.
+/// The address policy ([`job_policy::addr`]), with the one test-only exception: plain loopback when the knob is set.
 fn check_addr(ip: IpAddr, loopback_for_tests: bool) -> Result<(), String> {
     match addr::check(ip) {
         Ok(()) => Ok(()),

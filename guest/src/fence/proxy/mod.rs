@@ -2,7 +2,7 @@
 //!
 //! It listens on a Unix socket that the fence makes reachable inside the sandbox (through the in-namespace
 //! `forwarder`), judges every request (CONNECT or absolute-URI plain HTTP) against the job's
-//! allowlist, resolves names itself, checks every answer with [`intake::addr`] and dials exactly what it checked.
+//! allowlist, resolves names itself, checks every answer with [`job_policy::addr`] and dials exactly what it checked.
 
 mod conn;
 pub mod net;
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use attestation::verdict::EgressRecord;
-use intake::job::AllowEntry;
+use job_policy::allow::AllowEntry;
 
 pub use net::{BoxFuture, Dialer, NameDialer, Resolver, SystemResolver, TcpDialer};
 

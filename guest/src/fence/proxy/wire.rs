@@ -389,49 +389,9 @@ where
     }
 }
 
-/// Splits an authority `host:port` or `[v6]:port` (port optional when `default_port` is given); the port must be
-/// decimal digits from 1 to 65535.
-pub fn split_authority(s: &str, default_port: Option<u16>) -> Result<(&str, u16), String> {
-    let (host, port) = if let Some(inner) = s.strip_prefix('[') {
-        let (h, after) = inner
-            .split_once(']')
-            .ok_or_else(|| format!("`{s}`: unclosed `[`"))?;
-        match after {
-            "" => (h, None),
-            p => match p.strip_prefix(':') {
-                Some(p) => (h, Some(p)),
-                None => return Err(format!("`{s}`: junk after `]`")),
-            },
-        }
-    } else if s.matches(':').count() > 1 {
-        return Err(format!("`{s}`: an IPv6 address must be in brackets"));
-    } else {
-        match s.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (s, None),
-        }
-    };
-    if host.is_empty() {
-        return Err(format!("`{s}`: empty host"));
-    }
-    if host.contains('@') {
-        return Err(format!("`{s}`: user information in the authority"));
-    }
-    let port = match (port, default_port) {
-        (Some(p), _) => {
-            if p.is_empty() || p.len() > 5 || !p.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(format!("`{s}`: port `{p}` is not a decimal number"));
-            }
-            match p.parse::<u16>() {
-                Ok(n) if n > 0 => n,
-                _ => return Err(format!("`{s}`: port `{p}` is not from 1 to 65535")),
-            }
-        }
-        (None, Some(d)) => d,
-        (None, None) => return Err(format!("`{s}`: a port is required")),
-    };
-    Ok((host, port))
-}
+/// Splits an authority `host:port` or `[v6]:port` (port optional when `default_port` is given): the one
+/// parser, [`job_policy::hostport::split_host_port`], that the job loader's allow entries go through too.
+pub use job_policy::hostport::split_host_port as split_authority;
 
 /// Splits an absolute `http://authority/path` URI into the authority and the origin-form path (`/` when empty).
 pub fn split_http_uri(uri: &str) -> Result<(&str, String), String> {

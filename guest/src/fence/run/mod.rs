@@ -29,11 +29,33 @@ use phase::{absorb, PhaseCtx};
 use read_paths::resolve_read_paths;
 use record::{applied_limits, finding, restored};
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// Runs `job` in the fence and returns its verdict (never panics on outside input; refusals are verdicts).
+/// Runs `job`, handed over in code (not through intake), in the fence and returns its verdict (never panics
+/// on outside input; refusals are verdicts). Its repository is read from the job's own `repository.path`; a
+/// repository URL is refused (intake refuses it first for a bundle). A bundle intake accepted goes through
+/// [`crate::fence::input::run_accepted`] instead.
 pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
-    let inputs = Inputs {
+    if job.repository.url().is_some() {
+        let mut v = Verdict::refused(
+            "repository",
+            &format!(
+                "{}: a repository URL is fetched by intake, not by the fence",
+                job.repository.path
+            ),
+            opts.isolation,
+            inputs_of(job, opts),
+            AGENT_VERSION,
+        );
+        v.limits = applied_limits(job);
+        return v;
+    }
+    run_fenced(job, None, opts)
+}
+
+/// The verdict's inputs before the repository is prepared: the job file's hash and the nonce.
+fn inputs_of(job: &Job, opts: &RunOptions) -> Inputs {
+    Inputs {
         commit: None,
         tree: None,
         patch_sha256: None,
@@ -41,23 +63,18 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         nonce: opts.nonce.clone(),
         protect: Vec::new(),
         test_tree: None,
-    };
+    }
+}
+
+/// The fenced run of a loaded job; `repository` is where intake left the repository as a directory (`None`:
+/// the job's own `repository.path`, resolved against its directory).
+pub(crate) fn run_fenced(job: &Job, repository: Option<&Path>, opts: &RunOptions) -> Verdict {
+    let inputs = inputs_of(job, opts);
     let refuse = |stage: &str, reason: &str, inputs: Inputs| {
         let mut v = Verdict::refused(stage, reason, opts.isolation, inputs, AGENT_VERSION);
         v.limits = applied_limits(job);
         v
     };
-    if let Some(url) = job.repository.url() {
-        let _ = url;
-        return refuse(
-            "repository",
-            &format!(
-                "{}: a repository URL is fetched by intake, not by the fence",
-                job.repository.path
-            ),
-            inputs,
-        );
-    }
     let root = nix::unistd::geteuid().is_root();
     let home = opts
         .home
@@ -75,7 +92,7 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
         Ok(d) => d,
         Err(e) => return refuse("fence", &e, inputs),
     };
-    let mut verdict = run_in(job, opts, &dir, read_paths, root, inputs);
+    let mut verdict = run_in(job, repository, opts, &dir, read_paths, root, inputs);
     for left in dir.teardown() {
         verdict
             .findings
@@ -86,6 +103,7 @@ pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
 
 fn run_in(
     job: &Job,
+    repository: Option<&Path>,
     opts: &RunOptions,
     dir: &RunDir,
     read_paths: Vec<PathBuf>,
@@ -97,7 +115,7 @@ fn run_in(
         v.limits = applied_limits(job);
         v
     };
-    let prep = match prepare::prepare(job, opts, dir, &mut inputs) {
+    let prep = match prepare::prepare(job, repository, dir, &mut inputs) {
         Ok(p) => p,
         Err(r) => return refuse(&r.stage, &r.reason, inputs),
     };

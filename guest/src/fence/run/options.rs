@@ -37,9 +37,6 @@ pub struct RunOptions {
     pub proxy: Option<Arc<dyn EgressProvider>>,
     /// The home directory `~` means in `[sandbox] read` (the runner's `HOME` when `None`).
     pub home: Option<PathBuf>,
-    /// Where intake left the repository as a directory ([`run_input`] sets it); `None` reads the job's own
-    /// `repository.path`.
-    pub repository: Option<PathBuf>,
     /// What the job may take from the runner's machine (passthrough names, read paths): the operator's
     /// configuration, checked by intake's stage 4 and again by the fence.
     pub operator: intake::operator::OperatorPolicy,
@@ -104,7 +101,6 @@ impl RunOptions {
             nonce,
             proxy: Some(Arc::new(ProxyEgress::system())),
             home: None,
-            repository: None,
             operator: intake::operator::OperatorPolicy::default(),
             toolchains: None,
         }

@@ -2,7 +2,6 @@
 //! applied, the protected paths kept aside and what the patch did to them undone (or refused), the test
 //! command chosen.
 
-use super::options::RunOptions;
 use super::record::restored;
 use crate::fence::protect::Protected;
 use crate::fence::repo;
@@ -41,16 +40,15 @@ impl Refusal {
 }
 
 /// Prepares the repository of `job` in `dir`, recording its commit, tree, patch hash and protected globs in
-/// `inputs`.
+/// `inputs`. `repository` is where intake left it as a directory (`None`: the job's own `repository.path`).
 pub(super) fn prepare(
     job: &Job,
-    opts: &RunOptions,
+    repository: Option<&Path>,
     dir: &RunDir,
     inputs: &mut Inputs,
 ) -> Result<Prepared, Refusal> {
-    let source = opts
-        .repository
-        .clone()
+    let source = repository
+        .map(Path::to_path_buf)
         .unwrap_or_else(|| job.resolve(Path::new(&job.repository.path)));
     let patch = job.repository.patch.as_ref().map(|p| job.resolve(p));
     let repo_dir = dir.fs.join("repo");
