@@ -204,11 +204,12 @@ pub fn build(task: &Task, opts: &BuildOptions) -> Result<BuiltImage, BuildError>
         .map_err(|e| BuildError::Setup(format!("work directory: {e}")))?;
     let out = buildah::build(task, opts, dir.path())?;
     let erofs = dir.path().join("environment.erofs");
-    let epoch = crate::image::rootfs::source_date_epoch().map_err(BuildError::Convert)?;
+    let epoch = crate::image::rootfs::source_date_epoch()
+        .map_err(|e| BuildError::Convert(e.to_string()))?;
     let blocks = crate::image::rootfs::make_erofs(&out.rootfs, &erofs, epoch)
-        .map_err(BuildError::Convert)?;
-    let root_hash =
-        crate::image::rootfs::append_hash_tree(&erofs, blocks).map_err(BuildError::Convert)?;
+        .map_err(|e| BuildError::Convert(e.to_string()))?;
+    let root_hash = crate::image::rootfs::append_hash_tree(&erofs, blocks)
+        .map_err(|e| BuildError::Convert(e.to_string()))?;
     Ok(BuiltImage {
         digest: out.digest,
         rootfs: out.rootfs,
