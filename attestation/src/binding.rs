@@ -27,6 +27,26 @@ pub enum BindingError {
     },
 }
 
+/// Why a nonce given as hex text (a founder's `--nonce`) cannot be used.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NonceTextError {
+    /// The text is not hex digits.
+    #[error("not hex ({0})")]
+    NotHex(hex::FromHexError),
+    /// The bytes are too few or too many.
+    #[error(transparent)]
+    Length(#[from] BindingError),
+}
+
+/// Parses a founder's nonce given as hex (whitespace and a `0x` prefix ignored) and checks its length, so that
+/// a run never produces evidence no founder could verify.
+pub fn parse_nonce_hex(text: &str) -> Result<Vec<u8>, NonceTextError> {
+    let v = hex::decode(text.trim().trim_start_matches("0x")).map_err(NonceTextError::NotHex)?;
+    check_nonce(&v)?;
+    Ok(v)
+}
+
 /// Checks that `nonce` has an accepted length ([`NONCE_MIN_LEN`]..=[`NONCE_MAX_LEN`] bytes).
 pub fn check_nonce(nonce: &[u8]) -> Result<(), BindingError> {
     if (NONCE_MIN_LEN..=NONCE_MAX_LEN).contains(&nonce.len()) {

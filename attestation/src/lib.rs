@@ -4,6 +4,7 @@
 pub mod binding;
 pub mod cli_io;
 pub mod evidence;
+pub mod hex;
 pub mod pool_nonce;
 pub mod session;
 pub mod sig;
@@ -14,3 +15,4 @@ pub mod tee;
 pub mod text;
 pub mod vectors;
 pub mod verdict;
+pub mod wire;

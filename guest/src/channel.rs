@@ -7,6 +7,7 @@
 //! `Bundle` (host) -> [`InstallStart` (guest) -> `Cut` (guest) -> `CutDone` (host), for a job with an install
 //! phase] -> `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
 
+use attestation::wire::{Reader, WireError};
 use std::io::{Read, Write};
 
 /// The protocol name the guest sends in its `Hello` frame.
@@ -293,10 +294,11 @@ impl JobHeader {
             kind: FrameType::JobHeader,
             detail,
         };
-        if p.len() < 2 {
+        let mut r = Reader::new("job header", p);
+        let (Ok(kind), Ok(n)) = (r.u8("bundle kind"), r.u8("nonce length")) else {
             return Err(bad(format!("{} bytes, shorter than 2", p.len())));
-        }
-        let kind = match p[0] {
+        };
+        let kind = match kind {
             0 => BundleKind::Tar,
             1 => BundleKind::TarGz,
             2 => BundleKind::Zip,
@@ -306,7 +308,7 @@ impl JobHeader {
                 )))
             }
         };
-        let n = usize::from(p[1]);
+        let n = usize::from(n);
         if p.len() != 2 + n + 32 + 8 {
             return Err(bad(format!(
                 "{} bytes; a nonce of {n} bytes needs {}",
@@ -314,12 +316,11 @@ impl JobHeader {
                 2 + n + 40
             )));
         }
-        let nonce = p[2..2 + n].to_vec();
-        let mut bundle_sha256 = [0u8; 32];
-        bundle_sha256.copy_from_slice(&p[2 + n..2 + n + 32]);
-        let mut len = [0u8; 8];
-        len.copy_from_slice(&p[2 + n + 32..]);
-        let bundle_len = u64::from_be_bytes(len);
+        let wire = |e: WireError| bad(e.to_string());
+        let nonce = r.take("nonce", n).map_err(wire)?.to_vec();
+        let bundle_sha256 = r.array("bundle SHA-256").map_err(wire)?;
+        let bundle_len = r.u64_be("bundle length").map_err(wire)?;
+        r.finish().map_err(wire)?;
         if bundle_len > u64::from(MAX_BUNDLE) {
             return Err(bad(format!(
                 "bundle length {bundle_len} exceeds the limit of {MAX_BUNDLE}"
@@ -351,31 +352,33 @@ pub fn decode_report(p: &[u8]) -> Result<(Vec<u8>, Vec<Vec<u8>>), ChannelError> 
         kind: FrameType::Report,
         detail,
     };
-    let mut rest = p;
-    let mut take = |n: usize, what: &str| -> Result<&[u8], ChannelError> {
-        if rest.len() < n {
-            return Err(bad(format!(
-                "{what}: {n} bytes needed, {} left",
-                rest.len()
-            )));
-        }
-        let (a, b) = rest.split_at(n);
-        rest = b;
-        Ok(a)
+    let mut r = Reader::new("report payload", p);
+    let wire = |e: WireError| match e {
+        WireError::Truncated {
+            field,
+            needed,
+            available,
+            ..
+        } => bad(format!("{field}: {needed} bytes needed, {available} left")),
+        WireError::Trailing { count, .. } => bad(format!("{count} trailing bytes")),
+        other => bad(other.to_string()),
     };
-    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-    let count = be(take(4, "count")?);
+    let count = r.u32_be("count").map_err(wire)? as usize;
     if count == 0 || count > 8 {
         return Err(bad(format!("{count} items; expected 1 to 8")));
     }
     let mut items = Vec::with_capacity(count);
     for i in 0..count {
-        let len = be(take(4, "item length")?);
-        items.push(take(len, &format!("item {i}"))?.to_vec());
+        let len = r.u32_be("item length").map_err(wire)? as usize;
+        let item = r.take("item", len).map_err(|e| match e {
+            WireError::Truncated { available, .. } => {
+                bad(format!("item {i}: {len} bytes needed, {available} left"))
+            }
+            other => wire(other),
+        })?;
+        items.push(item.to_vec());
     }
-    if !rest.is_empty() {
-        return Err(bad(format!("{} trailing bytes", rest.len())));
-    }
+    r.finish().map_err(wire)?;
     let report = items.remove(0);
     Ok((report, items))
 }

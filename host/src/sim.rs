@@ -1,18 +1,33 @@
 //! The sim PSP on the host side of the process tier: it attests what this host runs, with a locally generated
 //! chain that `verify-attestation` accepts only with `--allow-simulated`.
 
-use attestation::session::Session;
-use attestation::sim::{current_process_launch_measurement, SimPsp, SimSnpTee};
+use attestation::session::{Session, SessionError};
+use attestation::sim::{current_process_launch_measurement, SimError, SimPsp, SimSnpTee};
 use attestation::snp::Product;
 
 /// Begins an attestation session for a process-tier run: a sim SEV-SNP report (Milan layout) whose launch
 /// measurement is the process-tier measurement of the running binary, bound to a fresh key and `nonce`.
 /// Returns the session and the measurement it attests.
-pub fn begin_process_session(nonce: &[u8]) -> Result<(Session, [u8; 48]), String> {
-    let psp = SimPsp::open_default(Product::Milan).map_err(|e| format!("sim PSP: {e}"))?;
+pub fn begin_process_session(nonce: &[u8]) -> Result<(Session, [u8; 48]), SessionStartError> {
+    let psp = SimPsp::open_default(Product::Milan).map_err(SessionStartError::Psp)?;
     let measurement =
-        current_process_launch_measurement().map_err(|e| format!("launch measurement: {e}"))?;
+        current_process_launch_measurement().map_err(SessionStartError::Measurement)?;
     let tee = SimSnpTee::new(psp, measurement);
-    let session = Session::begin(&tee, nonce).map_err(|e| format!("attestation: {e}"))?;
+    let session = Session::begin(&tee, nonce)?;
     Ok((session, measurement))
+}
+
+/// Why a process-tier attestation session could not begin.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionStartError {
+    /// The sim PSP's state (its chain and keys) could not be opened or created.
+    #[error("sim PSP: {0}")]
+    Psp(SimError),
+    /// The running binary's launch measurement could not be computed.
+    #[error("launch measurement: {0}")]
+    Measurement(SimError),
+    /// The session itself (nonce, key, report) could not begin.
+    #[error("attestation: {0}")]
+    Session(#[from] SessionError),
 }

@@ -186,21 +186,72 @@ pub struct ToolchainImage {
 
 impl Manifest {
     /// Reads `DIR/manifest.json`; errors name the file and what is wrong.
-    pub fn load(dir: &Path) -> Result<Manifest, String> {
+    pub fn load(dir: &Path) -> Result<Manifest, ManifestError> {
         let p = dir.join(MANIFEST_FILE);
-        let text = attestation::cli_io::read_capped(&p, attestation::cli_io::MAX_INPUT)
-            .map_err(|e| format!("{}: {e}", p.display()))?;
-        let m: Manifest =
-            serde_json::from_slice(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+        let path = || p.display().to_string();
+        let text = attestation::cli_io::read_capped(&p, attestation::cli_io::MAX_INPUT).map_err(
+            |source| ManifestError::Read {
+                path: path(),
+                source,
+            },
+        )?;
+        let m: Manifest = serde_json::from_slice(&text).map_err(|source| ManifestError::Json {
+            path: path(),
+            source,
+        })?;
         if m.format != MANIFEST_FORMAT {
-            return Err(format!(
-                "{}: format {:?}, expected {MANIFEST_FORMAT:?}",
-                p.display(),
-                attestation::text::escape(&m.format)
-            ));
+            return Err(ManifestError::Format {
+                path: path(),
+                found: attestation::text::escape(&m.format).to_string(),
+            });
         }
         Ok(m)
     }
+}
+
+/// Why an image's `manifest.json` could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// The file could not be read (missing, too large, an I/O error).
+    #[error("{path}: {source}")]
+    Read {
+        /// The manifest's path.
+        path: String,
+        /// What reading it gave.
+        source: attestation::cli_io::ReadError,
+    },
+    /// The file is not the manifest's JSON.
+    #[error("{path}: {source}")]
+    Json {
+        /// The manifest's path.
+        path: String,
+        /// What the JSON parser said.
+        source: serde_json::Error,
+    },
+    /// The `format` field names another format.
+    #[error("{path}: format {found:?}, expected {MANIFEST_FORMAT:?}")]
+    Format {
+        /// The manifest's path.
+        path: String,
+        /// The format it names (escaped for a terminal).
+        found: String,
+    },
+}
+
+/// Why the TDX measurements of a kernel, initramfs and command line could not be computed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TdxMeasurementError {
+    /// The TDVF image is not an OVMF build with a GUIDed table.
+    #[error(transparent)]
+    Firmware(#[from] crate::snp::OvmfError),
+    /// Its TDVF metadata does not give an MRTD.
+    #[error(transparent)]
+    Tdvf(#[from] crate::tdx::TdvfError),
+    /// The direct boot's events could not be computed from the kernel.
+    #[error(transparent)]
+    Boot(#[from] crate::tdx_boot::DirectBootError),
 }
 
 /// The note every [`TdxMeasurement`] carries.
@@ -215,12 +266,11 @@ pub fn tdx_measurement(
     kernel: &[u8],
     initrd: &[u8],
     cmdline: &str,
-) -> Result<TdxMeasurement, String> {
+) -> Result<TdxMeasurement, TdxMeasurementError> {
     use crate::tdx_boot::{direct_boot, KernelBlob};
-    let ovmf = crate::snp::Ovmf::parse(tdvf.to_vec()).map_err(|e| e.to_string())?;
-    let mrtd = crate::tdx::mrtd(&ovmf).map_err(|e| e.to_string())?;
-    let boot =
-        direct_boot(kernel, initrd, cmdline, KernelBlob::AsFile).map_err(|e| e.to_string())?;
+    let ovmf = crate::snp::Ovmf::parse(tdvf.to_vec())?;
+    let mrtd = crate::tdx::mrtd(&ovmf)?;
+    let boot = direct_boot(kernel, initrd, cmdline, KernelBlob::AsFile)?;
     let patched = direct_boot(
         kernel,
         initrd,
@@ -228,8 +278,7 @@ pub fn tdx_measurement(
         KernelBlob::PatchedByQemu {
             memory_mib: TDX_MEMORY_MIB_MIN,
         },
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     Ok(TdxMeasurement {
         ovmf_sha256: hex::encode(Sha256::digest(tdvf)),
         mrtd: hex::encode(mrtd),

@@ -17,39 +17,7 @@ pub const SIGNATURE_FORMAT: &str = "fenced-run-measurement-set-signature/1";
 /// Domain string prepended to the canonical JSON before signing.
 pub const SIGNING_DOMAIN: &[u8] = b"fenced-run/v1/measurement-set\0";
 
-/// A fixed-length byte string written as lower-case hex (upper case accepted on input).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Hex<const N: usize>(pub [u8; N]);
-
-impl<const N: usize> fmt::Debug for Hex<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl<const N: usize> fmt::Display for Hex<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl<const N: usize> Serialize for Hex<N> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&hex::encode(self.0))
-    }
-}
-
-impl<'de, const N: usize> Deserialize<'de> for Hex<N> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let v = hex::decode(s.trim())
-            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not hex: {e}")))?;
-        let a: [u8; N] = v.as_slice().try_into().map_err(|_| {
-            serde::de::Error::custom(format!("{} bytes of hex, expected {N}", v.len()))
-        })?;
-        Ok(Hex(a))
-    }
-}
+pub use attestation::hex::Hex;
 
 /// An integer written as a `0x` hex string (a plain TOML integer is accepted on input).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -569,26 +537,50 @@ impl SignatureFile {
     }
 
     /// Checks the signature over `set`; the error says what is wrong.
-    pub fn verify(&self, set: &MeasurementSet) -> Result<VerifyingKey, String> {
-        let key = VerifyingKey::from_bytes(&self.public_key.0)
-            .map_err(|_| "public key is not a valid Ed25519 point".to_owned())?;
+    pub fn verify(&self, set: &MeasurementSet) -> Result<VerifyingKey, SignatureError> {
+        let key =
+            VerifyingKey::from_bytes(&self.public_key.0).map_err(|_| SignatureError::BadKey)?;
         if self.set_sha256.0 != set.digest() {
-            return Err(format!(
-                "signed a different set (set_sha256 {}, this set {})",
-                self.set_sha256,
-                hex::encode(set.digest())
-            ));
+            return Err(SignatureError::OtherSet {
+                signed: self.set_sha256,
+                this: Hex(set.digest()),
+            });
         }
-        // Strict Ed25519 (weak keys and small-order R refused) through the one signature module, over ring.
+        // Strict Ed25519 (weak keys and small-order R refused) through the one signature module.
         attestation::sig::ed25519_strict(
             &self.public_key.0,
             &set.signing_message(),
             &self.signature.0,
         )
-        .map_err(|_| "signature is invalid".to_owned())?;
+        .map_err(|_| SignatureError::Invalid)?;
         Ok(key)
     }
 }
+
+/// Why an auditor's detached signature does not sign a measurement set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    /// `public_key` is not an Ed25519 point.
+    #[error("public key is not a valid Ed25519 point")]
+    BadKey,
+    /// `set_sha256` is the digest of another set.
+    #[error("signed a different set (set_sha256 {signed}, this set {this})")]
+    OtherSet {
+        /// The digest the signature file names.
+        signed: Hex<32>,
+        /// The digest of the set at hand.
+        this: Hex<32>,
+    },
+    /// The signature does not verify under the key.
+    #[error("signature is invalid")]
+    Invalid,
+}
+
+/// A key could not be written as PEM text (the encoder's message).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write the key as PEM: {0}")]
+pub struct KeyPemError(String);
 
 /// Every `SET.*.sig` file beside the set (the names `measure-guest sign` writes), sorted: the signatures
 /// `verify-set` and `verify-attestation evidence --measurements` use when none is named.
@@ -625,16 +617,16 @@ pub fn generate_key() -> SigningKey {
 }
 
 /// The PKCS#8 PEM text of a private key.
-pub fn private_key_pem(key: &SigningKey) -> Result<String, String> {
+pub fn private_key_pem(key: &SigningKey) -> Result<String, KeyPemError> {
     key.to_pkcs8_pem(Default::default())
         .map(|z| z.to_string())
-        .map_err(|e| e.to_string())
+        .map_err(|e| KeyPemError(e.to_string()))
 }
 
 /// The SubjectPublicKeyInfo PEM text of a public key.
-pub fn public_key_pem(key: &VerifyingKey) -> Result<String, String> {
+pub fn public_key_pem(key: &VerifyingKey) -> Result<String, KeyPemError> {
     key.to_public_key_pem(Default::default())
-        .map_err(|e| e.to_string())
+        .map_err(|e| KeyPemError(e.to_string()))
 }
 
 /// Reads an auditor's private key (PKCS#8 PEM).

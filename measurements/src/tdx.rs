@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use attestation::wire::{Reader, WireError};
 use sha2::{Digest, Sha384};
 
 use crate::snp::{Ovmf, OvmfError, TDX_METADATA_GUID};
@@ -434,31 +435,17 @@ impl Replay {
     }
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(
-        &mut self,
-        n: usize,
-        offset: usize,
-        what: &'static str,
-    ) -> Result<&'a [u8], EventLogError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end = end.ok_or(EventLogError::Truncated { offset, what })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u16(&mut self, offset: usize, what: &'static str) -> Result<u16, EventLogError> {
-        let s = self.take(2, offset, what)?;
-        Ok(u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self, offset: usize, what: &'static str) -> Result<u32, EventLogError> {
-        let s = self.take(4, offset, what)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+/// The event log's truncation error for a read inside the structure that began at `offset`.
+fn truncated(offset: usize) -> impl Fn(WireError) -> EventLogError {
+    move |e| match e {
+        WireError::Truncated { field, .. } => EventLogError::Truncated {
+            offset,
+            what: field,
+        },
+        _ => EventLogError::Truncated {
+            offset,
+            what: "event log",
+        },
     }
 }
 
@@ -478,13 +465,13 @@ fn digest_size(alg: u16) -> Option<usize> {
 /// event whose MR index is i+1 (CCEL convention: 0 MRTD, 1-4 RTMR0-3), EV_NO_ACTION excluded. The log ends at
 /// its last byte, at an MR index of 0xFFFFFFFF (the 0xFF fill of the CCEL area), or where only zeros remain.
 pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
-    let mut r = Reader { b: log, at: 0 };
+    let mut r = Reader::new("event log", log);
     // The Spec ID event, in the SHA-1 TCG_PCR_EVENT layout.
-    let _pcr = r.u32(0, "Spec ID event header")?;
-    let ty = r.u32(0, "Spec ID event header")?;
-    r.take(20, 0, "Spec ID event digest")?;
-    let size = r.u32(0, "Spec ID event size")? as usize;
-    let spec = r.take(size, 0, "Spec ID event data")?;
+    let _pcr = r.u32_le("Spec ID event header").map_err(truncated(0))?;
+    let ty = r.u32_le("Spec ID event header").map_err(truncated(0))?;
+    r.take("Spec ID event digest", 20).map_err(truncated(0))?;
+    let size = r.u32_le("Spec ID event size").map_err(truncated(0))? as usize;
+    let spec = r.take("Spec ID event data", size).map_err(truncated(0))?;
     if ty != EV_NO_ACTION || spec.len() < 28 || &spec[..16] != b"Spec ID Event03\0" {
         return Err(EventLogError::NoSpecId(
             "first event is not EV_NO_ACTION \"Spec ID Event03\"".into(),
@@ -534,7 +521,7 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
     }];
     let mut rtmrs = [[0u8; MR_LEN]; 4];
     loop {
-        let offset = r.at;
+        let offset = r.offset();
         let rest = &log[offset..];
         if rest.is_empty() || rest.starts_with(&[0xFF; 4]) || rest.iter().all(|&b| b == 0) {
             return Ok(Replay {
@@ -544,13 +531,13 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
             });
         }
         let n = events.len();
-        let mr_index = r.u32(offset, "event header")?;
-        let event_type = r.u32(offset, "event header")?;
-        let count = r.u32(offset, "digest count")?;
+        let mr_index = r.u32_le("event header").map_err(truncated(offset))?;
+        let event_type = r.u32_le("event header").map_err(truncated(offset))?;
+        let count = r.u32_le("digest count").map_err(truncated(offset))?;
         let mut sha384 = None;
         let mut seen: Vec<u16> = Vec::new();
         for _ in 0..count {
-            let alg = r.u16(offset, "digest algorithm")?;
+            let alg = r.u16_le("digest algorithm").map_err(truncated(offset))?;
             if seen.contains(&alg) {
                 return Err(EventLogError::DuplicateDigest {
                     event: n,
@@ -567,7 +554,7 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
                         offset,
                         alg,
                     })?;
-            let d = r.take(len, offset, "digest")?;
+            let d = r.take("digest", len).map_err(truncated(offset))?;
             if alg == TPM_ALG_SHA384 {
                 // The Spec ID check above fixed SHA-384's size at 48; a mismatch is still an error, not a panic.
                 let m: Mr = d.try_into().map_err(|_| EventLogError::AlgorithmSize {
@@ -578,8 +565,11 @@ pub fn replay_rtmrs(log: &[u8]) -> Result<Replay, EventLogError> {
                 sha384 = Some(m);
             }
         }
-        let size = r.u32(offset, "event size")? as usize;
-        let data = r.take(size, offset, "event data")?.to_vec();
+        let size = r.u32_le("event size").map_err(truncated(offset))? as usize;
+        let data = r
+            .take("event data", size)
+            .map_err(truncated(offset))?
+            .to_vec();
         if mr_index > 4 {
             return Err(EventLogError::BadMrIndex {
                 event: n,

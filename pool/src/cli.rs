@@ -599,7 +599,14 @@ async fn submit(a: SubmitArgs) -> ExitCode {
     let json = a.store.json;
     let nonce = match host::cli::parse_nonce(&a.nonce) {
         Ok(n) => n,
-        Err(e) => return fail("submit", json, 2, &format!("--nonce: {}", escape(&e))),
+        Err(e) => {
+            return fail(
+                "submit",
+                json,
+                2,
+                &format!("--nonce: {}", escape(&e.to_string())),
+            )
+        }
     };
     let run_id = a.run_id.clone().unwrap_or_else(random_run_id);
     if let Err(e) = check_run_id(&run_id) {

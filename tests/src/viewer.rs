@@ -113,7 +113,7 @@ pub fn founder_options(measurement: [u8; 48]) -> EvidenceOptions {
         ..EvidenceOptions::default()
     };
     o.chain.allow_simulated = true;
-    o.policy.measurements = vec![verifier_lib::snp::policy::HexBytes(measurement)];
+    o.policy.measurements = vec![attestation::hex::Hex(measurement)];
     o
 }
 

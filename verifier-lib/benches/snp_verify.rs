@@ -8,6 +8,7 @@
 
 use attestation::binding;
 use attestation::evidence::{Evidence, TeeLabel};
+use attestation::hex::Hex;
 use attestation::sim::SimPsp;
 use attestation::snp::{AttestationReport, Product, SigningKey};
 use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
@@ -16,7 +17,6 @@ use sha2::{Digest, Sha384};
 use std::hint::black_box;
 use std::path::PathBuf;
 use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions};
-use verifier_lib::snp::policy::HexBytes;
 use verifier_lib::snp::{
     verify_chain, verify_report, verify_report_with_chain, CertBundle, ChainOptions, Policy,
 };
@@ -133,7 +133,7 @@ fn sim_evidence(c: &mut Criterion) {
             ..ChainOptions::default()
         },
         policy: Policy {
-            measurements: vec![HexBytes(measurement)],
+            measurements: vec![Hex(measurement)],
             ..Policy::default()
         },
         nonce: Some(nonce),

@@ -6,6 +6,7 @@
 
 use attestation::binding;
 use attestation::evidence::{Evidence, TeeLabel};
+use attestation::hex::Hex;
 use attestation::sim::SimPsp;
 use attestation::snp::Product;
 use attestation::verdict::{Inputs, Isolation, Outcome, TestCounts, Verdict};
@@ -14,7 +15,6 @@ use sha2::{Digest, Sha256, Sha384};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use verifier_lib::evidence::{checks, verify_evidence, EvidenceOptions};
-use verifier_lib::snp::policy::HexBytes;
 
 const MEASUREMENT: [u8; 48] = [0x6B; 48];
 const NONCE: [u8; 24] = [0x42; 24];
@@ -319,7 +319,7 @@ fn nonce_is_required_unless_no_nonce_and_must_be_16_to_64_bytes() {
             ..Default::default()
         },
         policy: verifier_lib::snp::Policy {
-            measurements: vec![HexBytes(MEASUREMENT)],
+            measurements: vec![Hex(MEASUREMENT)],
             ..Default::default()
         },
         ..EvidenceOptions::default()
@@ -338,7 +338,7 @@ fn counts_that_contradict_the_outcome_are_a_named_failure() {
             ..Default::default()
         },
         policy: verifier_lib::snp::Policy {
-            measurements: vec![HexBytes(MEASUREMENT)],
+            measurements: vec![Hex(MEASUREMENT)],
             ..Default::default()
         },
         nonce: Some(nonce),

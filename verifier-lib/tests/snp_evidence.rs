@@ -4,6 +4,7 @@
 
 use attestation::binding;
 use attestation::evidence::{Evidence, TeeLabel};
+use attestation::hex::Hex;
 use attestation::sim::SimPsp;
 use attestation::snp::Product;
 use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
@@ -12,7 +13,6 @@ use sha2::{Digest, Sha384};
 use std::path::PathBuf;
 use std::process::Command;
 use verifier_lib::evidence::{checks, verify_evidence, EvidenceOptions, EvidenceVerification};
-use verifier_lib::snp::policy::HexBytes;
 use verifier_lib::snp::{ChainOptions, Policy};
 
 const MEASUREMENT: [u8; 48] = [0x5A; 48];
@@ -78,7 +78,7 @@ impl Bundle {
                 ..ChainOptions::default()
             },
             policy: Policy {
-                measurements: vec![HexBytes(MEASUREMENT)],
+                measurements: vec![Hex(MEASUREMENT)],
                 ..Policy::default()
             },
             nonce: Some(self.nonce.clone()),
@@ -198,7 +198,7 @@ fn label_measurement_and_isolation_must_agree() {
     assert_eq!(checks_of(&v), vec![checks::TEE_LABEL], "{:?}", v.failures);
 
     let mut opts = b.opts(true);
-    opts.policy.measurements = vec![HexBytes([1; 48])];
+    opts.policy.measurements = vec![Hex([1; 48])];
     let v = verify_evidence(&b.good(), &opts);
     assert_eq!(checks_of(&v), vec!["measurement"], "{:?}", v.failures);
 

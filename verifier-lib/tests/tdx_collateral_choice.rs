@@ -5,6 +5,7 @@
 
 use attestation::binding;
 use attestation::evidence::{Collateral as EvCollateral, Evidence, TeeLabel};
+use attestation::hex::Hex;
 use attestation::sim::tdx::{SimCert, SimQe, SimTd, SimTdxTee};
 use attestation::tee::Tee;
 use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
@@ -12,7 +13,6 @@ use p384::ecdsa::SigningKey;
 use sha2::{Digest, Sha384};
 use std::process::Command;
 use verifier_lib::evidence::{verify_evidence, EvidenceOptions, ReportVerification};
-use verifier_lib::snp::policy::HexBytes;
 use verifier_lib::snp::{ChainOptions, Policy};
 use verifier_lib::tdx::CollateralSource;
 
@@ -57,7 +57,7 @@ fn opts(founder: Option<Vec<u8>>) -> EvidenceOptions {
             ..ChainOptions::default()
         },
         policy: Policy {
-            measurements: vec![HexBytes(MRTD)],
+            measurements: vec![Hex(MRTD)],
             ..Policy::default()
         },
         nonce: Some(NONCE.to_vec()),

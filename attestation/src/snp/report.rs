@@ -1,9 +1,11 @@
 //! The 1184-byte ATTESTATION_REPORT as typed fields, parsed from and written back to its exact bytes.
 //!
-//! Offsets follow the AMD SEV-SNP ABI specification. Reserved ranges must be zero (the error names the range),
+//! Offsets follow the AMD SEV-SNP ABI specification; fields are read in order with `attestation::wire::Reader`.
+//! Reserved ranges must be zero (the error names the range),
 //! and fields that only exist in later versions (CPUID in v3, mitigation vectors in v5) are `Option`s.
 
 use super::tcb::{Product, TcbVersion};
+use crate::wire::{Reader, WireError};
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -44,6 +46,9 @@ pub enum ReportError {
         /// What the range is.
         what: &'static str,
     },
+    /// The byte reader failed otherwise (after the length check it cannot; kept so that no read panics).
+    #[error("{0}")]
+    Wire(WireError),
     /// KEY_INFO (offset 0x048) has a reserved signing-key value or reserved bits set.
     #[error("KEY_INFO at offset 0x048 is 0x{value:08x}: {why}")]
     BadKeyInfo {
@@ -404,10 +409,6 @@ fn be48(le: &[u8; 72]) -> [u8; 48] {
     out
 }
 
-fn ser_hex<S: Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&hex::encode(v))
-}
-
 fn ser_sig<S: Serializer>(v: &Signature, s: S) -> Result<S::Ok, S::Error> {
     #[derive(Serialize)]
     struct Rs {
@@ -431,10 +432,10 @@ pub struct AttestationReport {
     /// POLICY (0x008).
     pub policy: GuestPolicy,
     /// FAMILY_ID (0x010).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub family_id: [u8; 16],
     /// IMAGE_ID (0x020).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub image_id: [u8; 16],
     /// VMPL (0x030) of the request.
     pub vmpl: u32,
@@ -447,32 +448,32 @@ pub struct AttestationReport {
     /// KEY_INFO (0x048).
     pub key_info: KeyInfo,
     /// REPORT_DATA (0x050), chosen by the guest.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_data: [u8; 64],
     /// MEASUREMENT (0x090), the launch digest.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub measurement: [u8; 48],
     /// HOST_DATA (0x0C0), chosen by the host at launch.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub host_data: [u8; 32],
     /// ID_KEY_DIGEST (0x0E0): SHA-384 of the ID key that signed the ID block.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub id_key_digest: [u8; 48],
     /// AUTHOR_KEY_DIGEST (0x110): SHA-384 of the author key that signed the ID key.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub author_key_digest: [u8; 48],
     /// REPORT_ID (0x140).
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_id: [u8; 32],
     /// REPORT_ID_MA (0x160), the migration agent's report ID.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub report_id_ma: [u8; 32],
     /// REPORTED_TCB (0x180), the TCB the VCEK was derived from.
     pub reported_tcb: TcbVersion,
     /// CPUID_FAM_ID/MOD_ID/STEP (0x188..0x18A), version 3 and later.
     pub cpuid: Option<Cpuid>,
     /// CHIP_ID (0x1A0); zero when masked or signed by a VLEK.
-    #[serde(serialize_with = "ser_hex")]
+    #[serde(serialize_with = "crate::hex::serialize")]
     pub chip_id: [u8; 64],
     /// COMMITTED_TCB (0x1E0).
     pub committed_tcb: TcbVersion,
@@ -491,41 +492,24 @@ pub struct AttestationReport {
     pub signature: Signature,
 }
 
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn arr<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[off..off + N]);
-    a
-}
-
-/// The reserved ranges of a report of `version`: (start, end, what).
-fn reserved_ranges(version: u32) -> Vec<(usize, usize, &'static str)> {
-    let mut v = vec![(0x04C, 0x050, "reserved after KEY_INFO")];
-    if version >= 3 {
-        v.push((0x18B, 0x1A0, "reserved after CPUID_STEP"));
-    } else {
-        v.push((0x188, 0x1A0, "reserved after REPORTED_TCB"));
+impl From<WireError> for ReportError {
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::NonZero {
+                field,
+                start,
+                end,
+                first,
+                ..
+            } => ReportError::NonZeroReserved {
+                start,
+                end,
+                first,
+                what: field,
+            },
+            other => ReportError::Wire(other),
+        }
     }
-    v.push((0x1EB, 0x1EC, "reserved after CURRENT_MAJOR"));
-    v.push((0x1EF, 0x1F0, "reserved after COMMITTED_MAJOR"));
-    if version >= 5 {
-        v.push((0x208, SIGNED_LEN, "reserved after CURRENT_MIT_VECTOR"));
-    } else {
-        v.push((0x1F8, SIGNED_LEN, "reserved after LAUNCH_TCB"));
-    }
-    v.push((0x330, REPORT_LEN, "reserved part of SIGNATURE"));
-    v
 }
 
 impl AttestationReport {
@@ -569,61 +553,102 @@ impl AttestationReport {
         if b.len() != REPORT_LEN {
             return Err(ReportError::WrongLength { len: b.len() });
         }
-        let version = u32_at(b, 0x000);
+        let mut r = Reader::new("attestation report", b);
+        let version = r.u32_le("VERSION")?;
         if !SUPPORTED_VERSIONS.contains(&version) {
             return Err(ReportError::UnsupportedVersion { version });
         }
-        for (start, end, what) in reserved_ranges(version) {
-            if let Some(i) = b[start..end].iter().position(|&x| x != 0) {
-                return Err(ReportError::NonZeroReserved {
-                    start,
-                    end,
-                    first: start + i,
-                    what,
-                });
-            }
-        }
-        let key_info = KeyInfo::from_u32(u32_at(b, 0x048))?;
-        let fw = |off: usize| FirmwareVersion {
-            build: b[off],
-            minor: b[off + 1],
-            major: b[off + 2],
+        let guest_svn = r.u32_le("GUEST_SVN")?;
+        let policy = GuestPolicy(r.u64_le("POLICY")?);
+        let family_id = r.array("FAMILY_ID")?;
+        let image_id = r.array("IMAGE_ID")?;
+        let vmpl = r.u32_le("VMPL")?;
+        let signature_algo = r.u32_le("SIGNATURE_ALGO")?;
+        let current_tcb = TcbVersion(r.u64_le("CURRENT_TCB")?);
+        let platform_info = PlatformInfo(r.u64_le("PLATFORM_INFO")?);
+        // Decoded after every must-be-zero range is checked, so that those errors come first.
+        let key_info = r.u32_le("KEY_INFO")?;
+        r.zeros("reserved after KEY_INFO", 0x050 - 0x04C)?;
+        let report_data = r.array("REPORT_DATA")?;
+        let measurement = r.array("MEASUREMENT")?;
+        let host_data = r.array("HOST_DATA")?;
+        let id_key_digest = r.array("ID_KEY_DIGEST")?;
+        let author_key_digest = r.array("AUTHOR_KEY_DIGEST")?;
+        let report_id = r.array("REPORT_ID")?;
+        let report_id_ma = r.array("REPORT_ID_MA")?;
+        let reported_tcb = TcbVersion(r.u64_le("REPORTED_TCB")?);
+        let cpuid = if version >= 3 {
+            let [family, model, stepping] = r.array("CPUID_FAM_ID/MOD_ID/STEP")?;
+            r.zeros("reserved after CPUID_STEP", 0x1A0 - 0x18B)?;
+            Some(Cpuid {
+                family,
+                model,
+                stepping,
+            })
+        } else {
+            r.zeros("reserved after REPORTED_TCB", 0x1A0 - 0x188)?;
+            None
         };
+        let chip_id = r.array("CHIP_ID")?;
+        let committed_tcb = TcbVersion(r.u64_le("COMMITTED_TCB")?);
+        let [build, minor, major] = r.array("CURRENT_BUILD/MINOR/MAJOR")?;
+        let current_fw = FirmwareVersion {
+            major,
+            minor,
+            build,
+        };
+        r.zeros("reserved after CURRENT_MAJOR", 1)?;
+        let [build, minor, major] = r.array("COMMITTED_BUILD/MINOR/MAJOR")?;
+        let committed_fw = FirmwareVersion {
+            major,
+            minor,
+            build,
+        };
+        r.zeros("reserved after COMMITTED_MAJOR", 1)?;
+        let launch_tcb = TcbVersion(r.u64_le("LAUNCH_TCB")?);
+        let (launch_mit_vector, current_mit_vector) = if version >= 5 {
+            let launch = r.u64_le("LAUNCH_MIT_VECTOR")?;
+            let current = r.u64_le("CURRENT_MIT_VECTOR")?;
+            r.zeros("reserved after CURRENT_MIT_VECTOR", SIGNED_LEN - 0x208)?;
+            (Some(launch), Some(current))
+        } else {
+            r.zeros("reserved after LAUNCH_TCB", SIGNED_LEN - 0x1F8)?;
+            (None, None)
+        };
+        let signature = Signature {
+            r: r.array("SIGNATURE.R")?,
+            s: r.array("SIGNATURE.S")?,
+        };
+        r.zeros("reserved part of SIGNATURE", REPORT_LEN - 0x330)?;
+        r.finish()?;
         Ok(AttestationReport {
             version,
-            guest_svn: u32_at(b, 0x004),
-            policy: GuestPolicy(u64_at(b, 0x008)),
-            family_id: arr(b, 0x010),
-            image_id: arr(b, 0x020),
-            vmpl: u32_at(b, 0x030),
-            signature_algo: u32_at(b, 0x034),
-            current_tcb: TcbVersion(u64_at(b, 0x038)),
-            platform_info: PlatformInfo(u64_at(b, 0x040)),
-            key_info,
-            report_data: arr(b, 0x050),
-            measurement: arr(b, 0x090),
-            host_data: arr(b, 0x0C0),
-            id_key_digest: arr(b, 0x0E0),
-            author_key_digest: arr(b, 0x110),
-            report_id: arr(b, 0x140),
-            report_id_ma: arr(b, 0x160),
-            reported_tcb: TcbVersion(u64_at(b, 0x180)),
-            cpuid: (version >= 3).then(|| Cpuid {
-                family: b[0x188],
-                model: b[0x189],
-                stepping: b[0x18A],
-            }),
-            chip_id: arr(b, 0x1A0),
-            committed_tcb: TcbVersion(u64_at(b, 0x1E0)),
-            current_fw: fw(0x1E8),
-            committed_fw: fw(0x1EC),
-            launch_tcb: TcbVersion(u64_at(b, 0x1F0)),
-            launch_mit_vector: (version >= 5).then(|| u64_at(b, 0x1F8)),
-            current_mit_vector: (version >= 5).then(|| u64_at(b, 0x200)),
-            signature: Signature {
-                r: arr(b, 0x2A0),
-                s: arr(b, 0x2E8),
-            },
+            guest_svn,
+            policy,
+            family_id,
+            image_id,
+            vmpl,
+            signature_algo,
+            current_tcb,
+            platform_info,
+            key_info: KeyInfo::from_u32(key_info)?,
+            report_data,
+            measurement,
+            host_data,
+            id_key_digest,
+            author_key_digest,
+            report_id,
+            report_id_ma,
+            reported_tcb,
+            cpuid,
+            chip_id,
+            committed_tcb,
+            current_fw,
+            committed_fw,
+            launch_tcb,
+            launch_mit_vector,
+            current_mit_vector,
+            signature,
         })
     }
 

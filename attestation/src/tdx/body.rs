@@ -1,8 +1,8 @@
 //! The TD report bodies (TD 1.0 and TD 1.5) and the SGX enclave report that carries the QE's identity.
 //! Each parses from exactly its length and writes back the same bytes, reserved fields included.
 
-use super::reader::Reader;
 use super::{QuoteError, ENCLAVE_REPORT_LEN, TD10_BODY_LEN, TD15_BODY_LEN};
+use crate::wire::Reader;
 
 /// The TD 1.0 report body (584 bytes): the TD's measurements and attributes as the TDX module reported them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,15 +187,15 @@ impl EnclaveReport {
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, QuoteError> {
         Ok(EnclaveReport {
             cpu_svn: r.array("qe_report.cpu_svn")?,
-            misc_select: r.u32("qe_report.misc_select")?,
+            misc_select: r.u32_le("qe_report.misc_select")?,
             reserved1: r.array("qe_report.reserved1")?,
             attributes: r.array("qe_report.attributes")?,
             mr_enclave: r.array("qe_report.mr_enclave")?,
             reserved2: r.array("qe_report.reserved2")?,
             mr_signer: r.array("qe_report.mr_signer")?,
             reserved3: r.array("qe_report.reserved3")?,
-            isv_prod_id: r.u16("qe_report.isv_prod_id")?,
-            isv_svn: r.u16("qe_report.isv_svn")?,
+            isv_prod_id: r.u16_le("qe_report.isv_prod_id")?,
+            isv_svn: r.u16_le("qe_report.isv_svn")?,
             reserved4: r.array("qe_report.reserved4")?,
             report_data: r.array("qe_report.report_data")?,
         })

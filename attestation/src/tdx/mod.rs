@@ -5,7 +5,6 @@
 
 mod body;
 mod quote;
-mod reader;
 
 pub use body::{EnclaveReport, TdAttributes, TdReport10, TdReport15};
 pub use quote::{
@@ -83,6 +82,9 @@ pub enum QuoteError {
         /// Its value.
         value: u64,
     },
+    /// Any other failure of the byte reader (`attestation::wire`), as it names it.
+    #[error("{0}")]
+    Wire(crate::wire::WireError),
     /// A serialised length would not fit its field.
     #[error("{field} is {len} bytes, too long for its length field")]
     TooLong {
@@ -91,4 +93,35 @@ pub enum QuoteError {
         /// Its length.
         len: usize,
     },
+}
+
+impl From<crate::wire::WireError> for QuoteError {
+    fn from(e: crate::wire::WireError) -> Self {
+        use crate::wire::WireError;
+        match e {
+            WireError::Truncated {
+                field,
+                offset,
+                needed,
+                available,
+                ..
+            } => QuoteError::Truncated {
+                field,
+                offset,
+                needed,
+                available,
+            },
+            WireError::LengthOverflow {
+                field,
+                offset,
+                value,
+                ..
+            } => QuoteError::LengthOverflow {
+                field,
+                offset,
+                value,
+            },
+            other => QuoteError::Wire(other),
+        }
+    }
 }

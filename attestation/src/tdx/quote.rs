@@ -1,13 +1,15 @@
 //! The DCAP quote as a whole: header, body, signature data and the nested certification data.
-//! `Quote::parse` reads exactly what the lengths announce and keeps any trailing bytes aside, so that
-//! `to_bytes` gives back the input byte for byte.
+//! `Quote::parse` reads exactly what the lengths announce (with `attestation::wire::Reader`) and keeps any
+//! trailing bytes aside as a field of their own, so that `to_bytes` gives back the input byte for byte.
 
 use super::body::{EnclaveReport, TdReport10, TdReport15};
-use super::reader::Reader;
 use super::{
     QuoteError, ATT_KEY_TYPE_ECDSA_P256, BODY_TYPE_TD10, BODY_TYPE_TD15, CERT_TYPE_PCK_CHAIN,
-    CERT_TYPE_QE_REPORT, HEADER_LEN, TD10_BODY_LEN, TD15_BODY_LEN, TEE_TYPE_TDX,
+    CERT_TYPE_QE_REPORT, ENCLAVE_REPORT_LEN, HEADER_LEN, TD10_BODY_LEN, TD15_BODY_LEN,
+    TEE_TYPE_TDX,
 };
+use crate::wire::Reader;
+use std::ops::Range;
 
 /// The 48-byte quote header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,15 +32,15 @@ pub struct QuoteHeader {
 
 impl QuoteHeader {
     fn read(r: &mut Reader<'_>) -> Result<Self, QuoteError> {
-        let version = r.u16("header.version")?;
+        let version = r.u16_le("header.version")?;
         if version != 4 && version != 5 {
             return Err(QuoteError::UnsupportedVersion(version));
         }
-        let att_key_type = r.u16("header.att_key_type")?;
+        let att_key_type = r.u16_le("header.att_key_type")?;
         if att_key_type != ATT_KEY_TYPE_ECDSA_P256 {
             return Err(QuoteError::UnsupportedKeyType(att_key_type));
         }
-        let tee_type = r.u32("header.tee_type")?;
+        let tee_type = r.u32_le("header.tee_type")?;
         if tee_type != TEE_TYPE_TDX {
             return Err(QuoteError::UnsupportedTeeType(tee_type));
         }
@@ -46,8 +48,8 @@ impl QuoteHeader {
             version,
             att_key_type,
             tee_type,
-            qe_svn: r.u16("header.qe_svn")?,
-            pce_svn: r.u16("header.pce_svn")?,
+            qe_svn: r.u16_le("header.qe_svn")?,
+            pce_svn: r.u16_le("header.pce_svn")?,
             qe_vendor_id: r.array("header.qe_vendor_id")?,
             user_data: r.array("header.user_data")?,
         })
@@ -193,9 +195,9 @@ fn read_cert_header(
     r: &mut Reader<'_>,
     field: &'static str,
 ) -> Result<(u16, u32, usize), QuoteError> {
-    let cert_type = r.u16(field)?;
+    let cert_type = r.u16_le(field)?;
     let len_offset = r.offset();
-    let len = r.u32(field)?;
+    let len = r.u32_le(field)?;
     Ok((cert_type, len, len_offset))
 }
 
@@ -209,13 +211,13 @@ impl Quote {
     /// Parses a quote. Bytes after the signature data are kept in [`Quote::trailing`]; a quote shorter than
     /// its own lengths is an error naming the field and its offset.
     pub fn parse(bytes: &[u8]) -> Result<Self, QuoteError> {
-        let mut r = Reader::new(bytes, 0);
+        let mut r = Reader::new("quote", bytes);
         let header = QuoteHeader::read(&mut r)?;
         let body = if header.version == 4 {
             QuoteBody::Td10(TdReport10::read(&mut r)?)
         } else {
-            let body_type = r.u16("body_type")?;
-            let size = r.u32("body_size")?;
+            let body_type = r.u16_le("body_type")?;
+            let size = r.u32_le("body_size")?;
             let expected = match body_type {
                 BODY_TYPE_TD10 => TD10_BODY_LEN,
                 BODY_TYPE_TD15 => TD15_BODY_LEN,
@@ -235,22 +237,27 @@ impl Quote {
             }
         };
         let len_offset = r.offset();
-        let sig_len = r.u32("signature_data_len")?;
-        let mut s = r.sub("signature_data", sig_len, len_offset)?;
+        let sig_len = r.u32_le("signature_data_len")?;
+        let mut s = r.sub("signature_data", u64::from(sig_len), len_offset)?;
         let signature = s.array("signature_data.signature")?;
         let attestation_key = s.array("signature_data.attestation_key")?;
         let (cert_type, cert_len, cert_len_offset) =
             read_cert_header(&mut s, "certification_data header")?;
-        let mut c = s.sub("certification_data", cert_len, cert_len_offset)?;
+        let mut c = s.sub("certification_data", u64::from(cert_len), cert_len_offset)?;
         let certification = if cert_type == CERT_TYPE_QE_REPORT {
             let qe_report = EnclaveReport::read(&mut c)?;
             let qe_report_signature = c.array("qe_report_signature")?;
-            let auth_len = c.u16("qe_auth_data_len")?;
+            let auth_len = c.u16_le("qe_auth_data_len")?;
             let qe_auth_data = c.take("qe_auth_data", usize::from(auth_len))?.to_vec();
             let (inner_type, inner_len, inner_len_offset) =
                 read_cert_header(&mut c, "pck certification_data header")?;
-            let mut inner = c.sub("pck certification_data", inner_len, inner_len_offset)?;
+            let mut inner = c.sub(
+                "pck certification_data",
+                u64::from(inner_len),
+                inner_len_offset,
+            )?;
             let data = inner.rest().to_vec();
+            inner.finish()?;
             let pck = if inner_type == CERT_TYPE_PCK_CHAIN {
                 PckCertData::PemChain(data)
             } else {
@@ -272,21 +279,41 @@ impl Quote {
                 data: c.rest().to_vec(),
             }
         };
+        c.finish()?;
         let signature_data = SignatureData {
             signature,
             attestation_key,
             certification,
             slack: s.rest().to_vec(),
         };
-        Ok(Quote {
+        s.finish()?;
+        let quote = Quote {
             header,
             body,
             signature_data,
             trailing: r.rest().to_vec(),
-        })
+        };
+        r.finish()?;
+        Ok(quote)
     }
 
-    /// The signed region: header, the v5 body type and size, and the body.
+    /// Where the attestation key's signed region (header, the v5 body type and size, and the body) lies in the
+    /// bytes this quote was parsed from: a verifier checks the signature over `raw[range]`, as received.
+    pub fn signed_range(&self) -> Range<usize> {
+        let body_at = HEADER_LEN + if self.header.version == 5 { 6 } else { 0 };
+        0..body_at + self.body.len()
+    }
+
+    /// Where the QE report (signed by the PCK key) lies in the bytes this quote was parsed from, when the quote
+    /// carries type-6 certification data.
+    pub fn qe_report_range(&self) -> Range<usize> {
+        // signature_data_len (4), signature (64), attestation key (64), certification type (2) and length (4).
+        let at = self.signed_range().end + 4 + 64 + 64 + 2 + 4;
+        at..at + ENCLAVE_REPORT_LEN
+    }
+
+    /// The signed region written back from the parsed fields (for building and signing quotes; a verifier
+    /// slices the bytes as received with [`Quote::signed_range`]).
     pub fn signed_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER_LEN + 6 + TD15_BODY_LEN);
         self.header.write(&mut out);

@@ -160,16 +160,12 @@ pub fn parse_cert_table(buf: &[u8]) -> Result<Vec<CertTableEntry>, CertTableErro
         return Ok(Vec::new());
     }
     let mut headers = Vec::new();
-    let mut pos = 0usize;
+    let mut r = crate::wire::Reader::new("certificate table", buf);
+    let unterminated = |_| CertTableError::Unterminated { len: buf.len() };
     loop {
-        let Some(raw) = buf.get(pos..pos + ENTRY_LEN) else {
-            return Err(CertTableError::Unterminated { len: buf.len() });
-        };
-        let mut g = [0u8; 16];
-        g.copy_from_slice(&raw[..16]);
-        let offset = u32::from_le_bytes([raw[16], raw[17], raw[18], raw[19]]);
-        let length = u32::from_le_bytes([raw[20], raw[21], raw[22], raw[23]]);
-        pos += ENTRY_LEN;
+        let g: [u8; 16] = r.array("entry GUID").map_err(unterminated)?;
+        let offset = r.u32_le("entry offset").map_err(unterminated)?;
+        let length = r.u32_le("entry length").map_err(unterminated)?;
         if g == [0u8; 16] {
             if offset != 0 || length != 0 {
                 return Err(CertTableError::BadTerminator);
@@ -181,7 +177,8 @@ pub fn parse_cert_table(buf: &[u8]) -> Result<Vec<CertTableEntry>, CertTableErro
         }
         headers.push((g, offset, length));
     }
-    let start = pos;
+    // The entries point into the area after the table: random access, checked entry by entry below.
+    let start = r.offset();
     let mut out: Vec<CertTableEntry> = Vec::with_capacity(headers.len());
     for (index, (g, offset, length)) in headers.into_iter().enumerate() {
         let kind = CertKind::from_guid(&g);

@@ -103,7 +103,9 @@ pub trait Tee: Send + Sync {
 /// The REPORT_DATA (SNP) or REPORTDATA (TDX quote) carried by `report`, if it parses far enough to find it.
 pub fn report_data_of(label: TeeLabel, report: &[u8]) -> Option<[u8; 64]> {
     if label.is_snp() {
-        report.get(0x50..0x90).and_then(|b| b.try_into().ok())
+        let mut r = crate::wire::Reader::new("attestation report", report);
+        r.take("fields before REPORT_DATA", 0x50).ok()?;
+        r.array("REPORT_DATA").ok()
     } else {
         crate::tdx::Quote::parse(report)
             .ok()

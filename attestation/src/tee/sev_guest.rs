@@ -312,12 +312,10 @@ impl SevGuestDevice {
 
 /// Extracts the report from MSG_REPORT_RSP (status, size, reserved, report).
 pub(crate) fn parse_report_response(data: &[u8]) -> Result<Vec<u8>, String> {
-    let word = |o: usize| {
-        data.get(o..o + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let status = word(0).ok_or("response shorter than its header")?;
-    let size = word(4).ok_or("response shorter than its header")? as usize;
+    let mut r = crate::wire::Reader::new("MSG_REPORT_RSP", data);
+    let header = "response shorter than its header";
+    let status = r.u32_le("STATUS").map_err(|_| header)?;
+    let size = r.u32_le("REPORT_SIZE").map_err(|_| header)? as usize;
     if status != 0 {
         return Err(format!("firmware status {status:#x}"));
     }
@@ -327,14 +325,14 @@ pub(crate) fn parse_report_response(data: &[u8]) -> Result<Vec<u8>, String> {
             crate::snp::REPORT_LEN
         ));
     }
-    data.get(RSP_REPORT_OFFSET..RSP_REPORT_OFFSET + size)
-        .map(|r| r.to_vec())
-        .ok_or_else(|| {
-            format!(
-                "report size {size} does not fit in the {}-byte response",
-                data.len()
-            )
-        })
+    // The reserved bytes up to the report are not interpreted; what follows the report is the buffer's slack.
+    let fits = format!(
+        "report size {size} does not fit in the {}-byte response",
+        data.len()
+    );
+    r.take("reserved", RSP_REPORT_OFFSET - r.offset())
+        .map_err(|_| fits.clone())?;
+    r.take("REPORT", size).map(<[u8]>::to_vec).map_err(|_| fits)
 }
 
 impl Tee for SevGuestDevice {

@@ -244,7 +244,7 @@ fn demo(args: &Args) -> Result<bool, String> {
 
     let (verdict, bytes, measurement) = match &tier {
         Tier::Vm(image) => {
-            let manifest = crate::image::Manifest::load(image)?;
+            let manifest = crate::image::Manifest::load(image).map_err(|e| e.to_string())?;
             let pin: [u8; 48] = hex::decode(&manifest.measurements.vm)
                 .ok()
                 .and_then(|v| v.try_into().ok())
@@ -275,7 +275,8 @@ fn demo(args: &Args) -> Result<bool, String> {
         }
         Tier::Process(_) => {
             // The attestation session begins before any untrusted code runs.
-            let (session, measurement) = crate::sim::begin_process_session(&nonce)?;
+            let (session, measurement) =
+                crate::sim::begin_process_session(&nonce).map_err(|e| e.to_string())?;
             // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
             let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
             opts.isolation = isolation;
@@ -320,7 +321,7 @@ fn demo(args: &Args) -> Result<bool, String> {
         nonce: Some(nonce.clone()),
         ..EvidenceOptions::default()
     };
-    vopts.policy.measurements = vec![verifier_lib::snp::policy::HexBytes(measurement)];
+    vopts.policy.measurements = vec![attestation::hex::Hex(measurement)];
     let v = verify_evidence_bytes(&bytes, &vopts).map_err(|e| format!("decoding evidence: {e}"))?;
     let pinned = match isolation {
         Isolation::Vm => "the image manifest's vm measurement",

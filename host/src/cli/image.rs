@@ -168,7 +168,7 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
                 .deb_cache
                 .clone()
                 .unwrap_or_else(|| image::agent::workspace_root().join("target/toolchain-debs")),
-            source_date_epoch: image::rootfs::source_date_epoch()?,
+            source_date_epoch: image::rootfs::source_date_epoch().map_err(|e| e.to_string())?,
         }),
         None => None,
     };

@@ -39,11 +39,8 @@ pub fn operator_policy(
 
 /// Parses a founder's nonce given as hex: 16 to 64 bytes, as the evidence binding requires (the same rule as
 /// `verify-attestation evidence --nonce`), so a run never produces evidence no founder could verify.
-pub fn parse_nonce(hex_text: &str) -> Result<Vec<u8>, String> {
-    let t = hex_text.trim();
-    let n = hex::decode(t.strip_prefix("0x").unwrap_or(t)).map_err(|e| format!("not hex: {e}"))?;
-    attestation::binding::check_nonce(&n).map_err(|e| e.to_string())?;
-    Ok(n)
+pub fn parse_nonce(hex_text: &str) -> Result<Vec<u8>, attestation::binding::NonceTextError> {
+    attestation::binding::parse_nonce_hex(hex_text)
 }
 
 /// Writes to stdout for [`outln!`] and [`out!`]: a broken pipe is ignored, as is everything printed after it;

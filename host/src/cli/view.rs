@@ -128,7 +128,7 @@ pub fn after_run(
     opts.chain.allow_simulated = true;
     opts.chain.at = time::OffsetDateTime::now_utc();
     if let Some(m) = measurement {
-        opts.policy.measurements = vec![verifier_lib::snp::policy::HexBytes(m)];
+        opts.policy.measurements = vec![attestation::hex::Hex(m)];
     }
     let page = Page::from_bytes(source, evidence, &opts).map_err(|e| {
         eprintln!("--view: {}", shown(e));

@@ -308,7 +308,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     }
     // The toolchain image first: its root hash goes on the command line.
     let toolchains = match &opts.toolchains {
-        Some(t) => Some(rootfs::build(t, &opts.out)?),
+        Some(t) => Some(rootfs::build(t, &opts.out).map_err(|e| e.to_string())?),
         None => {
             for stale in [rootfs::IMAGE_FILE, "toolchains.json"] {
                 let p = opts.out.join(stale);

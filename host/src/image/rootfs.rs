@@ -132,9 +132,9 @@ pub fn requested_packages(toolchains: &[String]) -> Vec<&'static str> {
 
 /// Resolves `packages` and everything they depend on (no recommends) with the machine's apt, as if nothing were
 /// installed: a simulated install against an empty dpkg status file. Returns the chosen versions, by name.
-pub fn resolve(packages: &[&str], work: &Path) -> Result<Vec<Pin>, String> {
+pub fn resolve(packages: &[&str], work: &Path) -> Result<Vec<Pin>, RootfsError> {
     let status = work.join("empty-dpkg-status");
-    std::fs::write(&status, b"").map_err(|e| format!("{}: {e}", status.display()))?;
+    std::fs::write(&status, b"").map_err(io_at(&status))?;
     let out = Command::new("apt-get")
         .args(["-s", "-q"])
         .arg(format!("-oDir::State::status={}", status.display()))
@@ -147,33 +147,33 @@ pub fn resolve(packages: &[&str], work: &Path) -> Result<Vec<Pin>, String> {
         .args(packages)
         .env("LC_ALL", "C")
         .output()
-        .map_err(|e| format!("apt-get (resolving the toolchain packages): {e}"))?;
+        .map_err(spawn("apt-get (resolving the toolchain packages)"))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(RootfsError::Resolve(format!(
             "apt-get could not resolve the toolchain packages {}: {}",
             packages.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     let pins = parse_simulation(&String::from_utf8_lossy(&out.stdout))?;
     for p in packages {
         if !pins.iter().any(|pin| pin.name == *p) {
-            return Err(format!(
+            return Err(RootfsError::Resolve(format!(
                 "apt-get's plan does not install {p} (is it a virtual package or missing from apt's sources?)"
-            ));
+            )));
         }
     }
     Ok(pins)
 }
 
 /// The `Inst NAME (VERSION SUITE [ARCH])` lines of `apt-get -s install`, sorted by name.
-pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, String> {
+pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, RootfsError> {
     let mut pins = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("Inst ") else {
             continue;
         };
-        let bad = || format!("apt-get -s: cannot read the line {line:?}");
+        let bad = || RootfsError::Resolve(format!("apt-get -s: cannot read the line {line:?}"));
         let (name, rest) = rest.split_once(' ').ok_or_else(bad)?;
         let inner = rest
             .strip_prefix('(')
@@ -201,7 +201,9 @@ pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, String> {
         });
     }
     if pins.is_empty() {
-        return Err("apt-get -s planned to install nothing".into());
+        return Err(RootfsError::Resolve(
+            "apt-get -s planned to install nothing".into(),
+        ));
     }
     pins.sort_by(|a, b| a.name.cmp(&b.name));
     pins.dedup_by(|a, b| a.name == b.name);
@@ -210,8 +212,8 @@ pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, String> {
 
 /// Downloads every pinned package missing from `cache` with `apt-get download NAME=VERSION` (apt checks each
 /// against its index's hash) and returns each with its SHA-256 and path.
-pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>, String> {
-    std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>, RootfsError> {
+    std::fs::create_dir_all(cache).map_err(io_at(&cache))?;
     let missing: Vec<String> = pins
         .iter()
         .filter(|p| !cache.join(p.deb_file()).is_file())
@@ -223,24 +225,22 @@ pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>
             .args(&missing)
             .current_dir(cache)
             .output()
-            .map_err(|e| format!("apt-get download: {e}"))?;
+            .map_err(spawn("apt-get download"))?;
         if !out.status.success() {
-            return Err(format!(
+            return Err(RootfsError::Download(format!(
                 "apt-get download of {} package(s) into {} failed: {}",
                 missing.len(),
                 cache.display(),
                 String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            )));
         }
     }
     let mut out = Vec::new();
     for p in pins {
         let path = cache.join(p.deb_file());
-        let bytes = std::fs::read(&path).map_err(|e| {
-            format!(
-                "{}: {e} (apt-get download did not write it)",
-                path.display()
-            )
+        let bytes = std::fs::read(&path).map_err(|source| RootfsError::NotDownloaded {
+            path: path.clone(),
+            source,
         })?;
         out.push((
             DebPackage {
@@ -258,12 +258,12 @@ pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>
 /// Unpacks the `.deb` files into a new tree at `tree` (removed first) without maintainer scripts: the merged-/usr
 /// links first, then each package's data in name order with `dpkg-deb --fsys-tarfile | tar -x`, then what the
 /// maintainer scripts would have made that the toolchains need ([`fix_up`]).
-pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
+pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), RootfsError> {
     if tree.exists() {
-        std::fs::remove_dir_all(tree).map_err(|e| format!("{}: {e}", tree.display()))?;
+        std::fs::remove_dir_all(tree).map_err(io_at(&tree))?;
     }
     for d in ["usr/bin", "usr/lib", "usr/lib64", "usr/sbin"] {
-        std::fs::create_dir_all(tree.join(d)).map_err(|e| format!("{}: {e}", tree.display()))?;
+        std::fs::create_dir_all(tree.join(d)).map_err(io_at(&tree))?;
     }
     for (link, to) in [
         ("bin", "usr/bin"),
@@ -271,8 +271,7 @@ pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
         ("lib64", "usr/lib64"),
         ("sbin", "usr/sbin"),
     ] {
-        std::os::unix::fs::symlink(to, tree.join(link))
-            .map_err(|e| format!("{}/{link}: {e}", tree.display()))?;
+        std::os::unix::fs::symlink(to, tree.join(link)).map_err(io_at(&tree.join(link)))?;
     }
     for deb in debs {
         let mut dpkg = Command::new("dpkg-deb")
@@ -281,9 +280,12 @@ pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("dpkg-deb {}: {e}", deb.display()))?;
+            .map_err(spawn_on("dpkg-deb", deb))?;
         let Some(data) = dpkg.stdout.take() else {
-            return Err(format!("dpkg-deb {}: no output pipe", deb.display()));
+            return Err(RootfsError::Unpack(format!(
+                "dpkg-deb {}: no output pipe",
+                deb.display()
+            )));
         };
         let mut tar = Command::new("tar");
         tar.args(["-x", "--keep-directory-symlink", "--same-permissions", "-C"])
@@ -295,21 +297,22 @@ pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
             .stdin(Stdio::from(data))
             .stderr(Stdio::piped())
             .output()
-            .map_err(|e| format!("tar (unpacking {}): {e}", deb.display()))?;
+            .map_err(|source| RootfsError::Spawn {
+                tool: format!("tar (unpacking {})", deb.display()),
+                source,
+            })?;
         let mut dpkg_err = String::new();
         if let Some(mut e) = dpkg.stderr.take() {
             let _ = e.read_to_string(&mut dpkg_err);
         }
-        let dpkg_status = dpkg
-            .wait()
-            .map_err(|e| format!("dpkg-deb {}: {e}", deb.display()))?;
+        let dpkg_status = dpkg.wait().map_err(spawn_on("dpkg-deb", deb))?;
         if !dpkg_status.success() || !tar_out.status.success() {
-            return Err(format!(
+            return Err(RootfsError::Unpack(format!(
                 "unpacking {} failed: {} {}",
                 deb.display(),
                 dpkg_err.trim(),
                 String::from_utf8_lossy(&tar_out.stderr).trim()
-            ));
+            )));
         }
     }
     fix_up(tree)
@@ -318,17 +321,16 @@ pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), String> {
 /// What maintainer scripts would have made and the toolchains need: the alternatives' links
 /// ([`ALTERNATIVES`]), a minimal `/etc/passwd` and `/etc/group`, and the CA bundle `update-ca-certificates`
 /// writes (every certificate under `/usr/share/ca-certificates`, in path order).
-fn fix_up(tree: &Path) -> Result<(), String> {
-    let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+fn fix_up(tree: &Path) -> Result<(), RootfsError> {
     for (link, to) in ALTERNATIVES {
         let l = tree.join(link);
         let target = l.parent().map(|d| d.join(to)).unwrap_or_default();
         if target.exists() && std::fs::symlink_metadata(&l).is_err() {
-            std::os::unix::fs::symlink(to, &l).map_err(|e| err(&l, e))?;
+            std::os::unix::fs::symlink(to, &l).map_err(io_at(&l))?;
         }
     }
     let etc = tree.join("etc");
-    std::fs::create_dir_all(&etc).map_err(|e| err(&etc, e))?;
+    std::fs::create_dir_all(&etc).map_err(io_at(&etc))?;
     for (name, text) in [
         (
             "passwd",
@@ -337,7 +339,7 @@ fn fix_up(tree: &Path) -> Result<(), String> {
         ("group", "root:x:0:\nnogroup:x:65534:\n"),
     ] {
         let p = etc.join(name);
-        std::fs::write(&p, text).map_err(|e| err(&p, e))?;
+        std::fs::write(&p, text).map_err(io_at(&p))?;
     }
     let certs_dir = tree.join("usr/share/ca-certificates");
     if certs_dir.is_dir() {
@@ -347,26 +349,24 @@ fn fix_up(tree: &Path) -> Result<(), String> {
         certs.sort();
         let mut bundle = Vec::new();
         for c in certs {
-            let mut b = std::fs::read(&c).map_err(|e| err(&c, e))?;
+            let mut b = std::fs::read(&c).map_err(io_at(&c))?;
             if !b.ends_with(b"\n") {
                 b.push(b'\n');
             }
             bundle.extend(b);
         }
         let ssl = etc.join("ssl/certs");
-        std::fs::create_dir_all(&ssl).map_err(|e| err(&ssl, e))?;
+        std::fs::create_dir_all(&ssl).map_err(io_at(&ssl))?;
         let p = ssl.join("ca-certificates.crt");
-        std::fs::write(&p, bundle).map_err(|e| err(&p, e))?;
+        std::fs::write(&p, bundle).map_err(io_at(&p))?;
     }
     Ok(())
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
-    for e in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
-        let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
-        let t = e
-            .file_type()
-            .map_err(|x| format!("{}: {x}", e.path().display()))?;
+fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), RootfsError> {
+    for e in std::fs::read_dir(dir).map_err(io_at(&dir))? {
+        let e = e.map_err(io_at(&dir))?;
+        let t = e.file_type().map_err(io_at(&e.path()))?;
         if t.is_dir() {
             collect_files(&e.path(), out)?;
         } else if t.is_file() {
@@ -378,7 +378,7 @@ fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
 
 /// Makes the erofs image of `tree` at `image` (lz4hc; every time later than `epoch` clamped to it, every owner
 /// root, the fixed UUID, no extended attributes), padded to whole [`BLOCK`]s. Returns its size in blocks.
-pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, String> {
+pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, RootfsError> {
     let _ = std::fs::remove_file(image);
     let out = Command::new("mkfs.erofs")
         .arg("-zlz4hc")
@@ -389,30 +389,27 @@ pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, String> 
         .arg(tree)
         .env("SOURCE_DATE_EPOCH", epoch.to_string())
         .output()
-        .map_err(|e| format!("mkfs.erofs (package erofs-utils): {e}"))?;
+        .map_err(spawn("mkfs.erofs (package erofs-utils)"))?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(RootfsError::Erofs(format!(
             "mkfs.erofs {}: {}",
             image.display(),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
-    let len = std::fs::metadata(image)
-        .map_err(|e| format!("{}: {e}", image.display()))?
-        .len();
+    let len = std::fs::metadata(image).map_err(io_at(&image))?.len();
     let blocks = len.div_ceil(BLOCK);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(image)
-        .map_err(|e| format!("{}: {e}", image.display()))?;
-    f.set_len(blocks * BLOCK)
-        .map_err(|e| format!("{}: {e}", image.display()))?;
+        .map_err(io_at(&image))?;
+    f.set_len(blocks * BLOCK).map_err(io_at(&image))?;
     Ok(blocks)
 }
 
 /// Appends the dm-verity hash tree (SHA-256, 4096-byte blocks, salt [`salt`], no superblock) of the first
 /// `data_blocks` blocks of `image` to it with `veritysetup format`; returns the root hash (hex).
-pub fn append_hash_tree(image: &Path, data_blocks: u64) -> Result<String, String> {
+pub fn append_hash_tree(image: &Path, data_blocks: u64) -> Result<String, RootfsError> {
     let out = Command::new("veritysetup")
         .arg("format")
         .arg(image)
@@ -428,21 +425,23 @@ pub fn append_hash_tree(image: &Path, data_blocks: u64) -> Result<String, String
         .arg(format!("--salt={}", salt()))
         .env("LC_ALL", "C")
         .output()
-        .map_err(|e| format!("veritysetup (package cryptsetup-bin): {e}"))?;
+        .map_err(spawn("veritysetup (package cryptsetup-bin)"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        return Err(format!(
+        return Err(RootfsError::Verity(format!(
             "veritysetup format {}: {}",
             image.display(),
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     let root = text
         .lines()
         .find_map(|l| l.strip_prefix("Root hash:"))
         .map(str::trim)
         .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| format!("veritysetup format printed no root hash: {text}"))?;
+        .ok_or_else(|| {
+            RootfsError::Verity(format!("veritysetup format printed no root hash: {text}"))
+        })?;
     Ok(root.to_ascii_lowercase())
 }
 
@@ -461,13 +460,13 @@ pub struct RootfsOptions {
 /// `mkfs.erofs -T` clamps every time later than it (the directories and links the build itself makes, whose
 /// times are the build's) and keeps earlier ones (the files' times from the `.deb`s), so a time in the future
 /// would let the build's own clock into the image.
-pub fn source_date_epoch() -> Result<u64, String> {
+pub fn source_date_epoch() -> Result<u64, RootfsError> {
     let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
         Ok(v) => v.trim().parse().map_err(|_| {
-            format!(
+            RootfsError::SourceDateEpoch(format!(
                 "SOURCE_DATE_EPOCH={:?} is not a number of seconds",
                 attestation::text::escape(&v)
-            )
+            ))
         })?,
         Err(_) => DEFAULT_SOURCE_DATE_EPOCH,
     };
@@ -476,23 +475,21 @@ pub fn source_date_epoch() -> Result<u64, String> {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     if epoch > now {
-        return Err(format!(
+        return Err(RootfsError::SourceDateEpoch(format!(
             "SOURCE_DATE_EPOCH={epoch} is in the future: the toolchain image would take the build's own times"
-        ));
+        )));
     }
     Ok(epoch)
 }
 
 /// SHA-256 and SHA-384 of a file, read in pieces.
-fn artifact_of(file: &str, path: &Path) -> Result<Artifact, String> {
-    let mut f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn artifact_of(file: &str, path: &Path) -> Result<Artifact, RootfsError> {
+    let mut f = std::fs::File::open(path).map_err(io_at(&path))?;
     let (mut a, mut b) = (Sha256::new(), Sha384::new());
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f
-            .read(&mut buf)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let n = f.read(&mut buf).map_err(io_at(&path))?;
         if n == 0 {
             break;
         }
@@ -511,12 +508,12 @@ fn artifact_of(file: &str, path: &Path) -> Result<Artifact, String> {
 /// Builds the toolchain image into `out` ([`IMAGE_FILE`], [`TREE_DIR`]). When `out` already holds an image
 /// whose record (`toolchains.json`) names the same packages (by SHA-256) and epoch and whose file still has the
 /// recorded SHA-256, it is kept as it is (the build is reproducible, so a rebuild would give the same bytes).
-pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, RootfsError> {
+    std::fs::create_dir_all(out).map_err(io_at(&out))?;
     let work = tempfile::Builder::new()
         .prefix(".toolchains-")
         .tempdir_in(out)
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+        .map_err(io_at(&out))?;
     let pins = resolve(&requested_packages(&opts.toolchains), work.path())?;
     let debs = download(&pins, &opts.deb_cache)?;
     let packages: Vec<DebPackage> = debs.iter().map(|(p, _)| p.clone()).collect();
@@ -551,8 +548,8 @@ pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, String>
         source_date_epoch: opts.source_date_epoch,
         packages,
     };
-    let json = serde_json::to_vec_pretty(&img).map_err(|e| format!("toolchains.json: {e}"))?;
-    std::fs::write(&record, json).map_err(|e| format!("{}: {e}", record.display()))?;
+    let json = serde_json::to_vec_pretty(&img).map_err(RootfsError::Record)?;
+    std::fs::write(&record, json).map_err(io_at(&record))?;
     Ok(img)
 }
 
@@ -566,6 +563,84 @@ pub fn cmdline_params(img: &ToolchainImage) -> String {
         img.root_hash,
         img.salt
     )
+}
+
+/// Why the toolchain image could not be built (each variant names the step; the message is what it said).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RootfsError {
+    /// `SOURCE_DATE_EPOCH` is not a time in the past.
+    #[error("{0}")]
+    SourceDateEpoch(String),
+    /// A file or directory could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A tool could not be started.
+    #[error("{tool}: {source}")]
+    Spawn {
+        /// The tool, as the message names it.
+        tool: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// apt could not resolve the packages, or its plan could not be read.
+    #[error("{0}")]
+    Resolve(String),
+    /// `apt-get download` failed.
+    #[error("{0}")]
+    Download(String),
+    /// A downloaded package is not where `apt-get download` should have written it.
+    #[error("{}: {source} (apt-get download did not write it)", path.display())]
+    NotDownloaded {
+        /// The `.deb` file expected.
+        path: PathBuf,
+        /// The error reading it.
+        source: std::io::Error,
+    },
+    /// A package could not be unpacked into the tree.
+    #[error("{0}")]
+    Unpack(String),
+    /// `mkfs.erofs` failed.
+    #[error("{0}")]
+    Erofs(String),
+    /// `veritysetup format` failed or printed no root hash.
+    #[error("{0}")]
+    Verity(String),
+    /// The image's record could not be written as JSON.
+    #[error("toolchains.json: {0}")]
+    Record(serde_json::Error),
+}
+
+/// The error for an I/O failure at `path`.
+fn io_at(path: &Path) -> impl FnOnce(std::io::Error) -> RootfsError + '_ {
+    move |source| RootfsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The error for `tool` that could not be started.
+fn spawn(tool: &'static str) -> impl FnOnce(std::io::Error) -> RootfsError {
+    move |source| RootfsError::Spawn {
+        tool: tool.into(),
+        source,
+    }
+}
+
+/// The error for `tool` that could not be started on `file`.
+fn spawn_on<'a>(
+    tool: &'static str,
+    file: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RootfsError + 'a {
+    move |source| RootfsError::Spawn {
+        tool: format!("{tool} {}", file.display()),
+        source,
+    }
 }
 
 #[cfg(test)]

@@ -300,7 +300,7 @@ fn run_steps(
     progress: &mut progress::Progress,
 ) -> Result<VmRun, String> {
     progress.step("boot", "starting QEMU");
-    let manifest = crate::image::Manifest::load(&opts.image)?;
+    let manifest = crate::image::Manifest::load(&opts.image).map_err(|e| e.to_string())?;
     // The confidential tiers boot the bzImage through OVMF (what kernel-hashes measures); the vm tier boots
     // the PVH kernel where the image has one.
     let kernel_path = match opts.confidential {

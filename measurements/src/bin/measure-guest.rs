@@ -505,7 +505,7 @@ fn hex48(what: &str, s: &str) -> Result<[u8; 48], Fail> {
 /// `pin --image DIR`: the image's files checked against its manifest, every measurement computed again.
 fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail> {
     use measurements::manifest::{Manifest, TdxMeasurement};
-    let m = Manifest::load(dir).map_err(usage)?;
+    let m = Manifest::load(dir).map_err(|e| usage(e.to_string()))?;
     let file = |name: &str, want256: &str, what: &str| -> Result<Vec<u8>, Fail> {
         let p = dir.join(name);
         let bytes = read_file(what, &p)?;
@@ -891,8 +891,8 @@ fn run_keygen(a: KeygenArgs) -> Result<(), Fail> {
         PathBuf::from(p)
     };
     let (kp, pp) = (with_ext(".key"), with_ext(".pub"));
-    let private = set::private_key_pem(&key).map_err(|e| Fail(2, e))?;
-    let public = set::public_key_pem(&key.verifying_key()).map_err(|e| Fail(2, e))?;
+    let private = set::private_key_pem(&key).map_err(|e| Fail(2, e.to_string()))?;
+    let public = set::public_key_pem(&key.verifying_key()).map_err(|e| Fail(2, e.to_string()))?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -8,8 +8,8 @@
 use super::snp_report::{parse_time, unusable, PolicyArgs};
 use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
 use crate::output;
-use crate::snp::policy::HexBytes;
 use crate::snp::ChainOptions;
+use attestation::hex::Hex;
 use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
@@ -110,13 +110,13 @@ pub struct PinArgs {
     pub patch: Option<PathBuf>,
     /// SHA-256 of the contributor's patch (64 hex digits).
     #[arg(long, value_name = "HEX")]
-    pub patch_sha256: Option<HexBytes<32>>,
+    pub patch_sha256: Option<Hex<32>>,
     /// The job file the founder sent: its SHA-256 must be the verdict's.
     #[arg(long, value_name = "FILE", conflicts_with = "job_sha256")]
     pub job: Option<PathBuf>,
     /// SHA-256 of the job file (64 hex digits).
     #[arg(long, value_name = "HEX")]
-    pub job_sha256: Option<HexBytes<32>>,
+    pub job_sha256: Option<Hex<32>>,
     /// The isolation tier the verdict must record (sev-snp, tdx, vm, process).
     #[arg(long, value_name = "TIER", value_parser = parse_isolation)]
     pub isolation: Option<Isolation>,
@@ -164,7 +164,9 @@ impl std::str::FromStr for RtmrPin {
         if n > 3 {
             return Err(format!("RTMR{n}: the RTMR index is 0 to 3"));
         }
-        let v: HexBytes<48> = h.parse()?;
+        let v: Hex<48> = h
+            .parse()
+            .map_err(|e: attestation::hex::HexError| e.to_string())?;
         Ok(RtmrPin(n, v.0))
     }
 }
@@ -176,7 +178,7 @@ pub struct EvidenceTdxArgs {
     /// TDX: accepted MRTD (96 hex digits, the firmware); repeatable. The image is pinned only with RTMR1 and
     /// RTMR2 as well (--rtmr), or a --measurements entry that lists them.
     #[arg(long = "mrtd", value_name = "HEX")]
-    pub mrtd: Vec<HexBytes<48>>,
+    pub mrtd: Vec<Hex<48>>,
     /// TDX: required RTMR, as N=HEX (RTMR1 covers the kernel, RTMR2 the command line and initramfs); repeatable.
     #[arg(long = "rtmr", value_name = "N=HEX")]
     pub rtmr: Vec<RtmrPin>,
@@ -208,12 +210,9 @@ impl EvidenceTdxArgs {
 pub struct NonceArg(pub Vec<u8>);
 
 impl std::str::FromStr for NonceArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let v =
-            hex::decode(s.trim().trim_start_matches("0x")).map_err(|e| format!("not hex ({e})"))?;
-        attestation::binding::check_nonce(&v).map_err(|e| e.to_string())?;
-        Ok(NonceArg(v))
+    type Err = attestation::binding::NonceTextError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        attestation::binding::parse_nonce_hex(s).map(NonceArg)
     }
 }
 

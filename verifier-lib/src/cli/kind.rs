@@ -67,10 +67,12 @@ impl Kind {
 
 /// Judges what `bytes` are.
 pub fn sniff(bytes: &[u8]) -> Kind {
-    if bytes.len() >= 8 {
-        let version = u16::from_le_bytes([bytes[0], bytes[1]]);
-        let key_type = u16::from_le_bytes([bytes[2], bytes[3]]);
-        let tee = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    let mut r = attestation::wire::Reader::new("file", bytes);
+    if let (Ok(version), Ok(key_type), Ok(tee)) = (
+        r.u16_le("version"),
+        r.u16_le("att_key_type"),
+        r.u32_le("tee_type"),
+    ) {
         if (version == 3 || version == 4 || version == 5) && key_type == 2 {
             if tee == 0x81 {
                 return Kind::TdxQuote;
@@ -81,8 +83,8 @@ pub fn sniff(bytes: &[u8]) -> Kind {
         }
     }
     if bytes.len() == SNP_REPORT_LEN {
-        let v = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        if (2..=5).contains(&v) {
+        let v = attestation::wire::Reader::new("file", bytes).u32_le("VERSION");
+        if v.is_ok_and(|v| (2..=5).contains(&v)) {
             return Kind::SnpReport;
         }
     }

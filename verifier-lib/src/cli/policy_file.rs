@@ -51,7 +51,7 @@ impl OneOrMany {
 /// Largest policy file read (64 KiB); a policy is a few lines.
 const MAX_POLICY_FILE: u64 = 64 * 1024;
 
-fn parse<T: FromStr<Err = String>>(
+fn parse<T: FromStr<Err: std::fmt::Display>>(
     file: &str,
     key: &str,
     v: Option<String>,
@@ -60,7 +60,7 @@ fn parse<T: FromStr<Err = String>>(
         .transpose()
 }
 
-fn parse_all<T: FromStr<Err = String>>(
+fn parse_all<T: FromStr<Err: std::fmt::Display>>(
     file: &str,
     key: &str,
     v: Option<OneOrMany>,

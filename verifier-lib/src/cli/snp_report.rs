@@ -4,8 +4,9 @@
 //! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
 use crate::output;
-use crate::snp::policy::{AbiVersion, HexBytes, TcbMinimum};
+use crate::snp::policy::{AbiVersion, TcbMinimum};
 use crate::snp::{self, CertBundle, ChainOptions, Policy};
+use attestation::hex::Hex;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,25 +16,25 @@ use std::process::ExitCode;
 pub struct PolicyArgs {
     /// Accepted launch MEASUREMENT (96 hex digits); repeat for any of several. Default: not checked.
     #[arg(long = "measurement", value_name = "HEX")]
-    pub measurement: Vec<HexBytes<48>>,
+    pub measurement: Vec<Hex<48>>,
     /// Required REPORT_DATA (128 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub report_data: Option<HexBytes<64>>,
+    pub report_data: Option<Hex<64>>,
     /// Required HOST_DATA (64 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub host_data: Option<HexBytes<32>>,
+    pub host_data: Option<Hex<32>>,
     /// Required FAMILY_ID (32 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub family_id: Option<HexBytes<16>>,
+    pub family_id: Option<Hex<16>>,
     /// Required IMAGE_ID (32 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub image_id: Option<HexBytes<16>>,
+    pub image_id: Option<Hex<16>>,
     /// Accepted ID_KEY_DIGEST (96 hex digits); repeatable. Default: not checked.
     #[arg(long = "id-key-digest", value_name = "HEX")]
-    pub id_key_digest: Vec<HexBytes<48>>,
+    pub id_key_digest: Vec<Hex<48>>,
     /// Accepted AUTHOR_KEY_DIGEST (96 hex digits, AUTHOR_KEY_EN must be set); repeatable. Default: not checked.
     #[arg(long = "author-key-digest", value_name = "HEX")]
-    pub author_key_digest: Vec<HexBytes<48>>,
+    pub author_key_digest: Vec<Hex<48>>,
     /// Accept a guest whose policy allows debugging. Default: forbidden.
     #[arg(long)]
     pub allow_debug: bool,

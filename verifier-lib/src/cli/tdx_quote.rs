@@ -8,10 +8,10 @@ use std::process::ExitCode;
 
 use crate::cli::snp_report::parse_time;
 use crate::output::print_table;
-use crate::snp::policy::HexBytes;
 use crate::tdx::{
     verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
 };
+use attestation::hex::Hex;
 use attestation::tdx::Quote;
 
 /// The TDX acceptability flags shared by `tdx-quote` and `evidence` (everything but the launch-measurement pin,
@@ -20,22 +20,22 @@ use attestation::tdx::Quote;
 pub struct TdxAcceptArgs {
     /// TDX: required MRCONFIGID (96 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub mr_config_id: Option<HexBytes<48>>,
+    pub mr_config_id: Option<Hex<48>>,
     /// TDX: required MROWNER (96 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub mr_owner: Option<HexBytes<48>>,
+    pub mr_owner: Option<Hex<48>>,
     /// TDX: required MROWNERCONFIG (96 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub mr_owner_config: Option<HexBytes<48>>,
+    pub mr_owner_config: Option<Hex<48>>,
     /// TDX: required XFAM (16 hex digits, as in the quote). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub xfam: Option<HexBytes<8>>,
+    pub xfam: Option<Hex<8>>,
     /// TDX: required TD attributes (16 hex digits, as in the quote). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub td_attributes: Option<HexBytes<8>>,
+    pub td_attributes: Option<Hex<8>>,
     /// TDX: minimum TEE_TCB_SVN (32 hex digits), compared byte by byte. Default: none.
     #[arg(long, value_name = "HEX")]
-    pub min_tee_tcb_svn: Option<HexBytes<16>>,
+    pub min_tee_tcb_svn: Option<Hex<16>>,
     /// TDX: accept this TCB status too (UpToDate, SWHardeningNeeded, ConfigurationNeeded,
     /// ConfigurationAndSWHardeningNeeded, OutOfDate, OutOfDateConfigurationNeeded, TDRelaunchAdvised,
     /// TDRelaunchAdvisedConfigurationNeeded, NotSupported, Revoked);
@@ -141,22 +141,22 @@ impl TdxAcceptArgs {
 pub struct TdxPolicyArgs {
     /// Accepted MRTD (96 hex digits); repeat for any of several. Default: not checked.
     #[arg(long = "mrtd", value_name = "HEX")]
-    pub mrtd: Vec<HexBytes<48>>,
+    pub mrtd: Vec<Hex<48>>,
     /// Required RTMR0 (96 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub rtmr0: Option<HexBytes<48>>,
+    pub rtmr0: Option<Hex<48>>,
     /// Required RTMR1. Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub rtmr1: Option<HexBytes<48>>,
+    pub rtmr1: Option<Hex<48>>,
     /// Required RTMR2. Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub rtmr2: Option<HexBytes<48>>,
+    pub rtmr2: Option<Hex<48>>,
     /// Required RTMR3. Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub rtmr3: Option<HexBytes<48>>,
+    pub rtmr3: Option<Hex<48>>,
     /// Required REPORTDATA (128 hex digits). Default: not checked.
     #[arg(long, value_name = "HEX")]
-    pub report_data: Option<HexBytes<64>>,
+    pub report_data: Option<Hex<64>>,
     /// Accept a debug TD (the host can read its memory). Default: forbidden.
     #[arg(long)]
     pub allow_debug: bool,

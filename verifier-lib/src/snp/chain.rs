@@ -724,15 +724,16 @@ pub fn verify_raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), St
             attestation::snp::REPORT_LEN
         ));
     }
-    let mut r = [0u8; 72];
-    let mut s = [0u8; 72];
-    r.copy_from_slice(&bytes[0x2A0..0x2E8]);
-    s.copy_from_slice(&bytes[0x2E8..0x330]);
-    verify_report_signature(
-        &bytes[..attestation::snp::SIGNED_LEN],
-        &Signature { r, s },
-        key,
-    )
+    let mut rd = attestation::wire::Reader::new("attestation report", bytes);
+    let parts = (
+        rd.take("signed part", attestation::snp::SIGNED_LEN),
+        rd.array("SIGNATURE.R"),
+        rd.array("SIGNATURE.S"),
+    );
+    match parts {
+        (Ok(signed), Ok(r), Ok(s)) => verify_report_signature(signed, &Signature { r, s }, key),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => Err(e.to_string()),
+    }
 }
 
 /// The report-level authenticity checks against a verified (or failed) chain: signature algorithm, signing

@@ -5,55 +5,11 @@
 //! provisional firmware allowed; no minimums; no expected values unless given.
 
 use crate::failure::Failure;
+use attestation::hex::Hex;
 use attestation::snp::{AttestationReport, Product, TcbParts, TcbVersion};
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
-
-/// A fixed-size byte string written as hex in JSON/TOML and on the command line.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct HexBytes<const N: usize>(pub [u8; N]);
-
-impl<const N: usize> fmt::Debug for HexBytes<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl<const N: usize> fmt::Display for HexBytes<N> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&hex::encode(self.0))
-    }
-}
-
-impl<const N: usize> FromStr for HexBytes<N> {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim().trim_start_matches("0x");
-        let v = hex::decode(s).map_err(|e| format!("not hex ({e})"))?;
-        let arr: [u8; N] = v.as_slice().try_into().map_err(|_| {
-            format!(
-                "{} bytes of hex, expected {N} ({} hex digits)",
-                v.len(),
-                2 * N
-            )
-        })?;
-        Ok(HexBytes(arr))
-    }
-}
-
-impl<const N: usize> Serialize for HexBytes<N> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de, const N: usize> Deserialize<'de> for HexBytes<N> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
 
 /// Minimum security patch levels per TCB component; absent components are not checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,19 +142,19 @@ pub struct Policy {
     /// Accept provisional firmware (CURRENT differs from COMMITTED TCB or version). Default true.
     pub allow_provisional_firmware: bool,
     /// Accepted launch measurements (any of); empty means not checked here.
-    pub measurements: Vec<HexBytes<48>>,
+    pub measurements: Vec<Hex<48>>,
     /// Required REPORT_DATA. Default none.
-    pub report_data: Option<HexBytes<64>>,
+    pub report_data: Option<Hex<64>>,
     /// Required HOST_DATA. Default none.
-    pub host_data: Option<HexBytes<32>>,
+    pub host_data: Option<Hex<32>>,
     /// Required FAMILY_ID. Default none.
-    pub family_id: Option<HexBytes<16>>,
+    pub family_id: Option<Hex<16>>,
     /// Required IMAGE_ID. Default none.
-    pub image_id: Option<HexBytes<16>>,
+    pub image_id: Option<Hex<16>>,
     /// Accepted ID_KEY_DIGESTs (any of); empty means not checked.
-    pub id_key_digests: Vec<HexBytes<48>>,
+    pub id_key_digests: Vec<Hex<48>>,
     /// Accepted AUTHOR_KEY_DIGESTs (any of, with AUTHOR_KEY_EN set); empty means not checked.
-    pub author_key_digests: Vec<HexBytes<48>>,
+    pub author_key_digests: Vec<Hex<48>>,
 }
 
 impl Default for Policy {
@@ -268,7 +224,7 @@ pub mod checks {
     pub const AUTHOR_KEY_DIGEST: &str = "author-key-digest";
 }
 
-fn any_of<const N: usize>(list: &[HexBytes<N>]) -> String {
+fn any_of<const N: usize>(list: &[Hex<N>]) -> String {
     list.iter()
         .map(|h| h.to_string())
         .collect::<Vec<_>>()
@@ -604,8 +560,9 @@ mod tests {
     #[test]
     fn hex_and_tcb_flags_parse_or_say_why_not() {
         assert!("ab"
-            .parse::<HexBytes<48>>()
+            .parse::<Hex<48>>()
             .expect_err("short")
+            .to_string()
             .contains("expected 48"));
         assert_eq!(
             "bl=3, tee=0,snp=10,ucode=115".parse::<TcbMinimum>(),

@@ -281,17 +281,13 @@ pub fn verify_quote_received(
     v
 }
 
-/// The signed regions of a quote in the bytes it was parsed from: header and body (with the v5 body type and
-/// size), and the 384-byte QE report. `None` where the bytes are shorter than the parsed quote says.
+/// The signed regions of a quote in the bytes it was parsed from ([`Quote::signed_range`],
+/// [`Quote::qe_report_range`]): header and body, and the QE report. `None` where the bytes are shorter than the
+/// parsed quote says.
 fn signed_regions<'a>(raw: &'a [u8], quote: &Quote) -> (Option<&'a [u8]>, Option<&'a [u8]>) {
-    use attestation::tdx::{ENCLAVE_REPORT_LEN, HEADER_LEN};
-    let body_at = HEADER_LEN + if quote.header.version == 5 { 6 } else { 0 };
-    let signed_len = body_at + quote.body.len();
-    // signature_data_len (4), signature (64), attestation key (64), certification type (2) and length (4).
-    let qe_at = signed_len + 4 + 64 + 64 + 2 + 4;
     (
-        raw.get(..signed_len),
-        raw.get(qe_at..qe_at + ENCLAVE_REPORT_LEN),
+        raw.get(quote.signed_range()),
+        raw.get(quote.qe_report_range()),
     )
 }
 
