@@ -14,7 +14,8 @@ mod record;
 
 pub use egress::{EgressProvider, EgressSession, ProxyEgress};
 pub use options::{
-    random_nonce, RunOptions, ToolchainRoot, AGENT_VERSION, RELAY_PORT, SANDBOX_ID, SANDBOX_PATH,
+    random_nonce, RunOptions, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT, SANDBOX_ID,
+    SANDBOX_PATH,
 };
 pub use output::Output;
 pub use read_paths::READ_PATH_MAX_ENTRIES;
@@ -86,7 +87,7 @@ pub(crate) fn run_fenced(job: &Job, repository: Option<&Path>, opts: &RunOptions
         Err(e) => return refuse("sandbox", &e, inputs),
     };
     if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
-        return refuse("normalise", &e, inputs);
+        return refuse("normalise", &e.to_string(), inputs);
     }
     let dir = match RunDir::create(job.limits.disk_mib, root) {
         Ok(d) => d,
