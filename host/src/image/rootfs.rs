@@ -213,7 +213,7 @@ pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, RootfsError> {
 /// Downloads every pinned package missing from `cache` with `apt-get download NAME=VERSION` (apt checks each
 /// against its index's hash) and returns each with its SHA-256 and path.
 pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>, RootfsError> {
-    std::fs::create_dir_all(cache).map_err(io_at(&cache))?;
+    std::fs::create_dir_all(cache).map_err(io_at(cache))?;
     let missing: Vec<String> = pins
         .iter()
         .filter(|p| !cache.join(p.deb_file()).is_file())
@@ -260,10 +260,10 @@ pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>
 /// maintainer scripts would have made that the toolchains need ([`fix_up`]).
 pub fn unpack(debs: &[PathBuf], tree: &Path) -> Result<(), RootfsError> {
     if tree.exists() {
-        std::fs::remove_dir_all(tree).map_err(io_at(&tree))?;
+        std::fs::remove_dir_all(tree).map_err(io_at(tree))?;
     }
     for d in ["usr/bin", "usr/lib", "usr/lib64", "usr/sbin"] {
-        std::fs::create_dir_all(tree.join(d)).map_err(io_at(&tree))?;
+        std::fs::create_dir_all(tree.join(d)).map_err(io_at(tree))?;
     }
     for (link, to) in [
         ("bin", "usr/bin"),
@@ -364,8 +364,8 @@ fn fix_up(tree: &Path) -> Result<(), RootfsError> {
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), RootfsError> {
-    for e in std::fs::read_dir(dir).map_err(io_at(&dir))? {
-        let e = e.map_err(io_at(&dir))?;
+    for e in std::fs::read_dir(dir).map_err(io_at(dir))? {
+        let e = e.map_err(io_at(dir))?;
         let t = e.file_type().map_err(io_at(&e.path()))?;
         if t.is_dir() {
             collect_files(&e.path(), out)?;
@@ -397,13 +397,13 @@ pub fn make_erofs(tree: &Path, image: &Path, epoch: u64) -> Result<u64, RootfsEr
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    let len = std::fs::metadata(image).map_err(io_at(&image))?.len();
+    let len = std::fs::metadata(image).map_err(io_at(image))?.len();
     let blocks = len.div_ceil(BLOCK);
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(image)
-        .map_err(io_at(&image))?;
-    f.set_len(blocks * BLOCK).map_err(io_at(&image))?;
+        .map_err(io_at(image))?;
+    f.set_len(blocks * BLOCK).map_err(io_at(image))?;
     Ok(blocks)
 }
 
@@ -484,12 +484,12 @@ pub fn source_date_epoch() -> Result<u64, RootfsError> {
 
 /// SHA-256 and SHA-384 of a file, read in pieces.
 fn artifact_of(file: &str, path: &Path) -> Result<Artifact, RootfsError> {
-    let mut f = std::fs::File::open(path).map_err(io_at(&path))?;
+    let mut f = std::fs::File::open(path).map_err(io_at(path))?;
     let (mut a, mut b) = (Sha256::new(), Sha384::new());
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f.read(&mut buf).map_err(io_at(&path))?;
+        let n = f.read(&mut buf).map_err(io_at(path))?;
         if n == 0 {
             break;
         }
@@ -509,11 +509,11 @@ fn artifact_of(file: &str, path: &Path) -> Result<Artifact, RootfsError> {
 /// whose record (`toolchains.json`) names the same packages (by SHA-256) and epoch and whose file still has the
 /// recorded SHA-256, it is kept as it is (the build is reproducible, so a rebuild would give the same bytes).
 pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, RootfsError> {
-    std::fs::create_dir_all(out).map_err(io_at(&out))?;
+    std::fs::create_dir_all(out).map_err(io_at(out))?;
     let work = tempfile::Builder::new()
         .prefix(".toolchains-")
         .tempdir_in(out)
-        .map_err(io_at(&out))?;
+        .map_err(io_at(out))?;
     let pins = resolve(&requested_packages(&opts.toolchains), work.path())?;
     let debs = download(&pins, &opts.deb_cache)?;
     let packages: Vec<DebPackage> = debs.iter().map(|(p, _)| p.clone()).collect();
