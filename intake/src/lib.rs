@@ -391,7 +391,12 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             if let Ok(job) = &l.job {
                 if let Some(Ok(url)) = job.repository.url() {
                     if let Err(why) = receive::check_repository_url(&url, opts.resolver.as_ref()) {
-                        run.refuse(Stage::Receive, Vec::new(), "repository.path", why);
+                        run.refuse(
+                            Stage::Receive,
+                            Vec::new(),
+                            "repository.path",
+                            why.to_string(),
+                        );
                         return run.finish(opts);
                     }
                 }
@@ -510,7 +515,7 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         {
             Ok(s) => s,
             Err(why) => {
-                run.refuse(Stage::Structure, Vec::new(), "", why);
+                run.refuse(Stage::Structure, Vec::new(), "", why.to_string());
                 return run.finish(opts);
             }
         };

@@ -174,7 +174,7 @@ impl OperatorPolicy {
         for r in &self.read {
             let p = expand(r, None).map_err(|why| ("sandbox.read", why))?;
             if r.starts_with('/') {
-                check_read_path(&p, None).map_err(|why| ("sandbox.read", why))?;
+                check_read_path(&p, None).map_err(|why| ("sandbox.read", why.to_string()))?;
             }
         }
         Ok(())

@@ -117,27 +117,60 @@ pub fn receive(input: &Path, limits: &IntakeLimits) -> Result<Received, ReceiveE
     })
 }
 
+/// Why a repository URL's host is refused; each names the host.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RepoUrlError {
+    /// The resolver failed for the name.
+    #[error("repository host `{host}` does not resolve: {source}")]
+    DoesNotResolve {
+        /// The name.
+        host: String,
+        /// What the resolver said.
+        source: io::Error,
+    },
+    /// The resolver gave no address.
+    #[error("repository host `{host}` resolves to no address")]
+    NoAddress {
+        /// The name.
+        host: String,
+    },
+    /// An answer (or the IP literal) is not a public address.
+    #[error("repository host `{host}` resolves to {}: {}", refused.addr, refused.why)]
+    Refused {
+        /// The host as written in the URL (normalised).
+        host: HostName,
+        /// The address policy's refusal.
+        refused: addr::Refused,
+    },
+}
+
 /// Checks a repository URL's host against the address policy: an IP literal directly, a name through the
 /// resolver (every answer must pass; a name that does not resolve is refused). Returns the addresses.
-pub fn check_repository_url(url: &RepoUrl, resolver: &dyn Resolver) -> Result<Vec<IpAddr>, String> {
+pub fn check_repository_url(
+    url: &RepoUrl,
+    resolver: &dyn Resolver,
+) -> Result<Vec<IpAddr>, RepoUrlError> {
     let addrs = match &url.host {
         HostName::Ip(ip) => vec![*ip],
         HostName::Name(n) => {
-            let a = resolver
-                .resolve(n, url.port)
-                .map_err(|e| format!("repository host `{n}` does not resolve: {e}"))?;
+            let a =
+                resolver
+                    .resolve(n, url.port)
+                    .map_err(|source| RepoUrlError::DoesNotResolve {
+                        host: n.clone(),
+                        source,
+                    })?;
             if a.is_empty() {
-                return Err(format!("repository host `{n}` resolves to no address"));
+                return Err(RepoUrlError::NoAddress { host: n.clone() });
             }
             a
         }
     };
     for ip in &addrs {
-        addr::check(*ip).map_err(|r| {
-            format!(
-                "repository host `{}` resolves to {}: {}",
-                url.host, r.addr, r.why
-            )
+        addr::check(*ip).map_err(|refused| RepoUrlError::Refused {
+            host: url.host.clone(),
+            refused,
         })?;
     }
     Ok(addrs)

@@ -20,28 +20,96 @@ pub struct Structure {
     pub notes: Vec<Finding>,
 }
 
+/// Why stage 3 refuses a job; each names the key and the value as written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StructureError {
+    /// A path that is absolute.
+    #[error("{key} = `{}`: must be relative to the bundle root", path.display())]
+    Absolute {
+        /// The job's key.
+        key: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A path with a `..` component.
+    #[error("{key} = `{}`: must not contain `..`", path.display())]
+    ParentDir {
+        /// The job's key.
+        key: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A path that resolves (through links) outside the bundle.
+    #[error("{key} = `{}`: resolves outside the bundle", path.display())]
+    Outside {
+        /// The job's key.
+        key: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// `repository.path` looks like a URL but is not one this project reads.
+    #[error("repository.path: {0}")]
+    BadUrl(#[from] job_policy::allow::HostError),
+    /// The URL's host is refused by the address policy.
+    #[error(transparent)]
+    UrlAddress(#[from] crate::receive::RepoUrlError),
+    /// A URL whose host passes: refused all the same, fetching is not built.
+    #[error(
+        "repository.path = `{path}` is a URL ({host}:{port}): fetching a repository is not built; put the \
+         repository in the bundle (a directory, a .tar/.tar.gz/.zip archive or a git bundle) and name it by its \
+         path"
+    )]
+    UrlNotFetched {
+        /// `repository.path` as written.
+        path: String,
+        /// The URL's host.
+        host: job_policy::allow::HostName,
+        /// The URL's port.
+        port: u16,
+    },
+    /// `repository.path` names nothing in the bundle.
+    #[error("repository.path = `{}` is not in the bundle", .0.display())]
+    RepositoryMissing(PathBuf),
+    /// `repository.path` names something intake cannot use.
+    #[error(
+        "repository.path = `{}` is neither a directory, a .tar/.tar.gz/.zip archive nor a git bundle",
+        .0.display()
+    )]
+    RepositoryKind(PathBuf),
+    /// `repository.patch` is not a regular file.
+    #[error("repository.patch = `{}` is not a regular file", .0.display())]
+    PatchNotFile(PathBuf),
+    /// `repository.patch` names nothing in the bundle.
+    #[error("repository.patch = `{}` is claimed but not in the bundle", .0.display())]
+    PatchMissing(PathBuf),
+    /// `test.junit` leaves the repository.
+    #[error("test.junit = `{}`: must be relative to the repository, without `..`", .0.display())]
+    Junit(PathBuf),
+}
+
 /// A path named by the job, which must stay inside the bundle root: relative, no `..`, and (after
 /// resolving links) still under the root.
-pub fn inside(root: &Path, rel: &Path, key: &str) -> Result<PathBuf, String> {
+pub fn inside(root: &Path, rel: &Path, key: &str) -> Result<PathBuf, StructureError> {
     if rel.is_absolute() {
-        return Err(format!(
-            "{key} = `{}`: must be relative to the bundle root",
-            rel.display()
-        ));
+        return Err(StructureError::Absolute {
+            key: key.to_owned(),
+            path: rel.to_path_buf(),
+        });
     }
     if rel.components().any(|c| matches!(c, Component::ParentDir)) {
-        return Err(format!(
-            "{key} = `{}`: must not contain `..`",
-            rel.display()
-        ));
+        return Err(StructureError::ParentDir {
+            key: key.to_owned(),
+            path: rel.to_path_buf(),
+        });
     }
     let full = root.join(rel);
     if let (Ok(c), Ok(r)) = (fs::canonicalize(&full), fs::canonicalize(root)) {
         if !c.starts_with(&r) {
-            return Err(format!(
-                "{key} = `{}`: resolves outside the bundle",
-                rel.display()
-            ));
+            return Err(StructureError::Outside {
+                key: key.to_owned(),
+                path: rel.to_path_buf(),
+            });
         }
     }
     Ok(full)
@@ -68,28 +136,26 @@ pub fn structure_of(
     root: &Path,
     unpacked_repository: Option<&Path>,
     resolver: &dyn Resolver,
-) -> Result<Structure, String> {
+) -> Result<Structure, StructureError> {
     let mut notes = Vec::new();
     let repository_dir = match job.repository.url() {
-        Some(Err(e)) => return Err(format!("repository.path: {e}")),
+        Some(Err(e)) => return Err(e.into()),
         Some(Ok(url)) => {
             // The address is checked first (a private or metadata address is named as such), then the URL
             // is refused: nothing fetches a repository yet, and a URL accepted here would reach the fence
             // with no repository at all.
             check_repository_url(&url, resolver)?;
-            return Err(format!(
-                "repository.path = `{}` is a URL ({}:{}): fetching a repository is not built; put the \
-                 repository in the bundle (a directory, a .tar/.tar.gz/.zip archive or a git bundle) and name \
-                 it by its path",
-                job.repository.path, url.host, url.port
-            ));
+            return Err(StructureError::UrlNotFetched {
+                path: job.repository.path.clone(),
+                host: url.host,
+                port: url.port,
+            });
         }
         None => {
             let rel = Path::new(&job.repository.path);
             let full = inside(root, rel, "repository.path")?;
-            let m = fs::symlink_metadata(&full).map_err(|_| {
-                format!("repository.path = `{}` is not in the bundle", rel.display())
-            })?;
+            let m = fs::symlink_metadata(&full)
+                .map_err(|_| StructureError::RepositoryMissing(rel.to_path_buf()))?;
             if let Some(u) = unpacked_repository {
                 Some(u.to_path_buf())
             } else if m.is_dir() {
@@ -103,10 +169,7 @@ pub fn structure_of(
                 ));
                 None
             } else {
-                return Err(format!(
-                    "repository.path = `{}` is neither a directory, a .tar/.tar.gz/.zip archive nor a git bundle",
-                    rel.display()
-                ));
+                return Err(StructureError::RepositoryKind(rel.to_path_buf()));
             }
         }
     };
@@ -114,26 +177,13 @@ pub fn structure_of(
         let full = inside(root, patch, "repository.patch")?;
         match fs::symlink_metadata(&full) {
             Ok(m) if m.is_file() => {}
-            Ok(_) => {
-                return Err(format!(
-                    "repository.patch = `{}` is not a regular file",
-                    patch.display()
-                ))
-            }
-            Err(_) => {
-                return Err(format!(
-                    "repository.patch = `{}` is claimed but not in the bundle",
-                    patch.display()
-                ))
-            }
+            Ok(_) => return Err(StructureError::PatchNotFile(patch.clone())),
+            Err(_) => return Err(StructureError::PatchMissing(patch.clone())),
         }
     }
     if let Some(j) = &job.test.junit {
         if j.is_absolute() || j.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(format!(
-                "test.junit = `{}`: must be relative to the repository, without `..`",
-                j.display()
-            ));
+            return Err(StructureError::Junit(j.clone()));
         }
     }
     Ok(Structure {

@@ -1271,6 +1271,61 @@ mod tests {
         assert_eq!(resolve_in_tree(&l, &[], "/etc"), None);
     }
 
+    fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(flate2::write::GzEncoder::new(
+            Vec::new(),
+            flate2::Compression::default(),
+        ));
+        for (name, data) in files {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            b.append_data(&mut h, name, *data).expect("append");
+        }
+        b.into_inner().expect("tar").finish().expect("gz")
+    }
+
+    #[test]
+    fn a_tar_gz_is_inflated_once_into_a_spool_that_every_pass_reads() {
+        let d = tempfile::tempdir().expect("tmp");
+        let bytes = tar_gz(&[("job.toml", b"[test]\n"), ("repo/a.txt", b"hello")]);
+        let lim = IntakeLimits::default();
+        let spools = |d: &Path| {
+            fs::read_dir(d)
+                .expect("dir")
+                .filter(|e| {
+                    e.as_ref()
+                        .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".inflated-"))
+                })
+                .count()
+        };
+        let opened = OpenedArchive::open(&bytes, ArchiveFormat::TarGz, d.path(), &lim);
+        assert!(opened.checked.is_ok());
+        assert!(matches!(opened.tar, Some(TarSource::Spool(_))));
+        assert_eq!(spools(d.path()), 1);
+        // The peek and both unpack passes read the spool: the gzip bytes are not looked at again.
+        assert_eq!(
+            opened.peek_file("job.toml").as_deref(),
+            Some(&b"[test]\n"[..])
+        );
+        let dest = d.path().join("out");
+        let s = opened.unpack(&dest).expect("unpack");
+        assert_eq!(s.files, 2);
+        assert_eq!(fs::read(dest.join("repo/a.txt")).expect("read"), b"hello");
+        drop(opened);
+        assert_eq!(spools(d.path()), 0, "the spool is removed with the archive");
+        // A stream whose raw headers fail the check is refused by `unpack`, and the peek finds nothing.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&[b'a'; 1024]).expect("gz");
+        let bad = gz.finish().expect("gz");
+        let opened = OpenedArchive::open(&bad, ArchiveFormat::TarGz, d.path(), &lim);
+        let err = opened.checked.clone().expect_err("junk headers");
+        assert!(err.reason.contains("size field"), "{err}");
+        assert!(opened.peek_file("job.toml").is_none());
+        assert_eq!(opened.unpack(&d.path().join("bad")), Err(err));
+    }
+
     #[test]
     fn names() {
         let lim = IntakeLimits::default();

@@ -250,7 +250,7 @@ pub struct SandboxSpec {
 impl SandboxSpec {
     /// Expands `~` against `home` and checks each path again against the credential list; the fence must
     /// check the canonical (symlink-resolved) path again with [`check_read_path`] before mounting it.
-    pub fn resolve(&self, home: &Path) -> Result<Vec<PathBuf>, String> {
+    pub fn resolve(&self, home: &Path) -> Result<Vec<PathBuf>, ReadPathError> {
         self.read
             .iter()
             .map(|r| {
@@ -262,14 +262,79 @@ impl SandboxSpec {
     }
 }
 
-fn expand_home(raw: &str, home: &Path) -> Result<PathBuf, String> {
+fn expand_home(raw: &str, home: &Path) -> Result<PathBuf, ReadPathError> {
     if let Some(rest) = raw.strip_prefix("~/") {
         Ok(home.join(rest))
     } else if raw.starts_with('/') {
         Ok(PathBuf::from(raw))
     } else {
-        Err(format!("`{raw}`: must be absolute or start with `~/`"))
+        Err(ReadPathError::NotAbsoluteOrHome(raw.to_owned()))
     }
+}
+
+/// Why a `[sandbox] read` path is refused; each names the path as written or resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadPathError {
+    /// A resolved path that is relative.
+    #[error("`{0}`: must be absolute")]
+    NotAbsolute(String),
+    /// An entry neither absolute nor `~/`-relative.
+    #[error("`{0}`: must be absolute or start with `~/`")]
+    NotAbsoluteOrHome(String),
+    /// A component that is not UTF-8.
+    #[error("`{0}`: not UTF-8")]
+    NotUtf8(String),
+    /// A `..` component.
+    #[error("`{0}`: `..` is not allowed")]
+    ParentDir(String),
+    /// A path with a Windows prefix.
+    #[error("`{0}`: not a Unix path")]
+    NotUnix(String),
+    /// `/` itself.
+    #[error("`/`: the whole file system cannot be a read path")]
+    WholeFileSystem,
+    /// A component naming a socket or a private key.
+    #[error("`{path}`: `{name}` is a socket or key and cannot be read")]
+    SocketOrKey {
+        /// The path.
+        path: String,
+        /// The component.
+        name: String,
+    },
+    /// A path overlapping a system path of [`SYSTEM_DENIED_PATHS`].
+    #[error("`{path}`: overlaps `{denied}` (sockets, secrets or other users' files)")]
+    SystemPath {
+        /// The path.
+        path: String,
+        /// The system path it overlaps.
+        denied: String,
+    },
+    /// A path above the home directory.
+    #[error("`{path}`: contains the home directory `{home}`")]
+    ContainsHome {
+        /// The path.
+        path: String,
+        /// The home directory.
+        home: String,
+    },
+    /// The home directory itself.
+    #[error("`{0}`: the whole home directory cannot be a read path")]
+    WholeHome(String),
+    /// A path overlapping a credential path of [`HOME_CREDENTIAL_PATHS`].
+    #[error("`{path}`: overlaps the credential path `~/{credential}`")]
+    Credential {
+        /// The path.
+        path: String,
+        /// The credential path, relative to the home.
+        credential: String,
+    },
+    /// A NUL byte in the entry.
+    #[error("contains a NUL byte")]
+    Nul,
+    /// `~user/...`.
+    #[error("`{0}`: `~user` is not supported; use `~/` or an absolute path")]
+    OtherUsersHome(String),
 }
 
 /// Paths under a home directory that hold credentials; a read path equal to, inside, or containing one of
@@ -332,7 +397,7 @@ const DENIED_NAMES: &[&str] = &[
     "id_dsa",
 ];
 
-fn lexical_components(p: &Path) -> Result<Vec<String>, String> {
+fn lexical_components(p: &Path) -> Result<Vec<String>, ReadPathError> {
     let mut out = Vec::new();
     for c in p.components() {
         match c {
@@ -340,13 +405,13 @@ fn lexical_components(p: &Path) -> Result<Vec<String>, String> {
             Component::CurDir => {}
             Component::Normal(s) => out.push(
                 s.to_str()
-                    .ok_or_else(|| format!("`{}`: not UTF-8", p.display()))?
+                    .ok_or_else(|| ReadPathError::NotUtf8(p.display().to_string()))?
                     .to_string(),
             ),
             Component::ParentDir => {
-                return Err(format!("`{}`: `..` is not allowed", p.display()));
+                return Err(ReadPathError::ParentDir(p.display().to_string()));
             }
-            Component::Prefix(_) => return Err(format!("`{}`: not a Unix path", p.display())),
+            Component::Prefix(_) => return Err(ReadPathError::NotUnix(p.display().to_string())),
         }
     }
     Ok(out)
@@ -359,13 +424,13 @@ fn overlaps(a: &[String], b: &[&str]) -> bool {
 
 /// Checks one read path (absolute, lexically normal) against the credential and socket lists; `home` is the
 /// home directory whose credential paths apply (`None`: only the `~/` spelling is known to be a home).
-pub fn check_read_path(path: &Path, home: Option<&Path>) -> Result<(), String> {
+pub fn check_read_path(path: &Path, home: Option<&Path>) -> Result<(), ReadPathError> {
     if !path.is_absolute() {
-        return Err(format!("`{}`: must be absolute", path.display()));
+        return Err(ReadPathError::NotAbsolute(path.display().to_string()));
     }
     let comps = lexical_components(path)?;
     if comps.is_empty() {
-        return Err("`/`: the whole file system cannot be a read path".into());
+        return Err(ReadPathError::WholeFileSystem);
     }
     for name in &comps {
         let lower = name.to_ascii_lowercase();
@@ -374,10 +439,10 @@ pub fn check_read_path(path: &Path, home: Option<&Path>) -> Result<(), String> {
             || lower.ends_with(".socket")
             || (lower.starts_with("id_") && lower.ends_with(".pub"))
         {
-            return Err(format!(
-                "`{}`: `{name}` is a socket or key and cannot be read",
-                path.display()
-            ));
+            return Err(ReadPathError::SocketOrKey {
+                path: path.display().to_string(),
+                name: name.clone(),
+            });
         }
     }
     for denied in SYSTEM_DENIED_PATHS {
@@ -387,10 +452,10 @@ pub fn check_read_path(path: &Path, home: Option<&Path>) -> Result<(), String> {
             // checked against the credential list below, but nothing above or beside it.
             let under_home = home.is_some_and(|h| path.starts_with(h) && path != h);
             if !(under_home && (*denied == "/home" || *denied == "/root")) {
-                return Err(format!(
-                    "`{}`: overlaps `{denied}` (sockets, secrets or other users' files)",
-                    path.display()
-                ));
+                return Err(ReadPathError::SystemPath {
+                    path: path.display().to_string(),
+                    denied: (*denied).to_owned(),
+                });
             }
         }
     }
@@ -399,37 +464,35 @@ pub fn check_read_path(path: &Path, home: Option<&Path>) -> Result<(), String> {
             let rel = lexical_components(rel)?;
             check_home_relative(&rel, &path.display().to_string())?;
         } else if home.starts_with(path) {
-            return Err(format!(
-                "`{}`: contains the home directory `{}`",
-                path.display(),
-                home.display()
-            ));
+            return Err(ReadPathError::ContainsHome {
+                path: path.display().to_string(),
+                home: home.display().to_string(),
+            });
         }
     }
     Ok(())
 }
 
-fn check_home_relative(rel: &[String], shown: &str) -> Result<(), String> {
+fn check_home_relative(rel: &[String], shown: &str) -> Result<(), ReadPathError> {
     if rel.is_empty() {
-        return Err(format!(
-            "`{shown}`: the whole home directory cannot be a read path"
-        ));
+        return Err(ReadPathError::WholeHome(shown.to_owned()));
     }
     for cred in HOME_CREDENTIAL_PATHS {
         let c: Vec<&str> = cred.split('/').collect();
         if overlaps(rel, &c) {
-            return Err(format!(
-                "`{shown}`: overlaps the credential path `~/{cred}`"
-            ));
+            return Err(ReadPathError::Credential {
+                path: shown.to_owned(),
+                credential: (*cred).to_owned(),
+            });
         }
     }
     Ok(())
 }
 
 /// Checks a `[sandbox] read` entry as written in the job file (before `~` is expanded).
-pub fn check_read_entry(raw: &str) -> Result<(), String> {
+pub fn check_read_entry(raw: &str) -> Result<(), ReadPathError> {
     if raw.contains('\0') {
-        return Err("contains a NUL byte".into());
+        return Err(ReadPathError::Nul);
     }
     if let Some(rest) = raw.strip_prefix("~/") {
         let comps = lexical_components(Path::new(rest))?;
@@ -438,22 +501,21 @@ pub fn check_read_entry(raw: &str) -> Result<(), String> {
         for name in &comps {
             if DENIED_NAMES.contains(&name.to_ascii_lowercase().as_str()) || name.ends_with(".sock")
             {
-                return Err(format!(
-                    "`{raw}`: `{name}` is a socket or key and cannot be read"
-                ));
+                return Err(ReadPathError::SocketOrKey {
+                    path: raw.to_owned(),
+                    name: name.clone(),
+                });
             }
         }
         Ok(())
     } else if raw == "~" {
-        Err("`~`: the whole home directory cannot be a read path".into())
+        Err(ReadPathError::WholeHome("~".into()))
     } else if raw.starts_with('~') {
-        Err(format!(
-            "`{raw}`: `~user` is not supported; use `~/` or an absolute path"
-        ))
+        Err(ReadPathError::OtherUsersHome(raw.to_owned()))
     } else if raw.starts_with('/') {
         check_read_path(Path::new(raw), None)
     } else {
-        Err(format!("`{raw}`: must be absolute or start with `~/`"))
+        Err(ReadPathError::NotAbsoluteOrHome(raw.to_owned()))
     }
 }
 
@@ -756,7 +818,9 @@ impl Ctx<'_> {
                         .to_owned(),
                 )
             } else {
-                protect_matcher(std::slice::from_ref(s)).err()
+                protect_matcher(std::slice::from_ref(s))
+                    .err()
+                    .map(|e| e.to_string())
             };
             if let Some(why) = why {
                 return Err(self.invalid(
@@ -785,7 +849,7 @@ impl Ctx<'_> {
 /// The matcher of `[test] protect` globs: `*` and `?` stop at `/`, `**` crosses directories, `{a,b}` and
 /// `[..]` as in git's pathspecs (the `globset` crate's syntax with `literal_separator`). A glob that names a
 /// directory (`tests` or `tests/`) protects everything below it too.
-pub fn protect_matcher(globs: &[String]) -> Result<globset::GlobSet, String> {
+pub fn protect_matcher(globs: &[String]) -> Result<globset::GlobSet, GlobError> {
     let mut b = globset::GlobSetBuilder::new();
     for g in globs {
         let trimmed = g.trim_end_matches('/');
@@ -794,12 +858,23 @@ pub fn protect_matcher(globs: &[String]) -> Result<globset::GlobSet, String> {
                 .literal_separator(true)
                 .backslash_escape(true)
                 .build()
-                .map_err(|e| format!("is not a valid glob: {}", e.kind()))?;
+                .map_err(|e| GlobError::Glob(e.kind().to_string()))?;
             b.add(glob);
         }
     }
-    b.build()
-        .map_err(|e| format!("is not a valid glob set: {}", e.kind()))
+    b.build().map_err(|e| GlobError::Set(e.kind().to_string()))
+}
+
+/// Why `[test] protect` globs do not compile (the message follows the key and the glob).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GlobError {
+    /// One glob is malformed (what `globset` said).
+    #[error("is not a valid glob: {0}")]
+    Glob(String),
+    /// The set as a whole did not build.
+    #[error("is not a valid glob set: {0}")]
+    Set(String),
 }
 
 impl Job {
@@ -1027,7 +1102,7 @@ impl Job {
         if let Some(s) = &raw.sandbox {
             for r in &s.read {
                 check_read_entry(r.get_ref())
-                    .map_err(|e| cx.invalid(r.span(), "sandbox.read", e))?;
+                    .map_err(|e| cx.invalid(r.span(), "sandbox.read", e.to_string()))?;
                 sandbox.read.push(r.get_ref().clone());
             }
         }

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
                     eprintln!(
                         "guest-agent: {}: {}",
                         attestation::text::escape(job),
-                        attestation::text::escape(&e)
+                        attestation::text::escape(&e.to_string())
                     );
                     return ExitCode::from(2);
                 }

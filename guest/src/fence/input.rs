@@ -7,11 +7,26 @@ use attestation::verdict::{Finding, Inputs, Verdict};
 use intake::AcceptedBundle;
 use std::path::Path;
 
+/// Why an input could not be run at all (intake's refusals are verdicts, not errors).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The input is unusable: missing, unreadable, not a bundle nor a job file (intake's own words).
+    #[error("{0}")]
+    Unusable(String),
+    /// The runs' parent directory, where intake's work directory goes, cannot be used.
+    #[error(transparent)]
+    RunsDir(#[from] crate::fence::rundir::RunsDirError),
+    /// Intake's work directory could not be created.
+    #[error("cannot create intake's work directory: {0}")]
+    WorkDir(std::io::Error),
+}
+
 /// Runs intake stages 1-5 on `input` (a job file, or a bundle: a directory or a .tar/.tar.gz/.zip whose root
 /// holds `job.toml`), executing nothing, then, when intake accepts, the bundle it accepted in the fence
 /// ([`run_accepted`]). Intake's refusals come back as `refused` verdicts naming the stage, with every
 /// finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
-pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, String> {
+pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, InputError> {
     let parent = crate::fence::rundir::runs_parent(&std::env::temp_dir())?;
     let verdict = run_input_under(input, opts, &parent);
     crate::fence::rundir::remove_parent_if_empty(&parent);
@@ -50,13 +65,13 @@ fn verdict_findings<'a>(findings: impl IntoIterator<Item = &'a intake::Finding>)
 }
 
 /// [`run_input`] with intake's work directory under `parent` (the runs' own parent directory).
-fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, String> {
+fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Verdict, InputError> {
     // Named like the run directories (`fenced-run-<pid>-...`) and beside them, so that if this runner is
     // killed mid-run the next run sweeps intake's copy too.
     let work = tempfile::Builder::new()
         .prefix(&format!("fenced-run-{}-intake-", std::process::id()))
         .tempdir_in(parent)
-        .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+        .map_err(InputError::WorkDir)?;
     let runner =
         intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
     let report = intake::run_stages(
@@ -70,7 +85,7 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
         Err(mut report) => {
             if let Some(why) = report.unusable.clone() {
                 let _ = report.cleanup();
-                return Err(why);
+                return Err(InputError::Unusable(why));
             }
             let (stage, reason) = match &report.refusal {
                 Some(r) => (r.stage.name().to_owned(), r.reason.clone()),

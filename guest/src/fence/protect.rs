@@ -31,7 +31,7 @@ pub enum ProtectError {
     },
     /// The globs did not compile (intake checks them first).
     #[error("protected paths: {0}")]
-    Globs(String),
+    Globs(#[from] job_policy::job::GlobError),
     /// The repository holds something that cannot be protected.
     #[error("protected paths: {0}")]
     Unsupported(String),
@@ -116,7 +116,7 @@ impl Protected {
         globs: &[String],
         store: &Path,
     ) -> Result<Protected, ProtectError> {
-        let matcher = intake::job::protect_matcher(globs).map_err(ProtectError::Globs)?;
+        let matcher = job_policy::job::protect_matcher(globs)?;
         fs::create_dir(store).map_err(io_at(store))?;
         fs::set_permissions(store, fs::Permissions::from_mode(0o700)).map_err(io_at(store))?;
         let mut kept = BTreeMap::new();

@@ -13,40 +13,77 @@ pub const RUNS_DIR: &str = "fenced-run-runs";
 /// The source name of a run's scratch tmpfs (how the sweep knows the mount is one of ours).
 pub const SCRATCH_SOURCE: &str = "fenced-run";
 
+/// Why the runs' parent directory cannot be used; each names the path.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunsDirError {
+    /// The temporary directory, or the parent in it, could not be made or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// The parent could not be opened as a directory without following a link.
+    #[error("{}: {source} (it must be a directory, not a link)", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// The parent is someone else's, or open to others.
+    #[error(
+        "{}: owned by uid {uid} with mode {mode:o}; the runner uses it only when it is its own (uid {euid}) \
+         with mode 700",
+        path.display()
+    )]
+    NotOwn {
+        /// The path.
+        path: PathBuf,
+        /// Its owner.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// This process's effective uid.
+        euid: u32,
+    },
+}
+
 /// Creates (or opens, when another runner made it) `tmp/fenced-run-runs` and checks it: a directory, not a
 /// link, owned by this process's effective uid, mode exactly 0700. Returns its canonical path.
-pub fn runs_parent(tmp: &Path) -> Result<PathBuf, String> {
-    let base = fs::canonicalize(tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+pub fn runs_parent(tmp: &Path) -> Result<PathBuf, RunsDirError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| RunsDirError::Io { path, source }
+    };
+    let base = fs::canonicalize(tmp).map_err(io(tmp))?;
     let parent = base.join(RUNS_DIR);
     match fs::DirBuilder::new().mode(0o700).create(&parent) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("{}: {e}", parent.display())),
+        Err(e) => return Err(io(&parent)(e)),
     }
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let dir = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&parent)
-        .map_err(|e| {
-            format!(
-                "{}: {e} (it must be a directory, not a link)",
-                parent.display()
-            )
+        .map_err(|source| RunsDirError::NotADirectory {
+            path: parent.clone(),
+            source,
         })?;
-    let meta = dir
-        .metadata()
-        .map_err(|e| format!("{}: {e}", parent.display()))?;
+    let meta = dir.metadata().map_err(io(&parent))?;
     let (uid, mode) = (meta.uid(), meta.mode() & 0o7777);
     let euid = nix::unistd::geteuid().as_raw();
     if uid != euid || mode != 0o700 {
-        return Err(format!(
-            "{}: owned by uid {} with mode {:o}; the runner uses it only when it is its own (uid {euid}) \
-             with mode 700",
-            parent.display(),
+        return Err(RunsDirError::NotOwn {
+            path: parent,
             uid,
-            mode
-        ));
+            mode,
+            euid,
+        });
     }
     Ok(parent)
 }
@@ -175,7 +212,7 @@ pub(crate) struct RunDir {
 
 impl RunDir {
     pub(crate) fn create(disk_mib: u64, root: bool) -> Result<RunDir, String> {
-        let parent = runs_parent(&std::env::temp_dir())?;
+        let parent = runs_parent(&std::env::temp_dir()).map_err(|e| e.to_string())?;
         sweep(&parent);
         let dir = tempfile::Builder::new()
             .prefix(&format!("fenced-run-{}-", std::process::id()))
@@ -272,6 +309,7 @@ mod tests {
         fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).expect("chmod");
         assert!(runs_parent(d.path())
             .expect_err("0755")
+            .to_string()
             .contains("mode 755"));
         fs::remove_dir(&p).expect("rm");
         // A link in its place is refused, whatever it points to.
@@ -283,6 +321,7 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &p).expect("link");
         assert!(runs_parent(d.path())
             .expect_err("link")
+            .to_string()
             .contains("not a link"));
     }
 }

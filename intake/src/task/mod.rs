@@ -121,13 +121,15 @@ pub fn structure(
     let (Some(file), Some(dockerfile)) = (loaded, dockerfile) else {
         return Err("task bundle: task.toml or the Dockerfile could not be read".into());
     };
-    let df_full = crate::structure::inside(root, &dockerfile, "environment.dockerfile")?;
+    let df_full = crate::structure::inside(root, &dockerfile, "environment.dockerfile")
+        .map_err(|e| e.to_string())?;
     let context = df_full
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| root.to_path_buf());
     if let Some(p) = &file.solution.patch {
-        let full = crate::structure::inside(root, p, "solution.patch")?;
+        let full =
+            crate::structure::inside(root, p, "solution.patch").map_err(|e| e.to_string())?;
         if !fs::symlink_metadata(&full).is_ok_and(|m| m.is_file()) {
             return Err(format!(
                 "solution.patch = `{}` is not a regular file in the bundle",

@@ -14,8 +14,8 @@ mod record;
 
 pub use egress::{EgressProvider, EgressSession, ProxyEgress};
 pub use options::{
-    random_nonce, RunOptions, TaskImage, ToolchainRoot, AGENT_VERSION, RELAY_PORT, SANDBOX_ID,
-    SANDBOX_PATH,
+    random_nonce, RunOptions, TaskImage, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT,
+    SANDBOX_ID, SANDBOX_PATH,
 };
 pub use output::Output;
 pub use read_paths::READ_PATH_MAX_ENTRIES;
@@ -87,7 +87,7 @@ pub(crate) fn run_fenced(job: &Job, repository: Option<&Path>, opts: &RunOptions
         Err(e) => return refuse("sandbox", &e, inputs),
     };
     if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
-        return refuse("normalise", &e, inputs);
+        return refuse("normalise", &e.to_string(), inputs);
     }
     if opts.tests_dir.is_some() && opts.task_image.is_none() {
         return refuse(

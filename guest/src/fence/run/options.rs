@@ -79,33 +79,58 @@ impl ToolchainRoot {
     pub fn for_job<'a>(
         root: Option<&'a ToolchainRoot>,
         job: &Job,
-    ) -> Result<Option<&'a ToolchainRoot>, String> {
+    ) -> Result<Option<&'a ToolchainRoot>, ToolchainError> {
         let wanted = &job.image.toolchains;
         if wanted.is_empty() {
             return Ok(None);
         }
         let Some(root) = root else {
-            return Err(format!(
-                "image.toolchains = [{}]: this runner has no toolchain image (build one with `fenced-run image \
-                 build --toolchains {}`)",
-                wanted.join(", "),
-                wanted.join(",")
-            ));
+            return Err(ToolchainError::NoImage {
+                wanted: wanted.clone(),
+            });
         };
-        let missing: Vec<&str> = wanted
+        let missing: Vec<String> = wanted
             .iter()
             .filter(|t| !root.toolchains.contains(t))
-            .map(String::as_str)
+            .cloned()
             .collect();
         if !missing.is_empty() {
-            return Err(format!(
-                "image.toolchains: this runner's toolchain image holds [{}], not {}",
-                root.toolchains.join(", "),
-                missing.join(", ")
-            ));
+            return Err(ToolchainError::Missing {
+                held: root.toolchains.clone(),
+                missing,
+            });
         }
         Ok(Some(root))
     }
+}
+
+/// Why a job's `[image] toolchains` cannot run on this runner (a refusal of stage `normalise`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolchainError {
+    /// The job names toolchains and this runner has no toolchain image.
+    #[error(
+        "image.toolchains = [{}]: this runner has no toolchain image (build one with `fenced-run image build \
+         --toolchains {}`)",
+        wanted.join(", "),
+        wanted.join(",")
+    )]
+    NoImage {
+        /// The toolchains the job names.
+        wanted: Vec<String>,
+    },
+    /// The runner's image lacks some of them.
+    #[error(
+        "image.toolchains: this runner's toolchain image holds [{}], not {}",
+        held.join(", "),
+        missing.join(", ")
+    )]
+    Missing {
+        /// What the image holds.
+        held: Vec<String>,
+        /// What the job names that it does not hold.
+        missing: Vec<String>,
+    },
 }
 
 impl RunOptions {

@@ -19,7 +19,7 @@ pub(super) fn resolve_read_paths(
         .filter_map(|r| fs::canonicalize(r).ok())
         .collect();
     let mut out = Vec::new();
-    for p in job.sandbox.resolve(home)? {
+    for p in job.sandbox.resolve(home).map_err(|e| e.to_string())? {
         let canon =
             fs::canonicalize(&p).map_err(|e| format!("[sandbox] read {}: {e}", p.display()))?;
         intake::job::check_read_path(&canon, Some(home)).map_err(|e| {
