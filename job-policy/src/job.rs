@@ -681,9 +681,10 @@ struct RawTest {
     on_protected_change: Option<Spanned<String>>,
 }
 
+/// `[limits]` as written (read by [`TomlCtx::limits`]).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLimits {
+pub struct RawLimits {
     memory_mib: Option<Spanned<u64>>,
     pids: Option<Spanned<u64>>,
     disk_mib: Option<Spanned<u64>>,
@@ -756,13 +757,115 @@ pub fn key_at(text: &str, offset: usize) -> String {
     }
 }
 
-struct Ctx<'a> {
+/// The strict reading shared by `job.toml` and `task.toml`: parse with the schema's unknown keys refused, and
+/// turn every problem into a [`JobError`] naming the file, line, column and dotted key.
+pub struct TomlCtx<'a> {
     origin: String,
     text: &'a str,
 }
 
-impl Ctx<'_> {
-    fn invalid(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> JobError {
+impl<'a> TomlCtx<'a> {
+    /// A reader of `text`, whose problems name `origin`.
+    pub fn new(origin: String, text: &'a str) -> TomlCtx<'a> {
+        TomlCtx { origin, text }
+    }
+
+    /// `bytes` as UTF-8 text, or a syntax error at the first byte that is not (`what` names the file).
+    pub fn utf8<'b>(bytes: &'b [u8], origin: &str, what: &str) -> Result<&'b str, JobError> {
+        std::str::from_utf8(bytes).map_err(|e| {
+            let (line, column) = line_col(
+                &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
+                e.valid_up_to(),
+            );
+            JobError::Syntax {
+                origin: origin.to_owned(),
+                line,
+                column,
+                key: "<document>".into(),
+                message: format!("{what} is not UTF-8"),
+            }
+        })
+    }
+
+    /// Deserializes the whole text as `T`. `required` lists each required field with its parent table (`""`
+    /// at the top), so that a missing field is named by its dotted key.
+    pub fn parse<T: serde::de::DeserializeOwned>(
+        &self,
+        required: &[(&str, &str)],
+    ) -> Result<T, JobError> {
+        let text = self.text;
+        toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let (line, column) = line_col(text, span.start);
+            let message = e.message().trim().to_string();
+            let mut key = key_at(text, span.start);
+            if let Some(field) = message
+                .strip_prefix("missing field `")
+                .and_then(|m| m.split('`').next())
+            {
+                // The span of a missing field is its table, which at offset 0 cannot be told from the
+                // document; the schema can: each required field has one parent.
+                key = match required.iter().find(|(f, _)| *f == field) {
+                    Some((f, "")) => f.to_string(),
+                    Some((f, parent)) => format!("{parent}.{f}"),
+                    None => format!("{key}.{field}"),
+                };
+            } else if let Some(field) = message
+                .strip_prefix("unknown field `")
+                .and_then(|m| m.split('`').next())
+            {
+                // The span is the unknown key itself; make sure the key shown is that key.
+                if !key.ends_with(field) {
+                    key = if key == "<document>" {
+                        field.to_string()
+                    } else {
+                        format!("{key}.{field}")
+                    };
+                }
+            }
+            JobError::Syntax {
+                origin: self.origin.clone(),
+                line,
+                column,
+                key,
+                message,
+            }
+        })
+    }
+
+    /// `[limits]` with the defaults filled in, each value at least 1.
+    pub fn limits(&self, raw: &Option<RawLimits>) -> Result<Limits, JobError> {
+        Ok(match raw {
+            None => Limits::default(),
+            Some(l) => Limits {
+                memory_mib: self.positive(
+                    &l.memory_mib,
+                    "limits.memory_mib",
+                    DEFAULT_MEMORY_MIB,
+                )?,
+                pids: self.positive(&l.pids, "limits.pids", DEFAULT_PIDS)?,
+                disk_mib: self.positive(&l.disk_mib, "limits.disk_mib", DEFAULT_DISK_MIB)?,
+                open_files: self.positive(
+                    &l.open_files,
+                    "limits.open_files",
+                    DEFAULT_OPEN_FILES,
+                )?,
+            },
+        })
+    }
+
+    /// An allowlist: each entry parsed by [`AllowEntry::parse`], an error naming `key` and the entry's line.
+    pub fn allow(&self, list: &[Spanned<String>], key: &str) -> Result<Vec<AllowEntry>, JobError> {
+        list.iter()
+            .map(|a| {
+                AllowEntry::parse(a.get_ref())
+                    .map_err(|e| self.invalid(a.span(), key, e.to_string()))
+            })
+            .collect()
+    }
+
+    /// An error at `span` about `key`.
+    pub fn invalid(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> JobError {
         let (line, column) = line_col(self.text, span.start);
         JobError::Invalid {
             origin: self.origin.clone(),
@@ -773,7 +876,13 @@ impl Ctx<'_> {
         }
     }
 
-    fn positive(&self, v: &Option<Spanned<u64>>, key: &str, default: u64) -> Result<u64, JobError> {
+    /// `v`, or `default` when absent; 0 is refused.
+    pub fn positive(
+        &self,
+        v: &Option<Spanned<u64>>,
+        key: &str,
+        default: u64,
+    ) -> Result<u64, JobError> {
         match v {
             None => Ok(default),
             Some(s) if *s.get_ref() == 0 => Err(self.invalid(s.span(), key, "must be at least 1")),
@@ -834,7 +943,8 @@ impl Ctx<'_> {
         Ok(out)
     }
 
-    fn command(&self, v: &Spanned<String>, key: &str) -> Result<String, JobError> {
+    /// A command: not blank, no NUL byte.
+    pub fn command(&self, v: &Spanned<String>, key: &str) -> Result<String, JobError> {
         let s = v.get_ref();
         if s.trim().is_empty() {
             return Err(self.invalid(v.span(), key, "must not be empty"));
@@ -902,66 +1012,15 @@ impl Job {
     /// Loads a job from bytes (must be UTF-8); `origin` is the job file's path, used in messages and as the
     /// base of relative paths.
     pub fn from_bytes(bytes: &[u8], origin: &Path) -> Result<Job, JobError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            let (line, column) = line_col(
-                &String::from_utf8_lossy(&bytes[..e.valid_up_to()]),
-                e.valid_up_to(),
-            );
-            JobError::Syntax {
-                origin: origin.display().to_string(),
-                line,
-                column,
-                key: "<document>".into(),
-                message: "the job file is not UTF-8".into(),
-            }
-        })?;
+        let text = TomlCtx::utf8(bytes, &origin.display().to_string(), "the job file")?;
         Job::from_toml_str(text, origin)
     }
 
     /// Loads a job from TOML text; `origin` is the job file's path, used in messages and as the base of
     /// relative paths.
     pub fn from_toml_str(text: &str, origin: &Path) -> Result<Job, JobError> {
-        let cx = Ctx {
-            origin: origin.display().to_string(),
-            text,
-        };
-        let raw: RawJob = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let (line, column) = line_col(text, span.start);
-            let message = e.message().trim().to_string();
-            let mut key = key_at(text, span.start);
-            if let Some(field) = message
-                .strip_prefix("missing field `")
-                .and_then(|m| m.split('`').next())
-            {
-                // The span of a missing field is its table, which at offset 0 cannot be told from the
-                // document; the schema can: each required field has one parent.
-                key = match REQUIRED_FIELDS.iter().find(|(f, _)| *f == field) {
-                    Some((f, "")) => f.to_string(),
-                    Some((f, parent)) => format!("{parent}.{f}"),
-                    None => format!("{key}.{field}"),
-                };
-            } else if let Some(field) = message
-                .strip_prefix("unknown field `")
-                .and_then(|m| m.split('`').next())
-            {
-                // The span is the unknown key itself; make sure the key shown is that key.
-                if !key.ends_with(field) {
-                    key = if key == "<document>" {
-                        field.to_string()
-                    } else {
-                        format!("{key}.{field}")
-                    };
-                }
-            }
-            JobError::Syntax {
-                origin: cx.origin.clone(),
-                line,
-                column,
-                key,
-                message,
-            }
-        })?;
+        let cx = TomlCtx::new(origin.display().to_string(), text);
+        let raw: RawJob = cx.parse(REQUIRED_FIELDS)?;
 
         let r = &raw.repository;
         let path = r.path.get_ref();
@@ -1001,13 +1060,7 @@ impl Job {
         let install = match &raw.install {
             None => None,
             Some(i) => {
-                let mut allow = Vec::new();
-                for a in &i.allow {
-                    allow.push(
-                        AllowEntry::parse(a.get_ref())
-                            .map_err(|e| cx.invalid(a.span(), "install.allow", e.to_string()))?,
-                    );
-                }
+                let allow = cx.allow(&i.allow, "install.allow")?;
                 Some(InstallSpec {
                     command: cx.command(&i.command, "install.command")?,
                     allow,
@@ -1065,15 +1118,7 @@ impl Job {
             },
         };
 
-        let limits = match &raw.limits {
-            None => Limits::default(),
-            Some(l) => Limits {
-                memory_mib: cx.positive(&l.memory_mib, "limits.memory_mib", DEFAULT_MEMORY_MIB)?,
-                pids: cx.positive(&l.pids, "limits.pids", DEFAULT_PIDS)?,
-                disk_mib: cx.positive(&l.disk_mib, "limits.disk_mib", DEFAULT_DISK_MIB)?,
-                open_files: cx.positive(&l.open_files, "limits.open_files", DEFAULT_OPEN_FILES)?,
-            },
-        };
+        let limits = cx.limits(&raw.limits)?;
 
         let mut env = EnvSpec::default();
         if let Some(e) = &raw.env {

@@ -2,10 +2,9 @@
 //! bad values are refused with the file, line, column and dotted key, through the job loader's own machinery
 //! ([`crate::job::JobError`], [`crate::job::line_col`]).
 
-use crate::job::{self, AllowEntry, JobError, Limits};
+use crate::job::{self, AllowEntry, JobError, Limits, RawLimits, TomlCtx};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 use toml::Spanned;
 
@@ -102,79 +101,24 @@ struct RawTest {
     timeout_seconds: Option<Spanned<u64>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimits {
-    memory_mib: Option<Spanned<u64>>,
-    pids: Option<Spanned<u64>>,
-    disk_mib: Option<Spanned<u64>>,
-    open_files: Option<Spanned<u64>>,
-}
-
-struct Ctx<'a> {
-    origin: String,
-    text: &'a str,
-}
-
-impl Ctx<'_> {
-    fn invalid(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> JobError {
-        let (line, column) = job::line_col(self.text, span.start);
-        JobError::Invalid {
-            origin: self.origin.clone(),
-            line,
-            column,
-            key: key.to_string(),
-            message: message.into(),
-        }
+/// A path relative to the bundle root, without `..`, NUL or an absolute start.
+fn bundle_path(cx: &TomlCtx<'_>, v: &Spanned<String>, key: &str) -> Result<PathBuf, JobError> {
+    let s = v.get_ref();
+    let p = Path::new(s);
+    if s.is_empty() || s.contains('\0') {
+        return Err(cx.invalid(v.span(), key, "must be a non-empty path"));
     }
-
-    fn positive(&self, v: &Option<Spanned<u64>>, key: &str, default: u64) -> Result<u64, JobError> {
-        match v {
-            None => Ok(default),
-            Some(s) if *s.get_ref() == 0 => Err(self.invalid(s.span(), key, "must be at least 1")),
-            Some(s) => Ok(*s.get_ref()),
-        }
+    if p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(cx.invalid(
+            v.span(),
+            key,
+            format!(
+                "`{}` must be relative to the bundle root, without `..`",
+                s.escape_debug()
+            ),
+        ));
     }
-
-    fn allow(&self, list: &[Spanned<String>], key: &str) -> Result<Vec<AllowEntry>, JobError> {
-        list.iter()
-            .map(|a| {
-                AllowEntry::parse(a.get_ref())
-                    .map_err(|e| self.invalid(a.span(), key, e.to_string()))
-            })
-            .collect()
-    }
-
-    /// A path relative to the bundle root, without `..`, NUL or an absolute start.
-    fn bundle_path(&self, v: &Spanned<String>, key: &str) -> Result<PathBuf, JobError> {
-        let s = v.get_ref();
-        let p = Path::new(s);
-        if s.is_empty() || s.contains('\0') {
-            return Err(self.invalid(v.span(), key, "must be a non-empty path"));
-        }
-        if p.is_absolute() || p.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(self.invalid(
-                v.span(),
-                key,
-                format!(
-                    "`{}` must be relative to the bundle root, without `..`",
-                    s.escape_debug()
-                ),
-            ));
-        }
-        Ok(p.to_path_buf())
-    }
-
-    fn command(&self, v: &Spanned<String>, key: &str) -> Result<String, JobError> {
-        let s = v.get_ref();
-        if s.trim().is_empty() {
-            return Err(self.invalid(v.span(), key, "must not be empty"));
-        }
-        if s.contains('\0') {
-            return Err(self.invalid(v.span(), key, "contains a NUL byte"));
-        }
-        Ok(s.clone())
-    }
+    Ok(p.to_path_buf())
 }
 
 impl TaskFile {
@@ -189,46 +133,9 @@ impl TaskFile {
                 limit: job::MAX_JOB_FILE_BYTES,
             });
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            let valid = String::from_utf8_lossy(&bytes[..e.valid_up_to()]).into_owned();
-            let (line, column) = job::line_col(&valid, valid.len());
-            JobError::Syntax {
-                origin: shown.clone(),
-                line,
-                column,
-                key: "<document>".into(),
-                message: "task.toml is not UTF-8".into(),
-            }
-        })?;
-        let cx = Ctx {
-            origin: shown,
-            text,
-        };
-        let raw: RawTask = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let (line, column) = job::line_col(text, span.start);
-            let message = e.message().trim().to_string();
-            let mut key = job::key_at(text, span.start);
-            if let Some(field) = message
-                .strip_prefix("unknown field `")
-                .and_then(|m| m.split('`').next())
-            {
-                if !key.ends_with(field) {
-                    key = if key == "<document>" {
-                        field.to_string()
-                    } else {
-                        format!("{key}.{field}")
-                    };
-                }
-            }
-            JobError::Syntax {
-                origin: cx.origin.clone(),
-                line,
-                column,
-                key,
-                message,
-            }
-        })?;
+        let text = TomlCtx::utf8(bytes, &shown, "task.toml")?;
+        let cx = TomlCtx::new(shown, text);
+        let raw: RawTask = cx.parse(&[])?;
 
         let name = match raw.task.as_ref().and_then(|t| t.name.as_ref()) {
             None => None,
@@ -256,7 +163,7 @@ impl TaskFile {
                 dockerfile: e
                     .dockerfile
                     .as_ref()
-                    .map(|d| cx.bundle_path(d, "environment.dockerfile"))
+                    .map(|d| bundle_path(&cx, d, "environment.dockerfile"))
                     .transpose()?,
                 allow: cx.allow(&e.allow, "environment.allow")?,
                 build_timeout_seconds: cx.positive(
@@ -282,7 +189,7 @@ impl TaskFile {
                 patch: s
                     .patch
                     .as_ref()
-                    .map(|p| cx.bundle_path(p, "solution.patch"))
+                    .map(|p| bundle_path(&cx, p, "solution.patch"))
                     .transpose()?,
                 allow: cx.allow(&s.allow, "solution.allow")?,
                 timeout_seconds: cx.positive(
@@ -306,20 +213,7 @@ impl TaskFile {
             "test.timeout_seconds",
             job::DEFAULT_TEST_TIMEOUT_SECONDS,
         )?;
-        let limits = match &raw.limits {
-            None => Limits::default(),
-            Some(l) => {
-                let mut out = Limits::default();
-                out.memory_mib =
-                    cx.positive(&l.memory_mib, "limits.memory_mib", job::DEFAULT_MEMORY_MIB)?;
-                out.pids = cx.positive(&l.pids, "limits.pids", job::DEFAULT_PIDS)?;
-                out.disk_mib =
-                    cx.positive(&l.disk_mib, "limits.disk_mib", job::DEFAULT_DISK_MIB)?;
-                out.open_files =
-                    cx.positive(&l.open_files, "limits.open_files", job::DEFAULT_OPEN_FILES)?;
-                out
-            }
-        };
+        let limits = cx.limits(&raw.limits)?;
         Ok(TaskFile {
             name,
             environment,

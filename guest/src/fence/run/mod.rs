@@ -277,29 +277,21 @@ fn run_in(
             }
         }
     }
-    if let Some(tests) = &opts.tests_dir {
-        // A task: what the test phase runs is the bundle's pristine tests/, never written by the first phase.
-        match repo::tree_hash(tests) {
-            Ok(t) => verdict.inputs.test_tree = Some(t),
-            Err(e) => {
-                verdict
-                    .findings
-                    .push(finding("protect", "protect", e.to_string()));
-                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
-                return verdict;
-            }
+    // What the test phase runs: a task's pristine tests/ (never written by the first phase), or the repository
+    // with its protected paths restored.
+    let test_tree = match (&opts.tests_dir, &protected) {
+        (Some(tests), _) => Some(repo::tree_hash(tests).map_err(|e| e.to_string())),
+        (None, Some(p)) => Some(p.tree().map_err(|e| e.to_string())),
+        (None, None) => None,
+    };
+    match test_tree {
+        Some(Ok(t)) => verdict.inputs.test_tree = Some(t),
+        Some(Err(e)) => {
+            verdict.findings.push(finding("protect", "protect", e));
+            verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+            return verdict;
         }
-    } else if let Some(p) = &protected {
-        match p.tree() {
-            Ok(t) => verdict.inputs.test_tree = Some(t),
-            Err(e) => {
-                verdict
-                    .findings
-                    .push(finding("protect", "protect", e.to_string()));
-                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
-                return verdict;
-            }
-        }
+        None => {}
     }
 
     let cut = job.install.as_ref().map(|_| {
