@@ -133,7 +133,9 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     if install.is_none_or(|i| i.allow.is_empty()) {
         opts.dialer = None;
     }
-    vm::run(kind, &bytes, nonce, &opts).map(|r| HostRun::Ran(Box::new(r)))
+    vm::run(kind, &bytes, nonce, &opts)
+        .map(|r| HostRun::Ran(Box::new(r)))
+        .map_err(|e| e.to_string())
 }
 
 /// The default image directory: `target/vm-image` of this workspace.
