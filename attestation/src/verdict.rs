@@ -366,6 +366,9 @@ pub struct ImageInfo {
     pub toolchains: Vec<String>,
     /// The image's dm-verity root hash (hex), as on the measured kernel command line.
     pub root_hash: String,
+    /// A task's environment image id (`sha256:<hex>`), when the image was built from a task's Dockerfile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// The run document: one named outcome and the record that explains it (DESIGN.md "Verdict as JSON").

@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod image;
 pub mod sim;
+pub mod task;
 pub mod vm;

@@ -11,6 +11,7 @@ pub mod receive;
 pub mod report;
 pub mod scan;
 pub mod structure;
+pub mod task;
 pub mod unpack;
 
 /// The address policy (in [`job_policy::addr`]), shared with the egress proxy.
@@ -191,6 +192,7 @@ impl Run {
             }
             self.report.root = None;
             self.report.repository_dir = None;
+            self.report.task = None;
         }
         self.report
     }
@@ -330,6 +332,7 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             job: None,
             job_sha256: None,
             isolation: opts.isolation,
+            task: None,
         },
     };
     let limits = &opts.limits;
@@ -487,6 +490,9 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         _ => None,
     };
     run.pass(Stage::Unpack, unpack_notes);
+    if !copy_dirs && task::is_task_bundle(&root) {
+        return task_stages(run, &root, &work, opts);
+    }
 
     // 3 structure
     let job = match job_state.map(|l| l.job) {
@@ -533,6 +539,49 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
         s.extend(scan::scan_repository(dir, limits));
     }
     if refused {
+        run.refuse(Stage::Scan, s, "", String::new());
+    } else {
+        run.pass(Stage::Scan, s);
+    }
+    run.finish(opts)
+}
+
+/// Stages 3-5 of a task bundle (`task.toml` at the root): the layout and `task.toml`, the resources against
+/// the tier, the Dockerfile and the solution command (see [`task`]).
+fn task_stages(mut run: Run, root: &Path, work: &Path, opts: &IntakeOptions) -> IntakeReport {
+    let limits = &opts.limits;
+    // 3 structure
+    let (mut t, notes) = match task::structure(root, work, limits) {
+        Ok(s) => s,
+        Err(why) => {
+            run.refuse(Stage::Structure, Vec::new(), "", why);
+            return run.finish(opts);
+        }
+    };
+    run.report.job_sha256 = Some(t.file.sha256.clone());
+    let job = match t.to_job(root) {
+        Ok(j) => j,
+        Err(why) => {
+            run.refuse(Stage::Structure, Vec::new(), "task.toml", why);
+            return run.finish(opts);
+        }
+    };
+    run.report.repository_dir = Some(t.work_tree.clone());
+    run.report.job = Some(job.clone());
+    run.pass(Stage::Structure, notes);
+
+    // 4 normalise
+    let n = task::normalise(&t, &job, opts.isolation, &opts.tier_limits, &opts.runner);
+    if n.iter().any(|f| f.severity == Severity::Refusal) {
+        run.refuse(Stage::Normalise, n, "", String::new());
+        return run.finish(opts);
+    }
+    run.pass(Stage::Normalise, n);
+
+    // 5 scan
+    let s = task::scan(&mut t, root, &job, limits);
+    run.report.task = Some(t);
+    if s.iter().any(|f| f.severity == Severity::Refusal) {
         run.refuse(Stage::Scan, s, "", String::new());
     } else {
         run.pass(Stage::Scan, s);

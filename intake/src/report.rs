@@ -177,6 +177,8 @@ pub struct IntakeReport {
     /// The tier intake judged the job for (stage 4).
     #[serde(skip)]
     pub isolation: Isolation,
+    /// The task, when the bundle is a task bundle and stage 5 ran (the job above is the one it runs as).
+    pub task: Option<crate::task::Task>,
 }
 
 /// A bundle intake accepted: the one checked value every later step (the fence, the guest agent) takes, so
@@ -197,6 +199,9 @@ pub struct AcceptedBundle {
     pub findings: Vec<Finding>,
     /// The tier intake judged the job for.
     pub isolation: Isolation,
+    /// The task, for a task bundle (docs/task-bundle.md): its pristine tests and its build context live in
+    /// intake's work directory too.
+    pub task: Option<crate::task::Task>,
     /// Intake's work directory, removed by [`AcceptedBundle::cleanup`].
     work_dir: Option<PathBuf>,
 }
@@ -245,6 +250,7 @@ impl IntakeReport {
             root,
             repository_dir: self.repository_dir.take(),
             isolation: self.isolation,
+            task: self.task.take(),
             work_dir: self.work_dir.take(),
         })
     }

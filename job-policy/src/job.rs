@@ -726,7 +726,7 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
 }
 
 /// The dotted key at a byte offset: the nearest `[table]` header above it and the key of its line.
-fn key_at(text: &str, offset: usize) -> String {
+pub fn key_at(text: &str, offset: usize) -> String {
     let (line_no, _) = line_col(text, offset);
     let lines: Vec<&str> = text.lines().collect();
     let mut table = String::new();

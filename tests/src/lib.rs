@@ -2,5 +2,6 @@
 
 pub mod cli;
 pub mod fence;
+pub mod task;
 pub mod viewer;
 pub mod vm;

@@ -13,7 +13,7 @@ pub mod verity;
 
 use crate::channel::{self, ChannelError, FrameType, JobHeader};
 use crate::fence::input::run_input;
-use crate::fence::run::{RunOptions, ToolchainRoot, AGENT_VERSION};
+use crate::fence::run::{RunOptions, TaskImage, ToolchainRoot, AGENT_VERSION};
 use attestation::session::Session;
 use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
 use sha2::{Digest, Sha256};
@@ -270,11 +270,28 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     match image {
         None => {}
         Some(Ok((p, dir))) => {
-            opts.toolchains = Some(ToolchainRoot {
-                toolchains: p.toolchains,
-                root_hash: p.root_hash,
-                dir,
-            })
+            // A task's environment when the measured command line names its image id, else toolchains.
+            let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+            match verity::task_image(&cmdline) {
+                Ok(Some(digest)) => {
+                    opts.task_image = Some(TaskImage {
+                        digest,
+                        root_hash: p.root_hash,
+                        dir,
+                    })
+                }
+                Ok(None) => {
+                    opts.toolchains = Some(ToolchainRoot {
+                        toolchains: p.toolchains,
+                        root_hash: p.root_hash,
+                        dir,
+                    })
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(&path);
+                    return exhausted(inputs, "agent", &format!("task image: {e}"));
+                }
+            }
         }
         Some(Err(e)) => {
             let _ = std::fs::remove_file(&path);
@@ -301,7 +318,12 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     let _ = std::fs::remove_file(&path);
     // A block of the image that failed verification during the run (an I/O error to whatever read it) means
     // the run did not use the measured toolchains: our side gave out, whatever the tests said.
-    if let Some(t) = &opts.toolchains {
+    let verified_root = opts
+        .toolchains
+        .as_ref()
+        .map(|t| t.root_hash.clone())
+        .or_else(|| opts.task_image.as_ref().map(|t| t.root_hash.clone()));
+    if let Some(root_hash) = &verified_root {
         match verity::status() {
             Ok(s) if s == "V" => {}
             Ok(s) => {
@@ -310,7 +332,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
                     format!(
                         "toolchain image: dm-verity reported status {s:?} after the run (a block did not match \
                          root hash {}); the run did not use the measured toolchains",
-                        t.root_hash
+                        root_hash
                     ),
                 )
             }

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 pub const PARAM_TOOLCHAINS: &str = "fenced_run.toolchains";
 /// The kernel command-line parameter `DATA_BLOCKS,ROOT_HASH,SALT` (host::image::rootfs::PARAM_VERITY).
 pub const PARAM_VERITY: &str = "fenced_run.verity";
+/// The kernel command-line parameter naming a task's environment image id (`sha256:<64 hex>`), set by the host
+/// with the verity parameters when the disk is a task's environment (host::task::PARAM_TASK_IMAGE).
+pub const PARAM_TASK_IMAGE: &str = "fenced_run.task_image";
 /// Where the initramfs lists the modules to load, dependencies first.
 pub const MODULE_LIST: &str = "/lib/modules/fenced-run-toolchains.load";
 /// The disk the host attaches the image as (the only virtio block device).
@@ -88,6 +91,24 @@ pub fn params(cmdline: &str) -> Result<Option<VerityParams>, String> {
         root_hash: root.to_ascii_lowercase(),
         salt: salt.to_ascii_lowercase(),
     }))
+}
+
+/// The task image id of a kernel command line: `Ok(None)` without [`PARAM_TASK_IMAGE`], `Err` when it is not
+/// `sha256:` and 64 hex digits.
+pub fn task_image(cmdline: &str) -> Result<Option<String>, String> {
+    let Some(v) = cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(PARAM_TASK_IMAGE)?.strip_prefix('='))
+    else {
+        return Ok(None);
+    };
+    let hex = v.strip_prefix("sha256:").unwrap_or_default();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "{PARAM_TASK_IMAGE}={v:?}: not `sha256:` and 64 hex digits"
+        ));
+    }
+    Ok(Some(format!("sha256:{}", hex.to_ascii_lowercase())))
 }
 
 /// The dm-verity table line for `p` over the disk `dev` (`MAJOR:MINOR`), data and hash tree on the same disk.
@@ -287,6 +308,28 @@ mod dm {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_task_image_id_is_read_from_the_command_line() {
+        let id = "ab".repeat(32);
+        assert_eq!(
+            task_image(&format!(
+                "console=ttyS0 {PARAM_TASK_IMAGE}=sha256:{id} quiet"
+            )),
+            Ok(Some(format!("sha256:{id}")))
+        );
+        assert_eq!(task_image("console=ttyS0"), Ok(None));
+        for bad in [
+            "sha256:abc",
+            "md5:00",
+            &format!("sha256:{}", "zz".repeat(32)),
+        ] {
+            assert!(
+                task_image(&format!("{PARAM_TASK_IMAGE}={bad}")).is_err(),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn the_command_line_gives_the_verity_table() {

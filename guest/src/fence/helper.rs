@@ -608,6 +608,12 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         }
         bind(p, &target, RO)?;
     }
+    if let Some(tests) = &spec.tests_dir {
+        // A task's pristine tests: read-only, and only in the phase that runs them.
+        let target = under(root, Path::new(spec::SANDBOX_TESTS));
+        mkdirs(&target)?;
+        bind(tests, &target, RO)?;
+    }
     for (host, inside) in [
         (&spec.repo_dir, spec::SANDBOX_REPO),
         (&spec.home_dir, spec::SANDBOX_HOME),

@@ -37,7 +37,10 @@ pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, InputError>
 /// `inputs.job_sha256`), the repository from intake's copy. Intake's findings other than notes open the
 /// verdict's findings. The caller removes intake's work directory ([`AcceptedBundle::cleanup`]).
 pub fn run_accepted(bundle: &AcceptedBundle, opts: &RunOptions) -> Verdict {
-    let mut verdict = run_fenced(&bundle.job, bundle.repository_dir.as_deref(), opts);
+    // A task bundle's pristine tests (intake's copy) are what its test phase runs; a job has none.
+    let mut opts = opts.clone();
+    opts.tests_dir = bundle.task.as_ref().map(|t| t.tests_dir.clone());
+    let mut verdict = run_fenced(&bundle.job, bundle.repository_dir.as_deref(), &opts);
     verdict
         .findings
         .splice(0..0, verdict_findings(&bundle.findings));

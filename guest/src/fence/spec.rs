@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 /// Where the sandbox shows the repository.
 pub const SANDBOX_REPO: &str = "/work/repo";
+/// Where a task's test phase shows the bundle's pristine `tests/`, read-only.
+pub const SANDBOX_TESTS: &str = intake::task::SANDBOX_TESTS;
 /// Where the sandbox shows the scratch home directory.
 pub const SANDBOX_HOME: &str = "/work/home";
 /// Where the sandbox shows the scratch temporary directory.
@@ -57,6 +59,9 @@ pub struct PhaseSpec {
     /// Where [`SYSTEM_DIRS`] come from (a toolchain image's root); `None`: the host's own `/`.
     #[serde(default)]
     pub system_root: Option<PathBuf>,
+    /// A task's pristine `tests/`, shown read-only at [`SANDBOX_TESTS`] (a task's test phase only).
+    #[serde(default)]
+    pub tests_dir: Option<PathBuf>,
     /// The uid the command runs as (inside the user namespace when [`PhaseSpec::user_ns`]).
     pub uid: u32,
     /// The gid the command runs as.

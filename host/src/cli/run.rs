@@ -47,6 +47,13 @@ pub struct Args {
     /// After the run, verify the evidence written with --evidence and serve it on loopback (`fenced-run view`).
     #[arg(long, requires = "evidence")]
     pub view: bool,
+    /// The operator's registry (HOST or HOST:PORT) a task bundle's `FROM name@sha256:...` images are pulled
+    /// from (docs/task-bundle.md); a task bundle is refused without it.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub registry: Option<String>,
+    /// Speak plain HTTP to --registry (accepted only for a loopback registry).
+    #[arg(long, requires = "registry")]
+    pub registry_plain_http: bool,
 }
 
 /// Prints why `fenced-run CMD` cannot go on and returns `code`: with `json` one object on stdout
@@ -166,12 +173,36 @@ pub fn run(args: Args) -> ExitCode {
         },
         None => None,
     };
-    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce);
+    let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
     opts.operator = operator;
     opts.toolchains = process_toolchains(&image);
+    // A task bundle: stage 6 builds its environment first (docs/task-bundle.md).
+    let proxy = opts
+        .proxy
+        .clone()
+        .unwrap_or_else(|| std::sync::Arc::new(guest::fence::run::ProxyEgress::system()));
+    let runner =
+        intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
+    let (environment, refused) = match task_environment(&args, proxy, runner, tier, &nonce) {
+        Ok(p) => p,
+        Err(e) => return fail(json, "run", "registry", &e, 2),
+    };
+    if let Some(b) = &environment {
+        opts.task_image = Some(b.task_image());
+    }
     // Intake stages 1-5 first (nothing runs), then the fence on intake's own copy of the bundle.
-    let verdict = match run_input(&args.job, &opts) {
-        Ok(v) => v,
+    let run = match refused {
+        Some(v) => Ok(v),
+        None => run_input(&args.job, &opts),
+    };
+    let verdict = match run {
+        Ok(mut v) => {
+            if let Some(b) = &environment {
+                v.findings
+                    .extend(b.egress.iter().map(crate::task::egress_finding));
+            }
+            v
+        }
         Err(why) => {
             return fail(
                 json,
@@ -211,6 +242,58 @@ pub fn run(args: Args) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// Stage 6 for `fenced-run run` (built on this host for every tier): `(Some(image), None)` when the input is a
+/// task bundle whose environment was built, `(None, Some(verdict))` when the build refused, `(None, None)` for
+/// anything else; `Err` for an unusable `--registry`.
+pub(crate) fn task_environment(
+    args: &Args,
+    proxy: std::sync::Arc<dyn guest::fence::run::EgressProvider>,
+    runner: intake::normalise::RunnerPolicy,
+    tier: crate::vm::confidential::Tier,
+    nonce: &[u8],
+) -> Result<(Option<crate::task::BuiltImage>, Option<Verdict>), String> {
+    if !crate::task::looks_like_task(&args.job) {
+        return Ok((None, None));
+    }
+    let registry = args
+        .registry
+        .as_deref()
+        .map(|r| crate::task::Registry::parse(r, args.registry_plain_http))
+        .transpose()?;
+    let build = registry.map(|registry| crate::task::BuildOptions {
+        registry,
+        proxy,
+        uid_base: crate::task::DEFAULT_UID_BASE,
+        work_parent: std::env::temp_dir(),
+    });
+    let (itier, vtier) = match tier {
+        crate::vm::confidential::Tier::Process => (
+            intake::normalise::Isolation::Process,
+            attestation::verdict::Isolation::Process,
+        ),
+        crate::vm::confidential::Tier::Vm => (
+            intake::normalise::Isolation::Vm,
+            attestation::verdict::Isolation::Vm,
+        ),
+        crate::vm::confidential::Tier::SevSnp => (
+            intake::normalise::Isolation::SevSnp,
+            attestation::verdict::Isolation::SevSnp,
+        ),
+        crate::vm::confidential::Tier::Tdx => (
+            intake::normalise::Isolation::Tdx,
+            attestation::verdict::Isolation::Tdx,
+        ),
+    };
+    let intake_opts = intake::IntakeOptions::for_tier(itier).with_runner(runner);
+    Ok(
+        match crate::task::prepare(&args.job, &intake_opts, build.as_ref(), vtier, nonce) {
+            crate::task::Prepared::NotATask => (None, None),
+            crate::task::Prepared::Built(b) => (Some(*b), None),
+            crate::task::Prepared::Refused(v) => (None, Some(*v)),
+        },
+    )
 }
 
 /// Lines of the test phase's output tail the summary shows.

@@ -188,6 +188,26 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
     opts.progress = mode;
     opts.dialer = std::env::current_exe().ok();
     opts.dialer_map = map;
+    // A task bundle: stage 6 builds its environment on this host; the guest gets it as its verity disk.
+    let built = super::run::task_environment(
+        args,
+        std::sync::Arc::new(guest::fence::run::ProxyEgress::system()),
+        intake::normalise::RunnerPolicy::probe(),
+        tier,
+        &nonce,
+    );
+    let environment = match built {
+        Ok((_, Some(refused))) => {
+            super::run::print_verdict(&refused, args.json);
+            return ExitCode::from(1);
+        }
+        Ok((environment, None)) => environment,
+        Err(e) => {
+            eprintln!("fenced-run run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    opts.environment = environment.as_ref().map(|b| b.vm_environment());
     vm::install_interrupt_handler();
     let out = match run_job(&args.job, &nonce, opts) {
         Ok(HostRun::Ran(o)) => o,

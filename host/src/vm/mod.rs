@@ -109,6 +109,38 @@ pub struct VmOptions {
     pub progress: progress::Mode,
     /// An SEV-SNP or TDX launch (host::vm::confidential); `None` for the `vm` tier.
     pub confidential: Option<confidential::Confidential>,
+    /// A task bundle's environment image (stage 6, `host::task`): attached as the guest's disk instead of the
+    /// image's toolchain disk, its parameters on the measured command line instead of the toolchains'.
+    pub environment: Option<VmEnvironment>,
+}
+
+/// A task's environment as the VM gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmEnvironment {
+    /// The erofs with its dm-verity hash tree.
+    pub disk: PathBuf,
+    /// The kernel command-line parameters naming it (`host::task::BuiltImage::cmdline_params`).
+    pub params: String,
+}
+
+/// `cmdline` with the toolchain image's parameters replaced by `env`'s (when there is one).
+pub fn cmdline_with(cmdline: &str, env: Option<&VmEnvironment>) -> String {
+    let Some(env) = env else {
+        return cmdline.to_owned();
+    };
+    let mut words: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|w| {
+            ![
+                crate::image::rootfs::PARAM_TOOLCHAINS,
+                crate::image::rootfs::PARAM_VERITY,
+            ]
+            .iter()
+            .any(|p| w.strip_prefix(p).is_some_and(|r| r.starts_with('=')))
+        })
+        .collect();
+    words.extend(env.params.split_whitespace());
+    words.join(" ")
 }
 
 impl VmOptions {
@@ -127,6 +159,7 @@ impl VmOptions {
             dialer_map: Vec::new(),
             progress: progress::Mode::None,
             confidential: None,
+            environment: None,
         }
     }
 }
@@ -340,7 +373,8 @@ fn run_steps(
         None => crate::image::vm_kernel_path(&opts.image, &manifest),
     };
     let initrd_path = opts.image.join(crate::image::INITRAMFS_FILE);
-    let cmdline = manifest.cmdline.value.clone();
+    let cmdline = cmdline_with(&manifest.cmdline.value, opts.environment.as_ref());
+    let own_cmdline = opts.environment.is_some();
     // The sim PSP attests what is launched: these files' bytes, whatever the manifest says. Hashing them (73 MB)
     // and opening the PSP's keys run beside QEMU's boot; the guest asks for its report only after its hello.
     let attester = {
@@ -353,7 +387,7 @@ fn run_steps(
             let initrd = std::fs::read(&initrd_path)
                 .map_err(|e| format!("{}: {e}", initrd_path.display()))?;
             let measurement = measurements::sim::vm_launch_measurement(&kernel, &initrd, &cmdline);
-            if hex::encode(measurement) != vm {
+            if hex::encode(measurement) != vm && !own_cmdline {
                 eprintln!(
                     "fenced-run: warning: {} differs from its manifest; the evidence will carry the measurement \
                      of what is launched",
@@ -394,10 +428,13 @@ fn run_steps(
         },
         qmp: network.then(|| dir.path().join(qmp::SOCKET_FILE)),
         bios: qemu::fast_firmware(&opts.qemu),
-        disk: manifest
-            .toolchains
-            .as_ref()
-            .map(|t| opts.image.join(&t.image.file)),
+        disk: match &opts.environment {
+            Some(env) => Some(env.disk.clone()),
+            None => manifest
+                .toolchains
+                .as_ref()
+                .map(|t| opts.image.join(&t.image.file)),
+        },
     };
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
@@ -679,4 +716,24 @@ fn run_steps(
         steps: Vec::new(),
         cut: cut_note,
     })
+}
+
+#[cfg(test)]
+mod environment_tests {
+    use super::*;
+
+    #[test]
+    fn a_task_environment_replaces_the_toolchain_parameters_on_the_command_line() {
+        let base = "console=ttyS0 fenced_run.toolchains=python fenced_run.verity=1,ab,cd quiet";
+        assert_eq!(cmdline_with(base, None), base);
+        let env = VmEnvironment {
+            disk: PathBuf::from("/x.erofs"),
+            params: "fenced_run.toolchains=task fenced_run.verity=2,ef,cd fenced_run.task_image=sha256:00"
+                .into(),
+        };
+        assert_eq!(
+            cmdline_with(base, Some(&env)),
+            "console=ttyS0 quiet fenced_run.toolchains=task fenced_run.verity=2,ef,cd fenced_run.task_image=sha256:00"
+        );
+    }
 }

@@ -14,8 +14,8 @@ mod record;
 
 pub use egress::{EgressProvider, EgressSession, EgressStartError, ProxyEgress};
 pub use options::{
-    random_nonce, RunOptions, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT, SANDBOX_ID,
-    SANDBOX_PATH,
+    random_nonce, RunOptions, TaskImage, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT,
+    SANDBOX_ID, SANDBOX_PATH,
 };
 pub use output::Output;
 pub use read_paths::READ_PATH_MAX_ENTRIES;
@@ -89,6 +89,13 @@ pub(crate) fn run_fenced(job: &Job, repository: Option<&Path>, opts: &RunOptions
     if let Err(e) = ToolchainRoot::for_job(opts.toolchains.as_ref(), job) {
         return refuse("normalise", &e.to_string(), inputs);
     }
+    if opts.tests_dir.is_some() && opts.task_image.is_none() {
+        return refuse(
+            "environment",
+            "a task bundle runs on the image its Dockerfile builds (stage 6), and none was built for this run",
+            inputs,
+        );
+    }
     let dir = match RunDir::create(job.limits.disk_mib, root) {
         Ok(d) => d,
         Err(e) => return refuse("fence", &e, inputs),
@@ -160,7 +167,15 @@ fn run_in(
         .map(|t| ImageInfo {
             toolchains: t.toolchains.clone(),
             root_hash: t.root_hash.clone(),
+            digest: None,
         });
+    if let (Some(img), Some(_)) = (&opts.task_image, &opts.tests_dir) {
+        verdict.image = Some(ImageInfo {
+            toolchains: Vec::new(),
+            root_hash: img.root_hash.clone(),
+            digest: Some(img.digest.clone()),
+        });
+    }
     for note in &prepared.notes {
         verdict
             .findings
@@ -262,7 +277,19 @@ fn run_in(
             }
         }
     }
-    if let Some(p) = &protected {
+    if let Some(tests) = &opts.tests_dir {
+        // A task: what the test phase runs is the bundle's pristine tests/, never written by the first phase.
+        match repo::tree_hash(tests) {
+            Ok(t) => verdict.inputs.test_tree = Some(t),
+            Err(e) => {
+                verdict
+                    .findings
+                    .push(finding("protect", "protect", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        }
+    } else if let Some(p) = &protected {
         match p.tree() {
             Ok(t) => verdict.inputs.test_tree = Some(t),
             Err(e) => {

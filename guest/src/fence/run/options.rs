@@ -44,6 +44,22 @@ pub struct RunOptions {
     /// image the agent mounted, in the `process` tier the image's unpacked tree. `None`: a job that names
     /// toolchains is refused.
     pub toolchains: Option<ToolchainRoot>,
+    /// The environment image a task bundle runs on, built by stage 6 (`host::task`); `None`: a task is refused.
+    pub task_image: Option<TaskImage>,
+    /// A task's pristine `tests/` (`run_input` sets it from intake's copy); the test phase shows it read-only
+    /// at [`crate::fence::spec::SANDBOX_TESTS`]. `None` for a repository job.
+    pub tests_dir: Option<PathBuf>,
+}
+
+/// A task's environment, built from its Dockerfile and converted into a read-only root file system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskImage {
+    /// The built image's id (`sha256:<hex>`, the digest of its configuration), recorded in the verdict.
+    pub digest: String,
+    /// The dm-verity root hash (hex) of the image's erofs, recorded in the verdict.
+    pub root_hash: String,
+    /// The image's root directory (its `/usr`, `/bin`, `/lib`, `/etc`... become the sandbox's).
+    pub dir: PathBuf,
 }
 
 /// A toolchain root filesystem the sandbox shows as its system directories when the job asks for toolchains.
@@ -128,6 +144,8 @@ impl RunOptions {
             home: None,
             operator: intake::operator::OperatorPolicy::default(),
             toolchains: None,
+            task_image: None,
+            tests_dir: None,
         }
     }
 }

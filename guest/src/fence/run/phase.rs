@@ -51,6 +51,9 @@ pub(super) struct PhaseCtx<'a> {
 impl PhaseCtx<'_> {
     /// Where the sandbox's system directories come from: the toolchain root when the job asks for toolchains.
     fn system_root(&self) -> Option<&Path> {
+        if let (Some(img), Some(_)) = (&self.opts.task_image, &self.opts.tests_dir) {
+            return Some(img.dir.as_path());
+        }
         ToolchainRoot::for_job(self.opts.toolchains.as_ref(), self.job)
             .ok()
             .flatten()
@@ -133,6 +136,12 @@ impl PhaseCtx<'_> {
                 .map(|p| p.display().to_string())
                 .collect();
             lines.push(format!("read-only ([sandbox] read): {}", extra.join(" ")));
+        }
+        if phase == "test" && self.opts.tests_dir.is_some() {
+            lines.push(format!(
+                "read-only: {} (the task bundle's pristine tests/; not shown to the solution phase)",
+                spec::SANDBOX_TESTS
+            ));
         }
         lines.push(format!(
             "read-write: {} (repository), {} (HOME), {} (TMPDIR){}",
@@ -239,6 +248,7 @@ impl PhaseCtx<'_> {
             tmp_dir: tmp_dir.clone(),
             read_paths: self.read_paths.to_vec(),
             system_root: self.system_root().map(Path::to_path_buf),
+            tests_dir: self.opts.tests_dir.clone().filter(|_| phase == "test"),
             uid: self.uid,
             gid: self.gid,
             user_ns: !self.root,
