@@ -619,7 +619,8 @@ impl TarSource<'_> {
 /// What was read of an archive once, for every later pass: a zip's bytes, or a tar stream whose raw headers
 /// passed the bounded check (a .tar.gz inflated exactly once, into a spool file, while that check ran). The
 /// job-file peek of stage 1, the metadata pass and the write pass of stage 2 all read this, so no archive is
-/// decompressed twice. The spool file is removed when this is dropped.
+/// decompressed twice (a zip member the peek inflated is written from the peek's bytes). The spool file is
+/// removed when this is dropped.
 pub struct OpenedArchive<'a> {
     format: ArchiveFormat,
     limits: IntakeLimits,
@@ -628,6 +629,20 @@ pub struct OpenedArchive<'a> {
     tar: Option<TarSource<'a>>,
     /// The raw header check's refusal (reported by stage 2, which would have run it).
     checked: Result<(), UnpackError>,
+    /// The zip member the peek inflated, kept so that the write pass uses these bytes instead of inflating the
+    /// member a second time.
+    peeked: std::cell::RefCell<Option<PeekedMember>>,
+    /// The index of every zip member a decompressing reader was opened for, in order (each member once).
+    inflated: std::cell::RefCell<Vec<usize>>,
+}
+
+/// One zip member inflated by [`OpenedArchive::peek_file`]: its index and raw name in the central directory
+/// (both must match in the write pass) and its bytes.
+#[derive(Clone, Debug)]
+struct PeekedMember {
+    index: usize,
+    name_raw: Vec<u8>,
+    data: Vec<u8>,
 }
 
 impl std::fmt::Debug for OpenedArchive<'_> {
@@ -675,6 +690,8 @@ impl<'a> OpenedArchive<'a> {
             zip: None,
             tar: None,
             checked: Ok(()),
+            peeked: Default::default(),
+            inflated: Default::default(),
         };
         let planner = Planner::new(limits, compressed_len);
         match format {
@@ -706,15 +723,27 @@ impl<'a> OpenedArchive<'a> {
         use crate::job::MAX_JOB_FILE_BYTES;
         if let Some(bytes) = self.zip {
             let mut z = zip::ZipArchive::new(Cursor::new(bytes)).ok()?;
-            let found = [name.to_owned(), format!("./{name}")]
+            let index = [name.to_owned(), format!("./{name}")]
                 .into_iter()
-                .find(|n| z.index_for_name(n).is_some())?;
-            let f = z.by_name(&found).ok()?;
+                .find_map(|n| z.index_for_name(&n))?;
+            if let Some(p) = self.peeked.borrow().as_ref().filter(|p| p.index == index) {
+                return Some(p.data.clone());
+            }
+            let name_raw = z.by_index_raw(index).ok()?.name_raw().to_vec();
+            self.inflated.borrow_mut().push(index);
+            let f = z.by_index(index).ok()?;
             if f.size() > MAX_JOB_FILE_BYTES {
                 return None;
             }
             let mut out = Vec::new();
+            // Read to the end: the zip reader checks the member's CRC there, so only whole, intact bytes are
+            // kept for the write pass.
             f.take(MAX_JOB_FILE_BYTES).read_to_end(&mut out).ok()?;
+            *self.peeked.borrow_mut() = Some(PeekedMember {
+                index,
+                name_raw,
+                data: out.clone(),
+            });
             return Some(out);
         }
         self.checked.as_ref().ok()?;
@@ -743,7 +772,14 @@ impl<'a> OpenedArchive<'a> {
         self.checked.clone()?;
         let mut planner = Planner::new(&self.limits, self.compressed_len);
         if let Some(bytes) = self.zip {
-            return unpack_zip(bytes, &mut planner, dest);
+            let peeked = self.peeked.borrow();
+            return unpack_zip(
+                bytes,
+                &mut planner,
+                dest,
+                peeked.as_ref(),
+                &mut self.inflated.borrow_mut(),
+            );
         }
         let source = self
             .tar
@@ -808,10 +844,14 @@ fn inflate_checked(
 }
 
 /// Both passes of a zip: the central directory checked member by member, then the members written.
+/// Plans and writes a zip. Each member is inflated once: a member the peek already inflated (same index, same
+/// raw name) is written from `peeked`; every index a decompressing reader is opened for is pushed to `inflated`.
 fn unpack_zip(
     bytes: &[u8],
     planner: &mut Planner,
     dest: &Path,
+    peeked: Option<&PeekedMember>,
+    inflated: &mut Vec<usize>,
 ) -> Result<UnpackSummary, UnpackError> {
     let limits = planner.limits;
     // Bound the zip reader's own memory first: it holds every central-directory record, and each
@@ -868,6 +908,7 @@ fn unpack_zip(
                 ));
             }
             drop(f);
+            inflated.push(i);
             let mut g = zip
                 .by_index(i)
                 .map_err(|e| refuse(shown(&name), format!("unreadable: {e}")))?;
@@ -894,17 +935,29 @@ fn unpack_zip(
         by_name.insert(e.comps.join("/"), i);
     }
     for i in 0..zip.len() {
-        let mut f = zip
-            .by_index(i)
-            .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?;
-        let comps = components(f.name_raw(), limits)?;
+        let name_raw = zip
+            .by_index_raw(i)
+            .map_err(|e| refuse(format!("<member {i}>"), format!("unreadable: {e}")))?
+            .name_raw()
+            .to_vec();
+        let comps = components(&name_raw, limits)?;
         let Some(&pi) = by_name.get(&comps.join("/")) else {
             continue;
         };
         let e = &planner.entries[pi];
         match e.kind {
             Kind::Dir => w.dir(&e.comps)?,
-            Kind::File => w.file(e, &mut f)?,
+            Kind::File => match peeked.filter(|p| p.index == i && p.name_raw == name_raw) {
+                // Written from the peek's bytes; `file` still refuses a length other than the declared size.
+                Some(p) => w.file(e, &mut &p.data[..])?,
+                None => {
+                    inflated.push(i);
+                    let mut f = zip.by_index(i).map_err(|err| {
+                        refuse(format!("<member {i}>"), format!("unreadable: {err}"))
+                    })?;
+                    w.file(e, &mut f)?
+                }
+            },
             _ => {}
         }
     }
@@ -1324,6 +1377,66 @@ mod tests {
         assert!(err.reason.contains("size field"), "{err}");
         assert!(opened.peek_file("job.toml").is_none());
         assert_eq!(opened.unpack(&d.path().join("bad")), Err(err));
+    }
+
+    fn zip_of(files: &[(&str, &[u8])], link: (&str, &str)) -> Vec<u8> {
+        let mut z = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        let opts = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, data) in files {
+            z.start_file(*name, opts).expect("start");
+            z.write_all(data).expect("write");
+        }
+        z.add_symlink(link.0, link.1, opts).expect("link");
+        z.finish().expect("zip").into_inner()
+    }
+
+    #[test]
+    fn a_zip_member_is_inflated_once_even_when_the_job_file_was_peeked() {
+        let d = tempfile::tempdir().expect("tmp");
+        let lim = IntakeLimits::default();
+        let bytes = zip_of(
+            &[("job.toml", b"[test]\n"), ("repo/a.txt", b"hello")],
+            ("repo/l", "a.txt"),
+        );
+        let opened = OpenedArchive::open(&bytes, ArchiveFormat::Zip, d.path(), &lim);
+        assert_eq!(
+            opened.peek_file("job.toml").as_deref(),
+            Some(&b"[test]\n"[..])
+        );
+        // A second peek answers from what the first one inflated.
+        assert_eq!(
+            opened.peek_file("job.toml").as_deref(),
+            Some(&b"[test]\n"[..])
+        );
+        let dest = d.path().join("out");
+        let s = opened.unpack(&dest).expect("unpack");
+        assert_eq!(s.files, 2);
+        assert_eq!(fs::read(dest.join("job.toml")).expect("read"), b"[test]\n");
+        assert_eq!(fs::read(dest.join("repo/a.txt")).expect("read"), b"hello");
+        let mut inflated = opened.inflated.borrow().clone();
+        inflated.sort_unstable();
+        assert_eq!(inflated, vec![0, 1, 2], "each member inflated exactly once");
+
+        // Without a peek every member is inflated by the unpack, once.
+        let opened = OpenedArchive::open(&bytes, ArchiveFormat::Zip, d.path(), &lim);
+        opened.unpack(&d.path().join("out2")).expect("unpack");
+        let mut inflated = opened.inflated.borrow().clone();
+        inflated.sort_unstable();
+        assert_eq!(inflated, vec![0, 1, 2]);
+
+        // A peeked member whose stored bytes are not the declared size is still refused by the write pass.
+        let opened = OpenedArchive::open(&bytes, ArchiveFormat::Zip, d.path(), &lim);
+        opened.peek_file("job.toml").expect("peek");
+        opened
+            .peeked
+            .borrow_mut()
+            .as_mut()
+            .expect("peeked")
+            .data
+            .push(b'x');
+        let err = opened.unpack(&d.path().join("out3")).expect_err("size");
+        assert!(err.reason.contains("declared"), "{err}");
     }
 
     #[test]

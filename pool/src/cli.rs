@@ -622,7 +622,7 @@ async fn submit(a: SubmitArgs) -> ExitCode {
     };
     let (kind, bytes) = match host::vm::bundle::pack(&a.job) {
         Ok(b) => b,
-        Err(e) => return fail("submit", json, 2, &escape(&e)),
+        Err(e) => return fail("submit", json, 2, &escape(&e.to_string())),
     };
     let kind = kind.extension();
     let mut store = match Store::connect(&a.store.store).await {

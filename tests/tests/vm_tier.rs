@@ -354,6 +354,8 @@ fn a_guest_that_never_answers_ends_in_a_clear_error_within_its_budget() {
     let start = Instant::now();
     let err = vm::run(kind, &bytes, &hex::decode(NONCE).expect("hex"), &o).expect_err("must fail");
     eprintln!("host error: {err}");
+    assert!(matches!(err, vm::VmError::Timeout(_)), "{err:?}");
+    let err = err.to_string();
     let took = start.elapsed();
     assert!(
         err.contains("the agent's hello did not arrive from the guest within 25 s"),
@@ -378,6 +380,8 @@ fn garbage_instead_of_the_job_header_ends_in_the_agents_named_failure() {
     let (kind, bytes) = demo_bundle();
     let err = vm::run(kind, &bytes, &hex::decode(NONCE).expect("hex"), &o).expect_err("must fail");
     eprintln!("host error: {err}");
+    assert!(matches!(err, vm::VmError::Guest(_)), "{err:?}");
+    let err = err.to_string();
     assert!(
         err.contains(
             "the guest agent could not produce evidence: job header: unknown frame type 0x42"
@@ -399,7 +403,9 @@ fn a_truncated_bundle_ends_in_a_clear_host_error() {
     o.timeouts.test = Duration::from_secs(30);
     let (kind, bytes) = demo_bundle();
     let start = Instant::now();
-    let err = vm::run(kind, &bytes, &hex::decode(NONCE).expect("hex"), &o).expect_err("must fail");
+    let err = vm::run(kind, &bytes, &hex::decode(NONCE).expect("hex"), &o)
+        .expect_err("must fail")
+        .to_string();
     eprintln!("host error: {err}");
     assert!(
         err.contains("job channel") || err.contains("QEMU exited"),

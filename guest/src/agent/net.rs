@@ -6,7 +6,7 @@
 
 use crate::channel::{self, FrameType};
 use crate::fence::proxy::{BoxFuture, EgressProxy, NameDialer, ProxyConfig, ProxyHandle};
-use crate::fence::run::{EgressProvider, EgressSession};
+use crate::fence::run::{EgressProvider, EgressSession, EgressStartError};
 use attestation::verdict::EgressRecord;
 use job_policy::allow::AllowEntry;
 use std::fs::File;
@@ -175,14 +175,18 @@ fn note(notes: &Mutex<Vec<String>>, n: String) {
 }
 
 impl EgressProvider for VmEgress {
-    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String> {
+    fn start(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError> {
         let mut port = match self.port.lock() {
             Ok(mut g) => g.take(),
             Err(p) => p.into_inner().take(),
         }
-        .ok_or("the install phase's network was already used once")?;
+        .ok_or(EgressStartError::AlreadyUsed)?;
         channel::write_frame(&mut port, FrameType::InstallStart, b"")
-            .map_err(|e| format!("job channel: {e}"))?;
+            .map_err(|e| EgressStartError::Channel(e.to_string()))?;
         for n in super::init::network_modules() {
             note(&self.notes, n);
         }
@@ -198,8 +202,7 @@ impl EgressProvider for VmEgress {
             None => Arc::new(NoDevice),
         };
         let proxy =
-            EgressProxy::start(ProxyConfig::new(allow.to_vec(), socket).with_name_dialer(dialer))
-                .map_err(|e| e.to_string())?;
+            EgressProxy::start(ProxyConfig::new(allow.to_vec(), socket).with_name_dialer(dialer))?;
         Ok(Box::new(VmEgressSession {
             proxy: Some(proxy),
             dev,

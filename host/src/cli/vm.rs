@@ -113,7 +113,7 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     if let Err(why) = guest::fence::run::ToolchainRoot::for_job(image_root.as_ref(), &job) {
         return Ok(HostRun::Refused(format!("normalise: {why}")));
     }
-    let (kind, bytes) = vm::bundle::pack(job_path)?;
+    let (kind, bytes) = vm::bundle::pack(job_path).map_err(|e| e.to_string())?;
     let install = job.install.as_ref();
     let mut t = vm::Timeouts::for_job(
         install.map(|i| i.timeout_seconds),
@@ -133,7 +133,9 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     if install.is_none_or(|i| i.allow.is_empty()) {
         opts.dialer = None;
     }
-    vm::run(kind, &bytes, nonce, &opts).map(|r| HostRun::Ran(Box::new(r)))
+    vm::run(kind, &bytes, nonce, &opts)
+        .map(|r| HostRun::Ran(Box::new(r)))
+        .map_err(|e| e.to_string())
 }
 
 /// The default image directory: `target/vm-image` of this workspace.

@@ -3,7 +3,81 @@
 //! beside it. The guest runs intake on these bytes again; nothing here is trusted by the guest.
 
 use guest::channel::{BundleKind, MAX_BUNDLE};
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
+
+/// Why [`pack`] could not make the bundle's bytes; each names the path it concerns.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackError {
+    /// A file or directory could not be read, or not added to the tar.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path being read or added.
+        path: PathBuf,
+        /// What the system or the tar writer said.
+        source: std::io::Error,
+    },
+    /// A directory walk failed.
+    #[error("{}: {source}", path.display())]
+    Walk {
+        /// The directory walked.
+        path: PathBuf,
+        /// What the walk said.
+        source: walkdir::Error,
+    },
+    /// A member of a bundle directory is neither a file, a directory nor a symlink.
+    #[error("{}: neither a file, a directory nor a symlink; pass the bundle as an archive", path.display())]
+    SpecialFile {
+        /// The member.
+        path: PathBuf,
+    },
+    /// The job file is not TOML.
+    #[error("{}: not a job file: {reason}", path.display())]
+    NotAJobFile {
+        /// The job file.
+        path: PathBuf,
+        /// The TOML parser's message.
+        reason: String,
+    },
+    /// The job file names no `[repository] path`.
+    #[error("{}: [repository] path is missing", path.display())]
+    RepositoryPathMissing {
+        /// The job file.
+        path: PathBuf,
+    },
+    /// The repository or patch the job file names is not a relative path beside it.
+    #[error("{}: {rel:?} is not a relative path beside the job file; in the vm tier pass a bundle", path.display())]
+    NotBeside {
+        /// The job file.
+        path: PathBuf,
+        /// The path it names.
+        rel: String,
+    },
+    /// A bundle file is larger than the job channel carries.
+    #[error("{}: {size} bytes; the vm tier's channel carries at most {MAX_BUNDLE}", path.display())]
+    FileTooLarge {
+        /// The bundle file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+    },
+    /// The packed bundle is larger than the job channel carries.
+    #[error("{}: the bundle is {size} bytes; the vm tier's channel carries at most {MAX_BUNDLE}", path.display())]
+    BundleTooLarge {
+        /// What was packed.
+        path: PathBuf,
+        /// The packed size.
+        size: u64,
+    },
+}
+
+/// A [`PackError::Io`] for `path`.
+fn io(path: &Path) -> impl Fn(std::io::Error) -> PackError + Copy + '_ {
+    move |source| PackError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 fn kind_of(p: &Path) -> Option<BundleKind> {
     let name = p.file_name()?.to_str()?.to_ascii_lowercase();
@@ -18,27 +92,27 @@ fn kind_of(p: &Path) -> Option<BundleKind> {
     }
 }
 
-fn add_tree(b: &mut tar::Builder<Vec<u8>>, root: &Path, prefix: &Path) -> Result<(), String> {
+fn add_tree(b: &mut tar::Builder<Vec<u8>>, root: &Path, prefix: &Path) -> Result<(), PackError> {
     let mut entries: Vec<_> = walkdir::WalkDir::new(root)
         .follow_links(false)
         .sort_by_file_name()
         .into_iter()
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: {e}", root.display()))?;
+        .map_err(|source| PackError::Walk {
+            path: root.to_path_buf(),
+            source,
+        })?;
     entries.retain(|e| e.path() != root);
     for e in entries {
         let rel = e.path().strip_prefix(root).unwrap_or(e.path());
         let name = prefix.join(rel);
-        let meta = e
-            .path()
-            .symlink_metadata()
-            .map_err(|err| format!("{}: {err}", e.path().display()))?;
+        let meta = e.path().symlink_metadata().map_err(io(e.path()))?;
         let mut h = tar::Header::new_gnu();
         h.set_uid(0);
         h.set_gid(0);
         h.set_mtime(0);
         let ft = meta.file_type();
-        let err = |x: std::io::Error| format!("{}: {x}", e.path().display());
+        let err = io(e.path());
         if ft.is_dir() {
             h.set_entry_type(tar::EntryType::Directory);
             h.set_mode(0o755);
@@ -63,10 +137,9 @@ fn add_tree(b: &mut tar::Builder<Vec<u8>>, root: &Path, prefix: &Path) -> Result
             h.set_size(data.len() as u64);
             b.append_data(&mut h, &name, data.as_slice()).map_err(err)?;
         } else {
-            return Err(format!(
-                "{}: neither a file, a directory nor a symlink; pass the bundle as an archive",
-                e.path().display()
-            ));
+            return Err(PackError::SpecialFile {
+                path: e.path().to_path_buf(),
+            });
         }
     }
     Ok(())
@@ -80,40 +153,36 @@ fn relative_inside(s: &str) -> bool {
 }
 
 /// The bytes and kind of the bundle for `input` (a bundle file or directory, or a job file).
-pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), String> {
-    let meta = std::fs::metadata(input).map_err(|e| format!("{}: {e}", input.display()))?;
+pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
+    let meta = std::fs::metadata(input).map_err(io(input))?;
     let bytes_and_kind = if meta.is_dir() {
         let mut b = tar::Builder::new(Vec::new());
         add_tree(&mut b, input, Path::new(""))?;
-        (
-            BundleKind::Tar,
-            b.into_inner()
-                .map_err(|e| format!("{}: {e}", input.display()))?,
-        )
+        (BundleKind::Tar, b.into_inner().map_err(io(input))?)
     } else if let Some(kind) = kind_of(input) {
         if meta.len() > u64::from(MAX_BUNDLE) {
-            return Err(format!(
-                "{}: {} bytes; the vm tier's channel carries at most {MAX_BUNDLE}",
-                input.display(),
-                meta.len()
-            ));
+            return Err(PackError::FileTooLarge {
+                path: input.to_path_buf(),
+                size: meta.len(),
+            });
         }
-        (
-            kind,
-            std::fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?,
-        )
+        (kind, std::fs::read(input).map_err(io(input))?)
     } else {
         // A job file: it and the repository and patch it names, which must lie beside it.
-        let text =
-            std::fs::read_to_string(input).map_err(|e| format!("{}: {e}", input.display()))?;
-        let value: toml::Table = text
-            .parse()
-            .map_err(|e| format!("{}: not a job file: {e}", input.display()))?;
-        let repo = value
+        let text = std::fs::read_to_string(input).map_err(io(input))?;
+        let value: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| PackError::NotAJobFile {
+                    path: input.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+        let repo: String = value
             .get("repository")
             .and_then(|r| r.get("path"))
             .and_then(|p| p.as_str())
-            .ok_or_else(|| format!("{}: [repository] path is missing", input.display()))?
+            .ok_or_else(|| PackError::RepositoryPathMissing {
+                path: input.to_path_buf(),
+            })?
             .to_owned();
         let patch = value
             .get("repository")
@@ -129,20 +198,20 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), String> {
         h.set_mode(0o644);
         h.set_size(text.len() as u64);
         b.append_data(&mut h, "job.toml", text.as_bytes())
-            .map_err(|e| format!("{}: {e}", input.display()))?;
+            .map_err(io(input))?;
         for rel in std::iter::once(repo).chain(patch) {
             if !relative_inside(&rel) {
-                return Err(format!(
-                    "{}: {rel:?} is not a relative path beside the job file; in the vm tier pass a bundle",
-                    input.display()
-                ));
+                return Err(PackError::NotBeside {
+                    path: input.to_path_buf(),
+                    rel,
+                });
             }
             let p = base.join(&rel);
-            let m = std::fs::symlink_metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            let m = std::fs::symlink_metadata(&p).map_err(io(&p))?;
             if m.is_dir() {
                 add_tree(&mut b, &p, Path::new(&rel))?;
             } else {
-                let data = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let data = std::fs::read(&p).map_err(io(&p))?;
                 let mut h = tar::Header::new_gnu();
                 h.set_uid(0);
                 h.set_gid(0);
@@ -150,21 +219,59 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), String> {
                 h.set_mode(0o644);
                 h.set_size(data.len() as u64);
                 b.append_data(&mut h, &rel, data.as_slice())
-                    .map_err(|e| format!("{}: {e}", p.display()))?;
+                    .map_err(io(&p))?;
             }
         }
-        (
-            BundleKind::Tar,
-            b.into_inner()
-                .map_err(|e| format!("{}: {e}", input.display()))?,
-        )
+        (BundleKind::Tar, b.into_inner().map_err(io(input))?)
     };
     if bytes_and_kind.1.len() as u64 > u64::from(MAX_BUNDLE) {
-        return Err(format!(
-            "{}: the bundle is {} bytes; the vm tier's channel carries at most {MAX_BUNDLE}",
-            input.display(),
-            bytes_and_kind.1.len()
-        ));
+        return Err(PackError::BundleTooLarge {
+            path: input.to_path_buf(),
+            size: bytes_and_kind.1.len() as u64,
+        });
     }
     Ok(bytes_and_kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_errors_name_what_failed_and_the_path() {
+        let d = tempfile::tempdir().expect("tmp");
+        let missing = d.path().join("missing.tar");
+        let e = pack(&missing).expect_err("missing");
+        assert!(
+            matches!(&e, PackError::Io { path, .. } if path == &missing),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: ", missing.display())),
+            "{e}"
+        );
+
+        let job = d.path().join("job.toml");
+        std::fs::write(&job, "[repository]\npath = \"../elsewhere\"\n").expect("write");
+        let e = pack(&job).expect_err("outside");
+        assert!(
+            matches!(&e, PackError::NotBeside { rel, .. } if rel == "../elsewhere"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: \"../elsewhere\" is not a relative path beside the job file; in the vm tier pass a bundle",
+                job.display()
+            )
+        );
+
+        std::fs::write(&job, "[test]\n").expect("write");
+        let e = pack(&job).expect_err("no repository");
+        assert!(
+            matches!(e, PackError::RepositoryPathMissing { .. }),
+            "{e:?}"
+        );
+    }
 }

@@ -62,12 +62,8 @@ impl TestMap {
         let (from, to) = s
             .split_once('=')
             .ok_or_else(|| format!("`{s}`: expected NAME:PORT=ADDRESS:PORT"))?;
-        let (host, port) = from
-            .rsplit_once(':')
-            .ok_or_else(|| format!("`{from}`: expected NAME:PORT"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("`{from}`: the port is not a number from 0 to 65535"))?;
+        let (host, port) = job_policy::hostport::split_host_port(from, None)
+            .map_err(|e| format!("{e} (expected NAME:PORT=ADDRESS:PORT)"))?;
         let to: SocketAddr = to
             .parse()
             .map_err(|_| format!("`{to}`: expected an IP address and port"))?;
@@ -91,18 +87,15 @@ pub struct DialerConfig {
     pub map: Vec<TestMap>,
 }
 
-/// Splits a request line `host:port` / `[v6]:port`.
+/// Splits a request line `host:port` / `[v6]:port` with the one `host:port` parser
+/// ([`job_policy::hostport::split_host_port`]) and checks the host's length and characters.
 pub fn parse_request(line: &str) -> Result<(String, u16), String> {
-    let (host, port) = line
-        .rsplit_once(':')
-        .ok_or("the request is not host:port")?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| "the port is not a number from 0 to 65535".to_string())?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
+    let (host, port) = job_policy::hostport::split_host_port(line, None).map_err(|e| {
+        format!(
+            "the request is not host:port: {}",
+            attestation::text::escape(&e.to_string())
+        )
+    })?;
     if host.is_empty() || host.len() > 253 {
         return Err("the host is empty or longer than 253 bytes".into());
     }
@@ -385,6 +378,11 @@ mod tests {
         assert!(parse_request("a b:80").is_err());
         assert!(parse_request(":80").is_err());
         assert!(parse_request("x:99999").is_err());
+        // The one host:port parser's rules: IPv6 only in brackets, ports from 1.
+        assert!(parse_request("2001:db8::1:80").is_err());
+        assert!(parse_request("x.example:0").is_err());
+        let e = parse_request("no-port").expect_err("no port");
+        assert!(e.starts_with("the request is not host:port"), "{e}");
     }
 
     #[test]

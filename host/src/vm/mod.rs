@@ -212,6 +212,33 @@ pub fn install_interrupt_handler() {
     }
 }
 
+/// Why a `vm` tier run ended without evidence. Each variant names the step that failed; its text is the
+/// message users see (ending with the guest console's tail once QEMU was running).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VmError {
+    /// The run could not be prepared: the image, its kernel or initrd, the sim PSP, the VM's directory or
+    /// the channel's socket.
+    #[error("{0}")]
+    Setup(String),
+    /// QEMU could not be started, exited, or did not connect the job channel in time.
+    #[error("{0}")]
+    Qemu(String),
+    /// The job channel failed: accepting, reading, writing, or closed early.
+    #[error("{0}")]
+    Channel(String),
+    /// What the host waited for did not arrive from the guest within its budget; the VM was killed.
+    #[error("{0}")]
+    Timeout(String),
+    /// The guest broke the protocol, reported that it could not produce evidence, or sent evidence that
+    /// does not check.
+    #[error("{0}")]
+    Guest(String),
+    /// The run was interrupted; the VM was killed.
+    #[error("interrupted; the VM was killed")]
+    Interrupted,
+}
+
 /// A running VM; dropping it kills QEMU, waits for it and removes its directory.
 struct Vm {
     child: Child,
@@ -255,38 +282,42 @@ impl Vm {
     }
 
     /// The next frame from the guest, by `deadline`.
-    fn recv(&mut self, deadline: Instant, budget: Duration, what: &str) -> Result<Frame, String> {
+    fn recv(&mut self, deadline: Instant, budget: Duration, what: &str) -> Result<Frame, VmError> {
         loop {
             match self.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Ok(f)) => return Ok(f),
                 Ok(Err(e)) => {
-                    return Err(self.fail(format!("job channel, waiting for {what}: {e}")))
+                    return Err(VmError::Channel(
+                        self.fail(format!("job channel, waiting for {what}: {e}")),
+                    ))
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err(self.fail(format!("job channel closed while waiting for {what}")))
+                    return Err(VmError::Channel(
+                        self.fail(format!("job channel closed while waiting for {what}")),
+                    ))
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                return Err(self.fail(format!(
+                return Err(VmError::Qemu(self.fail(format!(
                     "QEMU exited ({st}) while the host waited for {what}"
-                )));
+                ))));
             }
             if INTERRUPTED.load(Ordering::SeqCst) {
-                return Err("interrupted; the VM was killed".into());
+                return Err(VmError::Interrupted);
             }
             if Instant::now() > deadline {
-                return Err(self.fail(format!(
+                return Err(VmError::Timeout(self.fail(format!(
                     "{what} did not arrive from the guest within {} s; the VM was killed",
                     budget.as_secs()
-                )));
+                ))));
             }
         }
     }
 
-    fn send(&mut self, kind: FrameType, payload: &[u8]) -> Result<(), String> {
+    fn send(&mut self, kind: FrameType, payload: &[u8]) -> Result<(), VmError> {
         channel::write_frame(&mut self.wr, kind, payload)
-            .map_err(|e| format!("job channel, sending {kind:?}: {e}"))
+            .map_err(|e| VmError::Channel(format!("job channel, sending {kind:?}: {e}")))
     }
 }
 
@@ -296,12 +327,12 @@ pub fn run(
     bytes: &[u8],
     nonce: &[u8],
     opts: &VmOptions,
-) -> Result<VmRun, String> {
+) -> Result<VmRun, VmError> {
     let mut p = progress::Progress::new(opts.progress);
     let r = run_steps(kind, bytes, nonce, opts, &mut p);
     match &r {
         Ok(_) => p.finish(None),
-        Err(e) => p.finish(Some(e.lines().next().unwrap_or_default())),
+        Err(e) => p.finish(Some(e.to_string().lines().next().unwrap_or_default())),
     }
     r.map(|mut out| {
         out.steps = p.done.clone();
@@ -331,9 +362,10 @@ fn run_steps(
     nonce: &[u8],
     opts: &VmOptions,
     progress: &mut progress::Progress,
-) -> Result<VmRun, String> {
+) -> Result<VmRun, VmError> {
     progress.step("boot", "starting QEMU");
-    let manifest = crate::image::Manifest::load(&opts.image).map_err(|e| e.to_string())?;
+    let manifest =
+        crate::image::Manifest::load(&opts.image).map_err(|e| VmError::Setup(e.to_string()))?;
     // The confidential tiers boot the bzImage through OVMF (what kernel-hashes measures); the vm tier boots
     // the PVH kernel where the image has one.
     let kernel_path = match opts.confidential {
@@ -373,13 +405,12 @@ fn run_steps(
         Some(p) => builder.tempdir_in(p),
         None => builder.tempdir(),
     }
-    .map_err(|e| format!("cannot create the VM's directory: {e}"))?;
+    .map_err(|e| VmError::Setup(format!("cannot create the VM's directory: {e}")))?;
     let sock = dir.path().join("job.sock");
     let console = dir.path().join("console.log");
-    let listener = UnixListener::bind(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("{}: {e}", sock.display()))?;
+    let sock_err = |e: std::io::Error| VmError::Setup(format!("{}: {e}", sock.display()));
+    let listener = UnixListener::bind(&sock).map_err(sock_err)?;
+    listener.set_nonblocking(true).map_err(sock_err)?;
     let accel = qemu::choose_accel(Path::new("/sys/module"), Path::new("/dev/kvm"));
     let network = opts.install && opts.dialer.is_some();
     let launch = qemu::Launch {
@@ -429,10 +460,10 @@ fn run_steps(
         }
     }
     let mut child = cmd.spawn().map_err(|e| {
-        format!(
+        VmError::Qemu(format!(
             "cannot start {}: {e} (install qemu-system-x86)",
             opts.qemu.display()
-        )
+        ))
     })?;
 
     // Accept QEMU's connection to the channel.
@@ -444,7 +475,7 @@ fn run_steps(
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("job channel: accept: {e}"));
+                return Err(VmError::Channel(format!("job channel: accept: {e}")));
             }
         }
         let exited = child.try_wait().ok().flatten();
@@ -458,17 +489,15 @@ fn run_steps(
                 let _ = e.read_to_string(&mut err);
             }
             return Err(match exited {
-                Some(st) => format!(
+                Some(st) => VmError::Qemu(format!(
                     "QEMU exited ({st}) before connecting the job channel: {}",
                     err.trim()
-                ),
-                None if INTERRUPTED.load(Ordering::SeqCst) => {
-                    "interrupted; the VM was killed".into()
-                }
-                None => format!(
+                )),
+                None if INTERRUPTED.load(Ordering::SeqCst) => VmError::Interrupted,
+                None => VmError::Qemu(format!(
                     "QEMU did not connect the job channel within {} s",
                     opts.timeouts.boot.as_secs()
-                ),
+                )),
             });
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -476,10 +505,10 @@ fn run_steps(
     drop(listener);
     stream
         .set_nonblocking(false)
-        .map_err(|e| format!("job channel: {e}"))?;
+        .map_err(|e| VmError::Channel(format!("job channel: {e}")))?;
     let mut rd = stream
         .try_clone()
-        .map_err(|e| format!("job channel: {e}"))?;
+        .map_err(|e| VmError::Channel(format!("job channel: {e}")))?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || loop {
         let f = channel::read_frame(&mut rd, "a frame from the guest");
@@ -498,21 +527,25 @@ fn run_steps(
 
     let hello = vm.recv(boot_deadline, opts.timeouts.boot, "the agent's hello")?;
     if hello.kind != FrameType::Hello || hello.payload != channel::PROTOCOL {
-        return Err(vm.fail(format!(
+        return Err(VmError::Guest(vm.fail(format!(
             "the guest's first frame is {:?} {}, not the hello of {}",
             hello.kind,
             attestation::text::escape(&String::from_utf8_lossy(
                 &hello.payload[..hello.payload.len().min(64)]
             )),
             String::from_utf8_lossy(channel::PROTOCOL)
-        )));
+        ))));
     }
     let ready = start.elapsed();
     progress.step("attest", "the guest's report request");
     let (tee, measurement) = match attester.join() {
         Ok(Ok(t)) => t,
-        Ok(Err(e)) => return Err(vm.fail(e)),
-        Err(_) => return Err(vm.fail("the sim PSP's thread panicked".into())),
+        Ok(Err(e)) => return Err(VmError::Setup(vm.fail(e))),
+        Err(_) => {
+            return Err(VmError::Setup(
+                vm.fail("the sim PSP's thread panicked".into()),
+            ))
+        }
     };
     let header = JobHeader {
         kind,
@@ -523,7 +556,7 @@ fn run_steps(
     if opts.fault == Fault::GarbageHeader {
         vm.wr
             .write_all(b"\x42\x00\x00\x00\x04junk")
-            .map_err(|e| format!("job channel: {e}"))?;
+            .map_err(|e| VmError::Channel(format!("job channel: {e}")))?;
     } else {
         vm.send(FrameType::JobHeader, &header.encode())?;
     }
@@ -539,10 +572,10 @@ fn run_steps(
                 let rd: [u8; 64] = match f.payload.as_slice().try_into() {
                     Ok(r) => r,
                     Err(_) => {
-                        return Err(vm.fail(format!(
+                        return Err(VmError::Guest(vm.fail(format!(
                             "the guest's report request has {} bytes, not 64",
                             f.payload.len()
-                        )))
+                        ))))
                     }
                 };
                 // A confidential guest's report comes from its own PSP or TDX module, never from the sim.
@@ -623,15 +656,15 @@ fn run_steps(
             }
             FrameType::Evidence => break f.payload,
             FrameType::Failure => {
-                return Err(vm.fail(format!(
+                return Err(VmError::Guest(vm.fail(format!(
                     "the guest agent could not produce evidence: {}",
                     attestation::text::escape(&String::from_utf8_lossy(&f.payload))
-                )))
+                ))))
             }
             other => {
-                return Err(vm.fail(format!(
+                return Err(VmError::Guest(vm.fail(format!(
                     "unexpected {other:?} frame from the guest while waiting for {what}"
-                )))
+                ))))
             }
         }
     };
@@ -644,13 +677,16 @@ fn run_steps(
         }
         None => Vec::new(),
     };
-    let evidence = Evidence::from_cbor(&evidence_bytes)
-        .map_err(|e| vm.fail(format!("the guest's evidence does not parse: {e}")))?;
+    let evidence = Evidence::from_cbor(&evidence_bytes).map_err(|e| {
+        VmError::Guest(vm.fail(format!("the guest's evidence does not parse: {e}")))
+    })?;
     let verdict = evidence
         .verify_verdict_signature()
-        .map_err(|e| vm.fail(format!("the guest's evidence: {e}")))?;
+        .map_err(|e| VmError::Guest(vm.fail(format!("the guest's evidence: {e}"))))?;
     if verdict.inputs.nonce != nonce {
-        return Err(vm.fail("the guest's verdict carries another nonce than the one sent".into()));
+        return Err(VmError::Guest(vm.fail(
+            "the guest's verdict carries another nonce than the one sent".into(),
+        )));
     }
     vm.send(FrameType::Ack, b"")?;
     let shutdown_deadline = Instant::now() + opts.timeouts.shutdown;

@@ -1,7 +1,7 @@
 //! The install phase's way out: the trait a runner implements to start an egress proxy on a Unix socket,
 //! and the fence's own proxy behind it.
 
-use crate::fence::proxy::{EgressProxy, ProxyConfig, ProxyHandle};
+use crate::fence::proxy::{EgressProxy, ProxyConfig, ProxyError, ProxyHandle};
 use attestation::verdict::EgressRecord;
 use intake::job::AllowEntry;
 use std::path::Path;
@@ -13,10 +13,29 @@ pub trait EgressSession: Send {
     fn finish(self: Box<Self>) -> Vec<EgressRecord>;
 }
 
+/// Why the install phase's egress proxy did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EgressStartError {
+    /// The proxy itself could not start (its socket, its runtime).
+    #[error(transparent)]
+    Proxy(#[from] ProxyError),
+    /// The install network can be started once per run, and it already was.
+    #[error("the install phase's network was already used once")]
+    AlreadyUsed,
+    /// The job channel to the host failed while announcing the install phase.
+    #[error("job channel: {0}")]
+    Channel(String),
+}
+
 /// Something that can start the install phase's egress proxy on a Unix socket.
 pub trait EgressProvider: Send + Sync {
     /// Starts listening on `socket` with `allow` as the allowlist.
-    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String>;
+    fn start(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError>;
 }
 
 /// The fence's egress proxy ([`super::proxy::EgressProxy`]), with a hook to adjust its configuration
@@ -53,9 +72,13 @@ impl EgressSession for ProxySession {
 }
 
 impl EgressProvider for ProxyEgress {
-    fn start(&self, allow: &[AllowEntry], socket: &Path) -> Result<Box<dyn EgressSession>, String> {
+    fn start(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError> {
         let config = (self.configure)(ProxyConfig::new(allow.to_vec(), socket));
-        let handle = EgressProxy::start(config).map_err(|e| e.to_string())?;
+        let handle = EgressProxy::start(config)?;
         Ok(Box::new(ProxySession(handle)))
     }
 }

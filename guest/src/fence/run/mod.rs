@@ -12,7 +12,7 @@ mod prepare;
 mod read_paths;
 mod record;
 
-pub use egress::{EgressProvider, EgressSession, ProxyEgress};
+pub use egress::{EgressProvider, EgressSession, EgressStartError, ProxyEgress};
 pub use options::{
     random_nonce, RunOptions, TaskImage, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT,
     SANDBOX_ID, SANDBOX_PATH,
