@@ -329,24 +329,52 @@ fn strip_zeros(b: &[u8]) -> &[u8] {
     &b[i..]
 }
 
+/// Why a CRL file holds no usable CRL (see [`crls_from_file_bytes`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CrlFileError {
+    /// A PEM block could not be read.
+    #[error("CRL PEM block {index} is malformed ({detail})")]
+    MalformedPem {
+        /// The block's index in the file, from 0.
+        index: usize,
+        /// The PEM reader's words.
+        detail: String,
+    },
+    /// A PEM block is labelled as something else.
+    #[error("PEM block {index} is {label:?}, expected \"X509 CRL\"")]
+    NotACrl {
+        /// The block's index in the file, from 0.
+        index: usize,
+        /// The label it has.
+        label: String,
+    },
+    /// PEM text with no block at all.
+    #[error("CRL file holds no PEM block")]
+    Empty,
+}
+
 /// Every CRL in `data`: each PEM `X509 CRL` block when the data is PEM, else one DER CRL. A file with no CRL,
 /// a block that is not a CRL, or bytes after a DER CRL are errors.
-pub fn crls_from_file_bytes(data: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+pub fn crls_from_file_bytes(data: &[u8]) -> Result<Vec<Vec<u8>>, CrlFileError> {
     use x509_parser::pem::Pem;
     if data.windows(10).any(|w| w == b"-----BEGIN") {
         let mut out = Vec::new();
-        for (i, pem) in Pem::iter_from_buffer(data).enumerate() {
-            let pem = pem.map_err(|e| format!("CRL PEM block {i} is malformed ({e})"))?;
+        for (index, pem) in Pem::iter_from_buffer(data).enumerate() {
+            let pem = pem.map_err(|e| CrlFileError::MalformedPem {
+                index,
+                detail: e.to_string(),
+            })?;
             if pem.label != "X509 CRL" {
-                return Err(format!(
-                    "PEM block {i} is {:?}, expected \"X509 CRL\"",
-                    pem.label
-                ));
+                return Err(CrlFileError::NotACrl {
+                    index,
+                    label: pem.label,
+                });
             }
             out.push(pem.contents);
         }
         if out.is_empty() {
-            return Err("CRL file holds no PEM block".into());
+            return Err(CrlFileError::Empty);
         }
         Ok(out)
     } else {

@@ -673,7 +673,8 @@ pub fn check_crl(
     use x509_parser::revocation_list::CertificateRevocationList;
     let ark_c = parse_cert(ark, "ARK").map_err(|e| rejected(url, "CRL", e))?;
     let ask_c = parse_cert(ask, "ASK").map_err(|e| rejected(url, "CRL", e))?;
-    let ders = crate::pki::crls_from_file_bytes(body).map_err(|e| rejected(url, "CRL", e))?;
+    let ders =
+        crate::pki::crls_from_file_bytes(body).map_err(|e| rejected(url, "CRL", e.to_string()))?;
     let revokes_inter = ders.iter().any(|d| {
         CertificateRevocationList::from_der(d)
             .ok()

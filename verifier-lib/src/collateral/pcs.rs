@@ -418,7 +418,7 @@ pub fn check_crl(
     now: i64,
 ) -> Result<(Vec<u8>, i64), FetchError> {
     let der = crate::pki::crls_from_file_bytes(body)
-        .map_err(|e| rejected(url, what, e))?
+        .map_err(|e| rejected(url, what, e.to_string()))?
         .into_iter()
         .next()
         .ok_or_else(|| rejected(url, what, "no CRL in the body"))?;

@@ -560,7 +560,7 @@ pub fn check_crls(
 ) -> Vec<Failure> {
     let ders = match crate::pki::crls_from_file_bytes(data) {
         Ok(d) => d,
-        Err(e) => return vec![Failure::new(checks::CRL, e)],
+        Err(e) => return vec![Failure::new(checks::CRL, e.to_string())],
     };
     let mut out = Vec::new();
     let many = ders.len() > 1;
