@@ -408,7 +408,6 @@ pub fn run(args: Args) -> ExitCode {
         policy: &policy,
         allow_simulated: args.allow_simulated,
     };
-    // The collateral is parsed while the quote's own signatures are verified on another core.
     let mut v = match verify_quote_received_json(&bytes, quote, collateral_bytes.as_deref(), &opts)
     {
         Ok(v) => v,

@@ -687,32 +687,12 @@ pub fn verify_report_signature(
     if !sig.padding_is_zero() {
         return Err("the high 24 bytes of R or S are not zero".into());
     }
-    let mut rs = [0u8; 96];
-    rs[..48].copy_from_slice(&sig.r_be());
-    rs[48..].copy_from_slice(&sig.s_be());
-    crate::sigcache::once(
-        "ecdsa-p384-sha384-report",
-        key.sec1(),
-        signed,
-        &rs,
-        check_report_sig,
+    attestation::sig::p384_sha384_scalars(key, signed, &sig.r_be(), &sig.s_be()).map_err(
+        |e| match e {
+            SigError::Malformed(m) => m,
+            _ => "ECDSA P-384/SHA-384 signature over 0x000..0x29F does not verify".to_string(),
+        },
     )
-}
-
-/// ECDSA P-384/SHA-384 by the key as uncompressed SEC1 bytes, the signature as big-endian r || s (48 bytes each)
-/// (a [`crate::sigcache::Check`]).
-fn check_report_sig(key: &[u8], signed: &[u8], rs: &[u8]) -> Result<(), String> {
-    let key = P384Key::from_sec1(key).map_err(|e| format!("report signing key: {e}"))?;
-    let Some((Ok(r), Ok(s))) = rs
-        .split_at_checked(48)
-        .map(|(r, s)| (<[u8; 48]>::try_from(r), <[u8; 48]>::try_from(s)))
-    else {
-        return Err("the signature is not r || s of 48 bytes each".into());
-    };
-    attestation::sig::p384_sha384_scalars(&key, signed, &r, &s).map_err(|e| match e {
-        SigError::Malformed(m) => m,
-        _ => "ECDSA P-384/SHA-384 signature over 0x000..0x29F does not verify".to_string(),
-    })
 }
 
 /// The same check on raw report bytes, for reports that do not parse (e.g. a must-be-zero byte set).

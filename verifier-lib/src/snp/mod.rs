@@ -60,10 +60,10 @@ pub struct SnpInput<'a> {
 /// [`validate`]. A report that does not parse is an error, not a failed check.
 pub fn verify(input: &SnpInput<'_>, opts: &ChainOptions) -> Result<SnpVerification, ReportError> {
     let report = AttestationReport::from_bytes(input.report)?;
-    // One verification: its distinct signatures run in parallel (crate::sigcache::within_one_verification).
+    // One verification: each distinct signature checked once (crate::sigcache::within_one_verification).
     Ok(crate::sigcache::within_one_verification(|| {
         let chain = verify_chain(input.certs, opts, report.product_from_cpuid());
-        verify_with_chain(report.clone(), input.report, &chain)
+        verify_with_chain(report, input.report, &chain)
     }))
 }
 

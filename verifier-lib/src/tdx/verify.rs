@@ -11,7 +11,7 @@ use attestation::tdx::{CertificationData, Quote};
 use super::pck::PckExtensions;
 use super::tcb;
 use super::x509::{
-    p256_from_raw, parse_pem_chain, verify_raw_sig_once, verify_raw_sig_shared, Cert,
+    p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
     INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
 use super::{
@@ -300,14 +300,12 @@ fn verify_received(
     opts: &VerifyOptions<'_>,
 ) -> TdxVerification {
     crate::sigcache::within_one_verification(|| {
-        verify_received_once(raw, quote.clone(), chain.clone(), opts, &|| opts.collateral)
+        check_received(raw, quote, chain, opts, opts.collateral)
     })
 }
 
-/// As [`verify_quote_received`], with the collateral given as its `collateral.json` bytes: they are parsed
-/// ([`Collateral::from_json`]) when the checks of the quote itself (its signature, the PCK chain, the QE report)
-/// have been put off, so in a one-shot verification those signatures are verified on a helper thread while
-/// the collateral is parsed. The collateral in `opts` is not used. `Err`: the collateral does not parse (the
+/// As [`verify_quote_received`], with the collateral given as its `collateral.json` bytes (parsed with
+/// [`Collateral::from_json`]); the collateral in `opts` is not used. `Err`: the collateral does not parse (the
 /// same error [`Collateral::from_json`] gives; nothing of the quote is reported then).
 pub fn verify_quote_received_json(
     raw: &[u8],
@@ -315,31 +313,22 @@ pub fn verify_quote_received_json(
     collateral_json: Option<&[u8]>,
     opts: &VerifyOptions<'_>,
 ) -> Result<TdxVerification, super::CollateralError> {
-    let parsed = std::cell::OnceCell::new();
-    let collateral = || -> Option<&Collateral> {
-        parsed
-            .get_or_init(|| collateral_json.map(Collateral::from_json).transpose())
-            .as_ref()
-            .ok()
-            .and_then(Option::as_ref)
-    };
+    let collateral = collateral_json.map(Collateral::from_json).transpose()?;
     let mut v = crate::sigcache::within_one_verification(|| {
-        verify_received_once(raw, quote.clone(), None, opts, &collateral)
+        check_received(raw, quote, None, opts, collateral.as_ref())
     });
-    if let Some(Err(e)) = parsed.get() {
-        return Err(e.clone());
-    }
     validate(&mut v, opts.policy);
     Ok(v)
 }
 
-/// One pass of the verification; `collateral` is asked for once, after the checks of the quote itself.
-fn verify_received_once<'c>(
+/// The verification itself (authenticity and the TCB evaluation, no policy), every signature checked through
+/// the active signature cache.
+fn check_received(
     raw: &[u8],
     quote: Quote,
     chain: Option<Vec<Cert>>,
     opts: &VerifyOptions<'_>,
-    collateral: &dyn Fn() -> Option<&'c Collateral>,
+    collateral: Option<&Collateral>,
 ) -> TdxVerification {
     let (signed, qe_signed) = signed_regions(raw, &quote);
     let at = opts.at;
@@ -349,8 +338,7 @@ fn verify_received_once<'c>(
     // 1. The quote signature by the attestation key.
     match p256_from_raw(&quote.signature_data.attestation_key) {
         Some(key) => {
-            match verify_raw_sig_once(&key, signed.unwrap_or(&[]), &quote.signature_data.signature)
-            {
+            match verify_raw_sig(&key, signed.unwrap_or(&[]), &quote.signature_data.signature) {
                 Ok(()) => auth.quote_signature = true,
                 Err(e) => failures.push(Failure::seen_wanted(
                     "quote-signature",
@@ -518,7 +506,6 @@ fn verify_received_once<'c>(
     // 4. Collateral and the TCB evaluation (the policy that judges them is [`validate`]'s).
     let mut coll_checks = None;
     let mut tcb_eval = None;
-    let collateral = collateral();
     if let Some(coll) = collateral {
         let (checks, eval) = check_collateral(
             coll,

@@ -317,21 +317,10 @@ pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), S
     )
 }
 
-/// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256).
+/// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256); for a quote's own
+/// signature, which no other quote shares, so a [`crate::Verifier`] does not remember it.
 pub fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
     sig::p256_sha256_fixed(key, msg, raw).map_err(sig_message)
-}
-
-/// As [`verify_raw_sig`], for a quote's own signature: never remembered by a [`crate::Verifier`], run in
-/// parallel with the others in a one-shot verification ([`crate::sigcache::once`]).
-pub fn verify_raw_sig_once(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
-    crate::sigcache::once(
-        "ecdsa-p256-sha256-quote",
-        key.sec1(),
-        msg,
-        raw,
-        check_p256_fixed,
-    )
 }
 
 /// As [`verify_raw_sig`], remembered by an active [`crate::Verifier`]: for what many quotes of one platform share
