@@ -1,9 +1,13 @@
-//! Every signature verification of fenced-run in one small module over `aws-lc-rs`: ECDSA P-256/SHA-256 and
-//! P-384/SHA-384 (fixed r||s or DER), RSASSA-PSS SHA-384 with AMD's parameters, and strict Ed25519.
+//! Every signature verification of fenced-run in one small module: ECDSA P-256/SHA-256 (fixed r||s or DER) over
+//! `ring`; ECDSA P-384/SHA-384, RSASSA-PSS SHA-384 with AMD's parameters and strict Ed25519 over `aws-lc-rs`.
+//!
+//! Each algorithm goes to the library that measured faster for it (`docs/benchmarks.md`, "ring against
+//! aws-lc-rs" and "One thread, one static binary"): aws-lc is four times faster for P-384 and faster for RSA and
+//! Ed25519; for P-256 the arithmetic of both is the same, but ring allocates nothing, where aws-lc's C allocations
+//! went through musl's malloc in the static verifier and cost a `mmap`/`munmap` pair per check.
 //!
 //! Encodings are parsed exactly as before with the RustCrypto types (so what is refused, and the message, stay the
-//! same), and the RSA key is held to the rules ring applied before; only the arithmetic is aws-lc's. Why
-//! aws-lc-rs (and not ring, used before): `docs/benchmarks.md` ("ring against aws-lc-rs").
+//! same), and the RSA key is held to the rules ring applies; only the arithmetic is the libraries'.
 
 use aws_lc_rs::signature::{self as als, UnparsedPublicKey};
 use der::Decode as _;
@@ -98,24 +102,21 @@ fn lc_verify(
 pub fn p256_sha256_fixed(key: &P256Key, msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_slice(sig)
         .map_err(|e| SigError::Malformed(format!("not r||s P-256: {e}")))?;
-    lc_verify(
-        &als::ECDSA_P256_SHA256_FIXED,
-        &key.0,
-        msg,
-        &parsed.to_bytes(),
-    )
+    ring_p256(&key.0, msg, &parsed.to_bytes())
+}
+
+/// ring's ECDSA P-256/SHA-256 over `msg` by an uncompressed SEC1 key, the signature as fixed r || s.
+fn ring_p256(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+    ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, key)
+        .verify(msg, sig)
+        .map_err(|_| SigError::Mismatch)
 }
 
 /// ECDSA P-256 with SHA-256 over `msg`, the signature DER-encoded (strict DER, as X.509 and CRLs carry it).
 pub fn p256_sha256_der(key: &P256Key, msg: &[u8], der: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_der(der)
         .map_err(|e| SigError::Malformed(format!("not DER ECDSA: {e}")))?;
-    lc_verify(
-        &als::ECDSA_P256_SHA256_FIXED,
-        &key.0,
-        msg,
-        &parsed.to_bytes(),
-    )
+    ring_p256(&key.0, msg, &parsed.to_bytes())
 }
 
 /// ECDSA P-384 with SHA-384 over `msg`, the signature as big-endian r and s (48 bytes each, each in 1..n).
