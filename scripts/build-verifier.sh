@@ -27,5 +27,9 @@ if ! command -v musl-gcc >/dev/null; then
   echo "build-verifier: musl-gcc is missing (Debian: apt-get install musl-tools)" >&2
   exit 1
 fi
+# aws-lc probes the CPU in a load-time constructor, in every run, even one that never calls it (a TDX quote is
+# checked with ring); built without it, aws-lc probes on first use instead (attestation::sig calls
+# aws_lc_rs::init() before each aws-lc check). Each `cpuid` is a trip to the hypervisor on the VMs this runs on.
+export AWS_LC_SYS_CFLAGS_x86_64_unknown_linux_musl="${AWS_LC_SYS_CFLAGS_x86_64_unknown_linux_musl:-} -DBORINGSSL_NO_STATIC_INITIALIZER"
 cargo build --profile verifier --target "$target" -p verifier-lib --bin verify-attestation >&2
 echo "$PWD/target/$target/verifier/verify-attestation"

@@ -93,6 +93,9 @@ fn lc_verify(
     msg: &[u8],
     sig: &[u8],
 ) -> Result<(), SigError> {
+    // aws-lc probes the CPU here, on first use, where the static verifier is built without aws-lc's load-time
+    // constructor (scripts/build-verifier.sh); elsewhere the constructor has done it and this does nothing.
+    aws_lc_rs::init();
     UnparsedPublicKey::new(alg, key)
         .verify(msg, sig)
         .map_err(|_| SigError::Mismatch)

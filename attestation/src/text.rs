@@ -77,7 +77,9 @@ pub fn shown(v: impl std::fmt::Display) -> String {
 /// but ASCII), where the escape means the same character, so the document decodes to the same value.
 pub fn json_safe(json: &str) -> Cow<'_, str> {
     let bad = |c: char| is_unsafe(c) && c != '\n';
-    if !json.chars().any(bad) {
+    // Printable ASCII and newlines, what a JSON text almost always is, are looked at a byte at a time.
+    let plain = |b: &u8| matches!(b, b' '..=b'~' | b'\n');
+    if json.as_bytes().iter().all(plain) || !json.chars().any(bad) {
         return Cow::Borrowed(json);
     }
     let mut out = String::with_capacity(json.len() + 16);

@@ -4,8 +4,6 @@
 //! whose bytes are not exactly one of these, and for these it was checked when the hash was added here (the unit
 //! test `pinned_roots_self_signatures_verify` checks it again on the vendors' files).
 
-use sha2::{Digest, Sha256};
-
 /// SHA-256 of the DER of each vendor root whose self-signature verifies: ARK-Milan, ARK-Genoa, ARK-Turin (AMD KDS
 /// `cert_chain`), Intel SGX Root CA (the root of every PCK, TCB Signing and PCK CRL issuer chain).
 const VERIFIED_ROOTS_DER_SHA256: [(&str, &str); 4] = [
@@ -29,13 +27,14 @@ const VERIFIED_ROOTS_DER_SHA256: [(&str, &str); 4] = [
 
 /// Whether `der` is byte for byte one of the vendor roots whose self-signature is known to verify.
 pub(crate) fn self_signature_known_good(der: &[u8]) -> bool {
-    let h = hex::encode(Sha256::digest(der));
+    let h = hex::encode(crate::digest::sha256(&[der]));
     VERIFIED_ROOTS_DER_SHA256.iter().any(|(_, want)| *want == h)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     /// The vendors' roots from the vectors: each listed root's self-signature verifies with the full check, and a
     /// root one byte off is not listed.

@@ -4,6 +4,7 @@
 mod anchors;
 pub mod cli;
 pub mod collateral;
+mod digest;
 pub mod evidence;
 pub mod failure;
 pub mod output;

@@ -3,7 +3,6 @@
 //! this thread. It sits at the bottom of the crate: the SEV-SNP and TDX chain code call [`memo`], and only
 //! `verifier.rs` creates a cache and makes it active.
 
-use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,12 +61,17 @@ pub(crate) fn within_one_verification<T>(f: impl FnOnce() -> T) -> T {
 
 /// The cache key of a check: SHA-256 over algorithm, key, signed bytes and signature, each with its length.
 fn id_of(alg: &str, key: &[u8], msg: &[u8], sig: &[u8]) -> [u8; 32] {
-    let mut h = Sha256::new();
-    for part in [alg.as_bytes(), key, msg, sig] {
-        h.update((part.len() as u64).to_le_bytes());
-        h.update(part);
-    }
-    h.finalize().into()
+    let lens = [alg.len(), key.len(), msg.len(), sig.len()].map(|n| (n as u64).to_le_bytes());
+    crate::digest::sha256(&[
+        &lens[0],
+        alg.as_bytes(),
+        &lens[1],
+        key,
+        &lens[2],
+        msg,
+        &lens[3],
+        sig,
+    ])
 }
 
 /// Runs `check` (a signature verification of `alg` by `key` over `msg`) unless the active cache already knows its

@@ -2,7 +2,6 @@
 //! signature and binding), then collateral (signatures, chains, CRLs, freshness, FMSPC), then the TCB
 //! evaluation, then the policy. Nothing stops at the first failure: every check runs that can.
 
-use sha2::{Digest, Sha256};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
@@ -487,10 +486,7 @@ fn check_received(
         }
     }
     if let Some(q) = qe {
-        let mut h = Sha256::new();
-        h.update(quote.signature_data.attestation_key);
-        h.update(&q.qe_auth_data);
-        let want: [u8; 32] = h.finalize().into();
+        let want = crate::digest::sha256(&[&quote.signature_data.attestation_key, &q.qe_auth_data]);
         let rd = &q.qe_report.report_data;
         if rd[..32] == want && rd[32..].iter().all(|b| *b == 0) {
             auth.qe_report_data_binding = true;

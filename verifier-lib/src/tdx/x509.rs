@@ -4,7 +4,6 @@
 //! Intel's whole SGX/TDX PKI (root, PCK CAs, TCB signing) uses ecdsa-with-SHA256 on P-256.
 
 use attestation::sig::{self, P256Key, SigError};
-use sha2::{Digest, Sha256};
 use std::ops::Range;
 use x509_parser::certificate::X509Certificate;
 use x509_parser::prelude::FromDer;
@@ -160,7 +159,7 @@ impl Cert {
             ],
         )?;
         Ok(Cert {
-            spki_sha256: Sha256::digest(spki.raw).into(),
+            spki_sha256: crate::digest::sha256(&[spki.raw]),
             key: P256Key::from_sec1(&spki.subject_public_key.data).ok(),
             validity: (
                 c.validity().not_before.timestamp(),
