@@ -142,7 +142,7 @@ fn main() {
     let key = attestation::sig::P256Key::from_sec1(vk.to_sec1_bytes().as_ref()).expect("pk");
     let raw = sig.to_bytes();
     time(
-        "ECDSA P-256 SHA-256 verify, attestation::sig (aws-lc-rs)",
+        "ECDSA P-256 SHA-256 verify, attestation::sig (ring)",
         n,
         || attestation::sig::p256_sha256_fixed(&key, black_box(&msg), &raw).expect("ok"),
     );
