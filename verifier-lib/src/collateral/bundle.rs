@@ -2,19 +2,27 @@
 //! SEV-SNP ARK/ASK/VCEK and CRL; the TDX `collateral.json`), and optional Ed25519 auditor signatures made with
 //! the same keys as measurement-set signatures (`measure-guest keygen`) and accepted by the same k-of-n rule:
 //! at least k distinct trusted keys, a key counts once, an untrusted or invalid signature does not count.
+//!
+//! The file is `{"content": {...}, "signatures": [...]}`. What is signed is the text of `content` exactly as it
+//! stands in the file (the way Intel signs the text of `tcbInfo`), never a re-encoding of what was parsed from
+//! it: a byte changed anywhere in it, whitespace included, voids every signature, and `content` admits no key
+//! this version does not know (an unknown key could otherwise ride along unread under valid signatures).
 
 use base64::Engine as _;
-use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use serde_json::value::RawValue;
 
 use crate::snp::CertBundle;
 use crate::tdx::collateral::CollateralFile;
 
-/// Marker of the bundle format.
-pub const BUNDLE_FORMAT: &str = "fenced-run-collateral-bundle-v1";
+/// Marker of the bundle format (`content.format`).
+pub const BUNDLE_FORMAT: &str = "fenced-run-collateral-bundle-v2";
+/// The first format: a top-level `format`, signatures over a re-encoding of the parsed fields. Recognised only
+/// to say why it is refused.
+const BUNDLE_FORMAT_V1: &str = "fenced-run-collateral-bundle-v1";
 /// Domain separation prefix of the signed message.
-const SIGNING_DOMAIN: &[u8] = b"fenced-run collateral bundle v1\n";
+const SIGNING_DOMAIN: &[u8] = b"fenced-run collateral bundle v2\n";
 
 /// SEV-SNP collateral: DER certificates (base64) and an optional CRL.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,9 +41,10 @@ pub struct SnpPart {
     pub crl: Option<String>,
 }
 
-/// What is signed: everything but the signatures. (No `deny_unknown_fields`: serde does not support it beside
-/// `flatten`; a field this version does not know is ignored and not signed over.)
+/// What is signed: everything but the signatures. Every key is known: one this version does not read is an
+/// error, not a field passed over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Content {
     /// Always [`BUNDLE_FORMAT`].
     pub format: String,
@@ -64,21 +73,41 @@ pub struct BundleSignature {
     pub algorithm: String,
     /// Public key, hex.
     pub public_key: String,
-    /// SHA-256 of the canonical content, hex.
+    /// SHA-256 of the content's text as it stands in the file, hex.
     pub content_sha256: String,
-    /// Signature over the domain prefix and the content digest, hex.
+    /// Signature over the domain prefix and that digest, hex.
     pub signature: String,
 }
 
 /// The bundle file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
-    /// The signed content.
-    #[serde(flatten)]
+    /// The signed content, as parsed from [`Self::content_text`].
     pub content: Content,
+    /// The text of `content` exactly as received (or as [`Bundle::new`] wrote it): what the signatures sign.
+    content_text: String,
     /// Auditor signatures.
-    #[serde(default)]
     pub signatures: Vec<BundleSignature>,
+}
+
+/// The file as read: `content` kept as its text.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    content: Box<RawValue>,
+    #[serde(default)]
+    signatures: Vec<BundleSignature>,
+}
+
+/// The top-level `format` of a JSON object, if it has one that is a string.
+fn top_level_format(bytes: &[u8]) -> Option<String> {
+    #[derive(Deserialize)]
+    struct F {
+        format: Option<String>,
+    }
+    serde_json::from_slice::<F>(bytes)
+        .ok()
+        .and_then(|f| f.format)
 }
 
 fn b64(b: &[u8]) -> String {
@@ -122,22 +151,6 @@ impl SnpPart {
     }
 }
 
-impl Content {
-    /// The canonical bytes signed (compact JSON of this struct, fields in declaration order).
-    pub fn canonical(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
-    }
-
-    /// SHA-256 of [`Self::canonical`].
-    pub fn digest(&self) -> [u8; 32] {
-        Sha256::digest(self.canonical()).into()
-    }
-
-    fn message(&self) -> Vec<u8> {
-        [SIGNING_DOMAIN, &self.digest()[..]].concat()
-    }
-}
-
 /// The outcome of the k-of-n check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureCheck {
@@ -148,28 +161,49 @@ pub struct SignatureCheck {
 }
 
 impl Bundle {
-    /// A new unsigned bundle.
+    /// A new unsigned bundle; its content text is `content` written as pretty JSON.
     pub fn new(content: Content) -> Bundle {
+        let content_text = serde_json::to_string_pretty(&content).unwrap_or_default();
         Bundle {
             content,
+            content_text,
             signatures: Vec::new(),
         }
     }
 
-    /// Parses a bundle; the error names what is wrong.
+    /// Parses a bundle; the error names what is wrong and where.
     pub fn from_json(bytes: &[u8]) -> Result<Bundle, String> {
-        let b: Bundle =
-            serde_json::from_slice(bytes).map_err(|e| format!("not a collateral bundle: {e}"))?;
-        if b.content.format != BUNDLE_FORMAT {
+        let wire: Wire = match serde_json::from_slice(bytes) {
+            Ok(w) => w,
+            Err(e) => {
+                if top_level_format(bytes).as_deref() == Some(BUNDLE_FORMAT_V1) {
+                    return Err(format!(
+                        "format is {BUNDLE_FORMAT_V1:?}, whose signatures covered a re-encoding of the fields \
+                         rather than the text received; this version reads {BUNDLE_FORMAT:?} only: write the \
+                         bundle again with `verify-attestation fetch --bundle` and sign it again"
+                    ));
+                }
+                return Err(format!("not a collateral bundle: {e}"));
+            }
+        };
+        let content_text = wire.content.get().to_owned();
+        let content: Content = serde_json::from_str(&content_text)
+            .map_err(|e| format!("the bundle's content: {e}"))?;
+        if content.format != BUNDLE_FORMAT {
             return Err(format!(
-                "format is {:?}, expected {BUNDLE_FORMAT:?}",
-                b.content.format
+                "content.format is {:?}, expected {BUNDLE_FORMAT:?}",
+                content.format
             ));
         }
-        Ok(b)
+        Ok(Bundle {
+            content,
+            content_text,
+            signatures: wire.signatures,
+        })
     }
 
-    /// Whether `bytes` look like a bundle (its `format` field), not a bare `collateral.json`.
+    /// Whether `bytes` look like a bundle (a `content.format`, or the first format's top-level `format`), not a
+    /// bare `collateral.json`.
     pub fn is_bundle(bytes: &[u8]) -> bool {
         // A JSON text with a key `format` holds it as `"format"`, or with a letter written `\uXXXX`; without
         // either it is no bundle, and the whole text need not be parsed to say so.
@@ -182,18 +216,38 @@ impl Bundle {
             return false;
         }
         #[derive(Deserialize)]
-        struct F {
+        struct Inner {
             format: Option<String>,
         }
-        serde_json::from_slice::<F>(bytes)
-            .ok()
-            .and_then(|f| f.format)
-            .is_some_and(|f| f == BUNDLE_FORMAT)
+        #[derive(Deserialize)]
+        struct F {
+            format: Option<String>,
+            content: Option<Inner>,
+        }
+        let Ok(f) = serde_json::from_slice::<F>(bytes) else {
+            return false;
+        };
+        // A first-format bundle is a bundle too, so that reading it says why it is refused.
+        f.content.and_then(|c| c.format).as_deref() == Some(BUNDLE_FORMAT)
+            || f.format.as_deref() == Some(BUNDLE_FORMAT_V1)
     }
 
-    /// The file text.
+    /// The file text: the content's text as it was received (so signatures stay valid), then the signatures.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_default() + "\n"
+        let signatures = serde_json::to_string_pretty(&self.signatures).unwrap_or_default();
+        format!(
+            "{{\n\"content\": {},\n\"signatures\": {signatures}\n}}\n",
+            self.content_text
+        )
+    }
+
+    /// SHA-256 of the content's text, the bytes signed.
+    pub fn content_digest(&self) -> [u8; 32] {
+        crate::digest::sha256(&[self.content_text.as_bytes()])
+    }
+
+    fn message(&self) -> Vec<u8> {
+        [SIGNING_DOMAIN, &self.content_digest()[..]].concat()
     }
 
     /// Adds `auditor`'s signature (a second signature by the same key replaces the first).
@@ -204,8 +258,8 @@ impl Bundle {
             auditor: auditor.into(),
             algorithm: "ed25519".into(),
             public_key: pk,
-            content_sha256: hex::encode(self.content.digest()),
-            signature: hex::encode(key.sign(&self.content.message()).to_bytes()),
+            content_sha256: hex::encode(self.content_digest()),
+            signature: hex::encode(key.sign(&self.message()).to_bytes()),
         });
     }
 
@@ -222,7 +276,8 @@ impl Bundle {
         let mut signers = Vec::new();
         let mut seen: Vec<[u8; 32]> = Vec::new();
         let mut problems = Vec::new();
-        let digest = hex::encode(self.content.digest());
+        let digest = hex::encode(self.content_digest());
+        let message = self.message();
         for (i, s) in self.signatures.iter().enumerate() {
             let name = format!("signature {} ({:?})", i + 1, s.auditor);
             let Ok(kb) = hex::decode(&s.public_key)
@@ -232,7 +287,7 @@ impl Bundle {
                 problems.push(format!("{name}: public_key is not 32 bytes of hex"));
                 continue;
             };
-            let Some((key_name, key)) = trusted.iter().find(|(_, t)| t.to_bytes() == kb) else {
+            let Some((key_name, _)) = trusted.iter().find(|(_, t)| t.to_bytes() == kb) else {
                 problems.push(format!(
                     "{name}: signed by untrusted key {}",
                     &s.public_key[..16.min(s.public_key.len())]
@@ -255,10 +310,10 @@ impl Bundle {
             }
             let sig = hex::decode(&s.signature)
                 .ok()
-                .and_then(|v| <[u8; 64]>::try_from(v).ok())
-                .map(|b| ed25519_dalek::Signature::from_bytes(&b));
+                .and_then(|v| <[u8; 64]>::try_from(v).ok());
+            // Strict Ed25519 through the one signature module (a small-order key or R is refused).
             match sig {
-                Some(sig) if key.verify(&self.content.message(), &sig).is_ok() => {
+                Some(sig) if attestation::sig::ed25519_strict(&kb, &message, &sig).is_ok() => {
                     if seen.contains(&kb) {
                         problems.push(format!(
                             "{name}: second signature by trusted key {key_name} counts once"
@@ -292,16 +347,139 @@ impl Bundle {
 mod tests {
     use super::*;
 
+    fn content() -> Content {
+        Content {
+            format: BUNDLE_FORMAT.into(),
+            created: "2026-12-01T00:00:00Z".into(),
+            subject: "report.bin (sha256 00)".into(),
+            snp: None,
+            tdx: None,
+            sources: vec!["https://kds.example/vcek".into()],
+        }
+    }
+
+    fn key(seed: u8) -> (SigningKey, Vec<(String, VerifyingKey)>) {
+        let k = SigningKey::from_bytes(&[seed; 32]);
+        let trusted = vec![("auditor.pub".to_string(), k.verifying_key())];
+        (k, trusted)
+    }
+
+    fn signed_text() -> (String, Vec<(String, VerifyingKey)>) {
+        let (k, trusted) = key(7);
+        let mut b = Bundle::new(content());
+        b.sign(&k, "a");
+        (b.to_json(), trusted)
+    }
+
+    fn check(text: &str, trusted: &[(String, VerifyingKey)]) -> Result<SignatureCheck, String> {
+        Bundle::from_json(text.as_bytes())?.check_signatures(trusted, 1)
+    }
+
     #[test]
     fn a_bundle_is_told_by_its_format_key_however_the_key_is_written() {
-        let plain = format!(r#"{{"x": 1, "format": "{BUNDLE_FORMAT}"}}"#);
+        let plain = format!(r#"{{"x": 1, "content": {{"format": "{BUNDLE_FORMAT}"}}}}"#);
         assert!(Bundle::is_bundle(plain.as_bytes()));
-        let escaped = format!(r#"{{"form\u0061t": "{BUNDLE_FORMAT}"}}"#);
+        let escaped = format!(r#"{{"content": {{"form\u0061t": "{BUNDLE_FORMAT}"}}}}"#);
         assert!(Bundle::is_bundle(escaped.as_bytes()));
+        // The first format is recognised, so that reading it can say why it is refused.
+        let v1 = format!(r#"{{"format": "{BUNDLE_FORMAT_V1}"}}"#);
+        assert!(Bundle::is_bundle(v1.as_bytes()));
         assert!(!Bundle::is_bundle(br#"{"format": "something else"}"#));
         assert!(!Bundle::is_bundle(
             br#"{"pck_crl": "00", "tcb_info": "{\"id\":\"TDX\"}"}"#
         ));
         assert!(!Bundle::is_bundle(b"not json"));
+    }
+
+    #[test]
+    fn a_signed_bundle_read_back_verifies_and_is_written_byte_for_byte() {
+        let (text, trusted) = signed_text();
+        let b = Bundle::from_json(text.as_bytes()).expect("bundle");
+        assert_eq!(b.content, content());
+        assert_eq!(b.to_json(), text);
+        let c = b.check_signatures(&trusted, 1).expect("signed");
+        assert_eq!(c.signers, vec!["auditor.pub".to_string()]);
+    }
+
+    #[test]
+    fn the_signature_covers_the_content_text_as_received_not_what_it_parses_to() {
+        let (text, trusted) = signed_text();
+        // The same fields, one space more: a re-encoding would not see it; the text as received does.
+        let spaced = text.replacen("\"subject\": ", "\"subject\":  ", 1);
+        assert_ne!(spaced, text);
+        assert_eq!(
+            Bundle::from_json(spaced.as_bytes())
+                .expect("parses")
+                .content,
+            content()
+        );
+        let e = check(&spaced, &trusted).expect_err("voided");
+        assert!(e.contains("signed other content"), "{e}");
+        // With content_sha256 brought in line, the signature itself no longer verifies.
+        let b = Bundle::from_json(spaced.as_bytes()).expect("parses");
+        let fixed = spaced.replace(
+            &Bundle::from_json(text.as_bytes()).expect("b").signatures[0].content_sha256,
+            &hex::encode(b.content_digest()),
+        );
+        let e = check(&fixed, &trusted).expect_err("invalid");
+        assert!(e.contains("signature is invalid"), "{e}");
+    }
+
+    #[test]
+    fn content_holds_only_known_keys_each_once() {
+        let (text, _) = signed_text();
+        let unknown = text.replacen(
+            "\"subject\":",
+            "\"extra\": \"unsigned?\",\n  \"subject\":",
+            1,
+        );
+        let e = Bundle::from_json(unknown.as_bytes()).expect_err("unknown key");
+        assert!(
+            e.contains("content") && e.contains("unknown field `extra`"),
+            "{e}"
+        );
+        let twice = text.replacen("\"subject\":", "\"subject\": \"other\",\n  \"subject\":", 1);
+        let e = Bundle::from_json(twice.as_bytes()).expect_err("duplicate key");
+        assert!(e.contains("duplicate field `subject`"), "{e}");
+        let outer = text.replacen("{\n\"content\"", "{\n\"note\": 1,\n\"content\"", 1);
+        let e = Bundle::from_json(outer.as_bytes()).expect_err("unknown outer key");
+        assert!(e.contains("unknown field `note`"), "{e}");
+    }
+
+    #[test]
+    fn a_first_format_bundle_is_refused_with_the_reason_and_the_remedy() {
+        let v1 = format!(
+            r#"{{"format": "{BUNDLE_FORMAT_V1}", "created": "x", "subject": "y", "sources": [], "signatures": []}}"#
+        );
+        let e = Bundle::from_json(v1.as_bytes()).expect_err("v1");
+        assert!(
+            e.contains(BUNDLE_FORMAT_V1) && e.contains("fetch --bundle"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_small_order_key_signs_nothing() {
+        // The identity point as the key, R = identity and S = 0: [S]B = R + [k]A holds for every message, so a
+        // cofactorless check without the strict rules would count it. The founder trusting such a key by mistake
+        // must still get no signature out of it.
+        let mut identity = [0u8; 32];
+        identity[0] = 1;
+        let Ok(weak) = VerifyingKey::from_bytes(&identity) else {
+            panic!("the identity is a point");
+        };
+        let trusted = vec![("weak.pub".to_string(), weak)];
+        let mut b = Bundle::new(content());
+        let mut sig = [0u8; 64];
+        sig[0] = 1;
+        b.signatures.push(BundleSignature {
+            auditor: "weak".into(),
+            algorithm: "ed25519".into(),
+            public_key: hex::encode(identity),
+            content_sha256: hex::encode(b.content_digest()),
+            signature: hex::encode(sig),
+        });
+        let e = b.check_signatures(&trusted, 1).expect_err("weak key");
+        assert!(e.contains("signature is invalid"), "{e}");
     }
 }
