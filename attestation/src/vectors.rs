@@ -164,3 +164,18 @@ pub fn dir(sub: &str) -> Option<PathBuf> {
         None
     }
 }
+
+/// The folders directly under `sub` of the [`root`] that hold a file named `file` (`"quote.bin"`), sorted by path;
+/// `None` after [`skip`] when `sub` is absent.
+pub fn cases(sub: &str, file: &str) -> Option<Vec<PathBuf>> {
+    let d = dir(sub)?;
+    let entries =
+        std::fs::read_dir(&d).unwrap_or_else(|e| panic!("vectors at {}: {e}", d.display()));
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join(file).is_file())
+        .collect();
+    out.sort();
+    Some(out)
+}

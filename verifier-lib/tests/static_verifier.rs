@@ -115,17 +115,10 @@ fn the_static_verifier_prints_what_the_ordinary_one_prints_on_every_tdx_quote() 
     let Some(stat) = static_verifier() else {
         return;
     };
-    let Some(dir) = attestation::vectors::dir("tdx") else {
+    let Some(entries) = attestation::vectors::cases("tdx", "quote.bin") else {
         return;
     };
     let mut codes = Vec::new();
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tdx vectors")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|d| d.join("quote.bin").is_file())
-        .collect();
-    entries.sort();
     assert!(!entries.is_empty(), "no TDX quote vectors");
     for d in &entries {
         let exp: serde_json::Value =

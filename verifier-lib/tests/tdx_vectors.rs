@@ -15,25 +15,19 @@ struct Vector {
 }
 
 fn vectors() -> Vec<Vector> {
-    let Some(dir) = attestation::vectors::dir("tdx") else {
+    let Some(entries) = attestation::vectors::cases("tdx", "quote.bin") else {
         return Vec::new();
     };
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .expect("vectors dir")
-        .flatten()
-        .collect();
-    entries.sort_by_key(|e| e.file_name());
     let mut out = Vec::new();
-    for e in entries {
-        let p = e.path();
-        if !p.join("quote.bin").is_file() {
-            continue;
-        }
+    for p in entries {
         let collateral = std::fs::read(p.join("collateral.json")).ok().map(|b| {
             Collateral::from_json(&b).unwrap_or_else(|err| panic!("{}: {err}", p.display()))
         });
         out.push(Vector {
-            name: e.file_name().to_string_lossy().into_owned(),
+            name: p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
             quote: std::fs::read(p.join("quote.bin")).expect("quote"),
             collateral,
             exp: serde_json::from_slice(&std::fs::read(p.join("expected.json")).expect("expected"))

@@ -99,15 +99,22 @@ struct Wire {
     signatures: Vec<BundleSignature>,
 }
 
-/// The top-level `format` of a JSON object, if it has one that is a string.
-fn top_level_format(bytes: &[u8]) -> Option<String> {
+/// The formats a JSON text names, read without the rest of it: `content.format` (where v2 names itself) and the
+/// top-level `format` (where the first format did).
+fn named_formats(bytes: &[u8]) -> (Option<String>, Option<String>) {
+    #[derive(Deserialize)]
+    struct Inner {
+        format: Option<String>,
+    }
     #[derive(Deserialize)]
     struct F {
         format: Option<String>,
+        content: Option<Inner>,
     }
-    serde_json::from_slice::<F>(bytes)
-        .ok()
-        .and_then(|f| f.format)
+    match serde_json::from_slice::<F>(bytes) {
+        Ok(f) => (f.content.and_then(|c| c.format), f.format),
+        Err(_) => (None, None),
+    }
 }
 
 fn b64(b: &[u8]) -> String {
@@ -176,7 +183,7 @@ impl Bundle {
         let wire: Wire = match serde_json::from_slice(bytes) {
             Ok(w) => w,
             Err(e) => {
-                if top_level_format(bytes).as_deref() == Some(BUNDLE_FORMAT_V1) {
+                if named_formats(bytes).1.as_deref() == Some(BUNDLE_FORMAT_V1) {
                     return Err(format!(
                         "format is {BUNDLE_FORMAT_V1:?}, whose signatures covered a re-encoding of the fields \
                          rather than the text received; this version reads {BUNDLE_FORMAT:?} only: write the \
@@ -215,21 +222,9 @@ impl Bundle {
         if !has(b"\"format\"") && !has(b"\\u") {
             return false;
         }
-        #[derive(Deserialize)]
-        struct Inner {
-            format: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct F {
-            format: Option<String>,
-            content: Option<Inner>,
-        }
-        let Ok(f) = serde_json::from_slice::<F>(bytes) else {
-            return false;
-        };
         // A first-format bundle is a bundle too, so that reading it says why it is refused.
-        f.content.and_then(|c| c.format).as_deref() == Some(BUNDLE_FORMAT)
-            || f.format.as_deref() == Some(BUNDLE_FORMAT_V1)
+        let (content, top) = named_formats(bytes);
+        content.as_deref() == Some(BUNDLE_FORMAT) || top.as_deref() == Some(BUNDLE_FORMAT_V1)
     }
 
     /// The file text: the content's text as it was received (so signatures stay valid), then the signatures.
