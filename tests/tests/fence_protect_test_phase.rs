@@ -37,7 +37,13 @@ fn new_files_patch(files: &[(&str, &str)]) -> String {
 }
 
 /// Writes the job (with the patch, when given) and runs it; the run leaves nothing behind.
-fn run(c: &Case, command: &str, protect: &[&str], patch: Option<&str>, install: Option<&str>) -> Ran {
+fn run(
+    c: &Case,
+    command: &str,
+    protect: &[&str],
+    patch: Option<&str>,
+    install: Option<&str>,
+) -> Ran {
     let mut job = String::from("[repository]\npath = \"repo\"\n");
     if let Some(p) = patch {
         std::fs::write(c.path().join("fix.patch"), p).expect("patch");
@@ -89,7 +95,10 @@ fn git_tree(files: &[(&str, &str)]) -> String {
 /// `DONE what` (shell).
 fn attack_script(dir: &str, file: &str) -> String {
     let attempts = [
-        ("rewrite", format!("printf 'echo 3 passed, 0 failed\\nexit 0\\n' > {dir}/{file}")),
+        (
+            "rewrite",
+            format!("printf 'echo 3 passed, 0 failed\\nexit 0\\n' > {dir}/{file}"),
+        ),
         ("append", format!("echo 'exit 0' >> {dir}/{file}")),
         ("rename", format!("mv {dir}/{file} {dir}/moved.sh")),
         ("unlink", format!("rm -f {dir}/{file}")),
@@ -100,6 +109,18 @@ fn attack_script(dir: &str, file: &str) -> String {
         ("truncate", format!("truncate -s 0 {dir}/{file}")),
         // A writable name for the protected bytes (then written through) must not exist either.
         ("hardlink", format!("ln {dir}/{file} alias.sh")),
+        // The bind cannot be taken away to reveal the writable directory below it, nor from a new mount
+        // namespace.
+        (
+            "umount",
+            format!("umount -l /work/repo/{dir} && echo 'exit 0' > {dir}/{file}"),
+        ),
+        (
+            "unshare-umount",
+            format!(
+                "unshare -m sh -c 'umount -l /work/repo/{dir} && echo \"exit 0\" > {dir}/{file}'"
+            ),
+        ),
     ];
     let mut s = String::new();
     for (name, cmd) in attempts {
@@ -112,7 +133,11 @@ fn attack_script(dir: &str, file: &str) -> String {
 
 fn assert_all_blocked(r: &Ran) {
     let tail = r.test_tail();
-    assert!(!tail.contains("DONE "), "an attempt succeeded: {}", r.dump());
+    assert!(
+        !tail.contains("DONE "),
+        "an attempt succeeded: {}",
+        r.dump()
+    );
     for name in [
         "rewrite",
         "append",
@@ -124,6 +149,8 @@ fn assert_all_blocked(r: &Ran) {
         "replace-dir",
         "truncate",
         "hardlink",
+        "umount",
+        "unshare-umount",
     ] {
         assert!(
             tail.contains(&format!("BLOCKED {name}")),
@@ -284,7 +311,8 @@ fn hooks_the_install_phase_writes_into_home_are_not_seen_by_the_test_phase() {
     }
     let c = Case::new(BIN);
     c.repo_file("tests/test.sh", SUITE);
-    // The install phase plants every hook, shows that python does run them there, and fills a cache.
+    // The install phase plants every hook, shows that python does run them there, and fills a cache. (The
+    // scripts are repository files: intake refuses a job command that names a credential path such as ~/.npmrc.)
     let install = "set -e\n\
          site=$(python3 -c 'import site; print(site.getusersitepackages())')\n\
          mkdir -p \"$site\" ~/.cache/pip\n\
@@ -303,7 +331,15 @@ fn hooks_the_install_phase_writes_into_home_are_not_seen_by_the_test_phase() {
          echo \"var-tmp: [$(ls -A /var/tmp)]\"\n\
          d=$(mktemp -d /var/tmp/t.XXXXXX) && echo var-tmp-writable && rmdir \"$d\"\n\
          sh tests/test.sh";
-    let r = run(&c, test, &["tests/**"], None, Some(install));
+    c.repo_file("install.sh", install);
+    c.repo_file("check.sh", test);
+    let r = run(
+        &c,
+        "sh check.sh",
+        &["tests/**"],
+        None,
+        Some("sh install.sh"),
+    );
     let install_tail = r.verdict["output_tail"]["install"].as_str().unwrap_or("");
     assert!(
         install_tail.contains("USERCUSTOMIZE-RAN") && install_tail.contains("PTH-RAN"),
@@ -319,10 +355,22 @@ fn hooks_the_install_phase_writes_into_home_are_not_seen_by_the_test_phase() {
         "GITCONFIG-SEEN",
         "BASHRC-SEEN",
     ] {
-        assert!(!tail.contains(hook), "{hook} reached the test phase: {}", r.dump());
+        assert!(
+            !tail.contains(hook),
+            "{hook} reached the test phase: {}",
+            r.dump()
+        );
     }
-    assert!(tail.contains("CACHE-CARRIED"), "the pip cache is carried: {}", r.dump());
-    assert!(tail.contains("var-tmp: []"), "/var/tmp starts empty: {}", r.dump());
+    assert!(
+        tail.contains("CACHE-CARRIED"),
+        "the pip cache is carried: {}",
+        r.dump()
+    );
+    assert!(
+        tail.contains("var-tmp: []"),
+        "/var/tmp starts empty: {}",
+        r.dump()
+    );
     assert!(tail.contains("var-tmp-writable"), "{}", r.dump());
     assert_judged_failed(&r);
     let finding = r.verdict["findings"]
@@ -331,7 +379,13 @@ fn hooks_the_install_phase_writes_into_home_are_not_seen_by_the_test_phase() {
         .cloned()
         .unwrap_or_default();
     let detail = finding["detail"].as_str().unwrap_or("");
-    for name in [".npmrc", ".gitconfig", ".bashrc", "usercustomize.py", "zz-hook.pth"] {
+    for name in [
+        ".npmrc",
+        ".gitconfig",
+        ".bashrc",
+        "usercustomize.py",
+        "zz-hook.pth",
+    ] {
         assert!(detail.contains(name), "{name} not named: {}", r.dump());
     }
     assert_eq!(finding["stage"], "cut", "{}", r.dump());
@@ -358,11 +412,19 @@ fn a_protected_file_swapped_in_by_renaming_its_parent_makes_the_run_refused() {
         None,
     );
     assert!(!r.test_tail().contains("DONE"), "{}", r.dump());
-    assert!(r.test_tail().contains("1 passed"), "the swap ran: {}", r.dump());
+    assert!(
+        r.test_tail().contains("1 passed"),
+        "the swap ran: {}",
+        r.dump()
+    );
     assert_eq!(r.outcome(), "refused", "{}", r.dump());
     assert_eq!(r.verdict["refusal"]["stage"], "test", "{}", r.dump());
     let reason = r.verdict["refusal"]["reason"].as_str().unwrap_or("");
-    assert!(reason.contains("tests/unit/a_test.sh (modified)"), "{}", r.dump());
+    assert!(
+        reason.contains("tests/unit/a_test.sh (modified)"),
+        "{}",
+        r.dump()
+    );
     let swapped = git_tree(&[("tests/unit/a_test.sh", "echo 1 passed, 0 failed\n")]);
     assert_eq!(
         r.verdict["inputs"]["test_tree"].as_str(),

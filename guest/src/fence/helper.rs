@@ -590,14 +590,8 @@ fn bind_read_only_below(top: &Path, rel: &Path) -> Result<(), String> {
     };
     let below = open_below_no_links(top, rel)?;
     let at = fd_path(&below);
-    mount(
-        Some(&at),
-        &at,
-        None::<&str>,
-        MsFlags::MS_BIND,
-        None::<&str>,
-    )
-    .map_err(|e| errno(&format!("read-only bind of {}", shown.display()), e))?;
+    mount(Some(&at), &at, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| errno(&format!("read-only bind of {}", shown.display()), e))?;
     // The same path again now reaches the new mount (the descriptor above still names the one below it).
     let bound = open_below_no_links(top, rel)?;
     let at = fd_path(&bound);

@@ -43,15 +43,33 @@ pub const CARRIED: &[(&str, &str, &str)] = &[
 /// Files and directories of HOME never carried (nothing outside [`CARRIED`] is), each with why: what a tool
 /// reads from them on its own could run code or change what the test phase runs.
 pub const NEVER: &[(&str, &str)] = &[
-    (".cargo/config.toml, .cargo/config", "build flags, runners, rustc wrappers, aliases for every cargo command"),
+    (
+        ".cargo/config.toml, .cargo/config",
+        "build flags, runners, rustc wrappers, aliases for every cargo command",
+    ),
     (".cargo/credentials*", "registry tokens"),
-    (".cargo/bin", "binaries installed by cargo install, run in place of the toolchain's"),
-    (".cache/go-build", "Go's build cache: it can hold forged compiled test binaries"),
-    (".npmrc, .yarnrc, .yarnrc.yml", "npm/yarn configuration: node options, script shells, registries"),
-    (".gitconfig, .config/git", "git configuration: hooks paths, aliases, filters that run programs"),
+    (
+        ".cargo/bin",
+        "binaries installed by cargo install, run in place of the toolchain's",
+    ),
+    (
+        ".cache/go-build",
+        "Go's build cache: it can hold forged compiled test binaries",
+    ),
+    (
+        ".npmrc, .yarnrc, .yarnrc.yml",
+        "npm/yarn configuration: node options, script shells, registries",
+    ),
+    (
+        ".gitconfig, .config/git",
+        "git configuration: hooks paths, aliases, filters that run programs",
+    ),
     (".bashrc, .profile, .bash_profile", "shell start-up files"),
     (".pytest.ini", "pytest options (addopts, plugins)"),
-    (".config/pip, .pip, .pydistutils.cfg", "pip and distutils configuration"),
+    (
+        ".config/pip, .pip, .pydistutils.cfg",
+        "pip and distutils configuration",
+    ),
     (
         "usercustomize.py, sitecustomize.py, unlisted .pth files",
         "Python imports or executes them at every start-up",
@@ -200,7 +218,12 @@ fn expand(top: &Path, pattern: &Path) -> Result<Vec<PathBuf>, HomeError> {
                     let rd = match fs::read_dir(&dir) {
                         Ok(rd) => rd,
                         Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                        Err(e) => return Err(HomeError::Io { path: dir, source: e }),
+                        Err(e) => {
+                            return Err(HomeError::Io {
+                                path: dir,
+                                source: e,
+                            })
+                        }
                     };
                     let mut names = Vec::new();
                     for e in rd {
@@ -320,11 +343,7 @@ struct TooMany;
 
 /// Removes every symbolic link below `dir` whose target, resolved as the sandbox would see it (`dir` shown at
 /// `shown`), lies outside `shown`. Paths removed are recorded relative to `dir`.
-fn drop_links_outside(
-    dir: &Path,
-    shown: &Path,
-    dropped: &mut Vec<PathBuf>,
-) -> Result<(), TooMany> {
+fn drop_links_outside(dir: &Path, shown: &Path, dropped: &mut Vec<PathBuf>) -> Result<(), TooMany> {
     let mut visited = 0u64;
     let mut links = Vec::new();
     for entry in walkdir::WalkDir::new(dir).follow_links(false).min_depth(1) {
@@ -460,7 +479,10 @@ mod tests {
         ] {
             assert!(fs::symlink_metadata(to.join(never)).is_err(), "{never}");
         }
-        assert_eq!(c.left_behind, vec![".cache", ".cargo", ".gitconfig", ".m2", ".npmrc"]);
+        assert_eq!(
+            c.left_behind,
+            vec![".cache", ".cargo", ".gitconfig", ".m2", ".npmrc"]
+        );
         let mut dropped = c.dropped.clone();
         dropped.sort();
         assert_eq!(
@@ -474,7 +496,10 @@ mod tests {
             ]
         );
         let text = c.describe().expect("something left behind");
-        assert!(text.contains(".npmrc") && text.contains("usercustomize.py"), "{text}");
+        assert!(
+            text.contains(".npmrc") && text.contains("usercustomize.py"),
+            "{text}"
+        );
         assert!(!from.exists(), "the install phase's HOME is removed");
     }
 
@@ -483,8 +508,8 @@ mod tests {
         let t = tempfile::tempdir().expect("tempdir");
         let from = t.path().join("home");
         fs::create_dir(&from).expect("mkdir");
-        let c = carry_over(&from, &t.path().join("to"), None, Path::new("/work/home"))
-            .expect("carry");
+        let c =
+            carry_over(&from, &t.path().join("to"), None, Path::new("/work/home")).expect("carry");
         assert_eq!(c, CarryOver::default());
         assert!(c.describe().is_none());
     }

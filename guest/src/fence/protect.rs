@@ -761,7 +761,10 @@ mod tests {
         );
         assert_eq!(got.links, p(&["src/link_test.py"]));
         // Only some files of a directory: bound one by one.
-        assert_eq!(plan(&r, t.path(), &["tests/*.sh"]).binds, p(&["tests/a.sh"]));
+        assert_eq!(
+            plan(&r, t.path(), &["tests/*.sh"]).binds,
+            p(&["tests/a.sh"])
+        );
         assert_eq!(plan(&r, t.path(), &["**"]).binds, vec![PathBuf::new()]);
     }
 

@@ -285,16 +285,12 @@ fn run_in(
         match home::carry_over(&home_dir, &to, owner, Path::new(spec::SANDBOX_HOME)) {
             Ok(c) => {
                 if let Some(d) = c.describe() {
-                    verdict
-                        .findings
-                        .push(finding("cut", "home-not-carried", d));
+                    verdict.findings.push(finding("cut", "home-not-carried", d));
                 }
                 to
             }
             Err(e) => {
-                verdict
-                    .findings
-                    .push(finding("cut", "home", e.to_string()));
+                verdict.findings.push(finding("cut", "home", e.to_string()));
                 verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
                 return verdict;
             }

@@ -175,7 +175,10 @@ impl PhaseCtx<'_> {
                 .collect();
             lines.push(format!("read-only ([sandbox] read): {}", extra.join(" ")));
         }
-        if let Some(plan) = self.protect.filter(|p| phase == "test" && !p.binds.is_empty()) {
+        if let Some(plan) = self
+            .protect
+            .filter(|p| phase == "test" && !p.binds.is_empty())
+        {
             lines.push(protected_line(plan));
         }
         if phase == "test" && self.opts.tests_dir.is_some() {

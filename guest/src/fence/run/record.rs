@@ -148,7 +148,8 @@ mod tests {
         let r = v.refusal.clone().expect("refusal");
         assert_eq!(r.stage, "test");
         assert!(
-            r.reason.contains("tests/test.sh (modified)") && r.reason.contains("tests/new.sh (added)"),
+            r.reason.contains("tests/test.sh (modified)")
+                && r.reason.contains("tests/new.sh (added)"),
             "{}",
             r.reason
         );
