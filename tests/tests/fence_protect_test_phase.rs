@@ -5,7 +5,7 @@
 //! install phase cannot plant start-up hooks in the HOME the test phase gets. Each case ends with the protected
 //! tests judging the patch.
 
-use fenced_run_tests::fence::{skip, Case, Ran};
+use fenced_run_tests::fence::{is_root, skip, Case, Ran};
 use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
@@ -44,6 +44,19 @@ fn run(
     patch: Option<&str>,
     install: Option<&str>,
 ) -> Ran {
+    run_as(c, command, protect, patch, install, false)
+}
+
+/// [`run`], as `nobody` (uid 65534, from root) when `as_nobody`: the runner without root, the sandbox in a user
+/// namespace of the runner's.
+fn run_as(
+    c: &Case,
+    command: &str,
+    protect: &[&str],
+    patch: Option<&str>,
+    install: Option<&str>,
+    as_nobody: bool,
+) -> Ran {
     let mut job = String::from("[repository]\npath = \"repo\"\n");
     if let Some(p) = patch {
         std::fs::write(c.path().join("fix.patch"), p).expect("patch");
@@ -62,7 +75,20 @@ fn run(
         ));
     }
     c.job(&job);
-    let r = c.run();
+    let r = if as_nobody {
+        c.give_to(65534);
+        c.run_via(
+            &[
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+            ],
+            &[],
+        )
+    } else {
+        c.run()
+    };
     c.assert_clean(&r, &[]);
     r
 }
@@ -171,18 +197,32 @@ fn a_build_script_the_test_command_runs_first_cannot_touch_the_protected_tests()
     if skip() {
         return;
     }
+    build_script_case(false);
+}
+
+#[test]
+fn a_build_script_cannot_touch_the_protected_tests_as_nobody() {
+    if skip() || !is_root() {
+        eprintln!("skipped: the nobody variant is started from root");
+        return;
+    }
+    build_script_case(true);
+}
+
+fn build_script_case(as_nobody: bool) {
     // The cargo attack without cargo: the test command runs a repository script (a `build.rs` stand-in, added
     // by the patch), then the protected suite.
     let c = Case::new(BIN);
     c.repo_file("tests/test.sh", SUITE);
     c.repo_file("src/code.sh", "echo code\n");
     let patch = new_files_patch(&[("build.sh", &attack_script("tests", "test.sh"))]);
-    let r = run(
+    let r = run_as(
         &c,
         "sh build.sh; sh tests/test.sh",
         &["tests/**"],
         Some(&patch),
         None,
+        as_nobody,
     );
     assert_all_blocked(&r);
     assert_judged_failed(&r);
