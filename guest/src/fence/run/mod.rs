@@ -339,7 +339,8 @@ fn run_in(
 
     let cut = job.install.as_ref().map(|_| {
         "cut: the install phase's PID 1 was reaped (so every process of its namespace was dead) and no \
-         install process was left before this phase started"
+         install process was left before this phase started; HOME is a fresh one into which only the install \
+         phase's package caches and installed dependencies were moved (docs/fence.md, HOME across the cut)"
     });
     let run = test_ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
     verdict.test = Some(TestPhase {
