@@ -783,4 +783,23 @@ mod tests {
         assert_eq!(p.unshare_links(&r, None).expect("unshare"), 0);
         assert!(p.changes(&r).expect("changes").is_empty());
     }
+
+    #[test]
+    fn more_single_files_than_binds_allowed_is_an_error_naming_the_remedy() {
+        let (t, r) = repo();
+        for i in 0..=MAX_BINDS {
+            write(&r.join(format!("many/{i}_test.py")), "x\n");
+        }
+        let p = Protected::snapshot(&r, &["**/*_test.py".into()], &t.path().join("store"))
+            .expect("snapshot");
+        let e = p.bind_plan(&r).expect_err("too many binds");
+        assert!(e.to_string().contains("dir/**"), "{e}");
+        // The same files protected as their directory: one bind.
+        let p = Protected::snapshot(&r, &["many/**".into()], &t.path().join("store2"))
+            .expect("snapshot");
+        assert_eq!(
+            p.bind_plan(&r).expect("plan").binds,
+            vec![PathBuf::from("many")]
+        );
+    }
 }
