@@ -36,7 +36,7 @@ pub fn skip_reason() -> Option<String> {
 pub fn skip() -> bool {
     match skip_reason() {
         Some(r) => {
-            println!("skipped: {r}");
+            eprintln!("skipped: {r}");
             true
         }
         None => false,
@@ -56,7 +56,7 @@ pub fn skip_without_limits() -> bool {
         })
         .unwrap_or(false);
     if !root {
-        println!("skipped: not root, so no cgroup limits or size-limited scratch to exhaust");
+        eprintln!("skipped: not root, so no cgroup limits or size-limited scratch to exhaust");
     }
     !root
 }

@@ -225,8 +225,8 @@ fn python_job(parent: &Path) -> PathBuf {
         "python",
         &format!(
             "[repository]\npath = \"repo\"\n[image]\ntoolchains = [\"python\"]\n\
-             [install]\ncommand = \"python3 -m venv --system-site-packages --without-pip $HOME/venv\"\n\
-             [test]\ncommand = \"$HOME/venv/bin/python -m pytest -p no:cacheprovider\"\n\
+             [install]\ncommand = \"python3 -m venv --system-site-packages --without-pip .venv\"\n\
+             [test]\ncommand = \".venv/bin/python -m pytest -p no:cacheprovider\"\n\
              timeout_seconds = 600\n{LIMITS}"
         ),
         &[

@@ -531,6 +531,98 @@ fn bind(src: &Path, dst: &Path, flags: MsFlags) -> Result<(), String> {
     .map_err(|e| errno(&format!("remount {}", dst.display()), e))
 }
 
+/// Opens `rel` below the directory `top` as an `O_PATH` descriptor one component at a time, never following a
+/// symbolic link (the repository is the contributor's: a link in place of a directory must not redirect a
+/// bind anywhere else). The last component must be a directory or a regular file.
+fn open_below_no_links(top: &Path, rel: &Path) -> Result<fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = Path::new(spec::SANDBOX_REPO).join(rel);
+    let open = |p: &Path| {
+        fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+            .open(p)
+            .map_err(|e| format!("{}: {e}", shown.display()))
+    };
+    let mut at = open(top)?;
+    let mut comps = rel.components().peekable();
+    while let Some(comp) = comps.next() {
+        let std::path::Component::Normal(name) = comp else {
+            return Err(format!("{}: not a plain relative path", shown.display()));
+        };
+        // `/proc/self/fd/N/NAME`: the directory already opened, then NAME looked up in it without following it.
+        let next = open(
+            &Path::new("/proc/self/fd")
+                .join(std::os::fd::AsRawFd::as_raw_fd(&at).to_string())
+                .join(name),
+        )?;
+        let ft = next
+            .metadata()
+            .map_err(|e| format!("{}: {e}", shown.display()))?
+            .file_type();
+        let last = comps.peek().is_none();
+        if ft.is_symlink() {
+            return Err(format!(
+                "{}: a symbolic link on the way (not followed)",
+                shown.display()
+            ));
+        }
+        if !(ft.is_dir() || (last && ft.is_file())) {
+            return Err(format!(
+                "{}: neither a directory nor a regular file",
+                shown.display()
+            ));
+        }
+        at = next;
+    }
+    Ok(at)
+}
+
+/// Binds `rel` below the sandbox's repository `top` read-only onto itself (the path resolved without following
+/// a link), keeping the flags the kernel locked on the repository's mount.
+fn bind_read_only_below(top: &Path, rel: &Path) -> Result<(), String> {
+    let shown = Path::new(spec::SANDBOX_REPO).join(rel);
+    let fd_path = |f: &fs::File| {
+        PathBuf::from(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(f)
+        ))
+    };
+    let below = open_below_no_links(top, rel)?;
+    let at = fd_path(&below);
+    mount(Some(&at), &at, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+        .map_err(|e| errno(&format!("read-only bind of {}", shown.display()), e))?;
+    // The same path again now reaches the new mount (the descriptor above still names the one below it).
+    let bound = open_below_no_links(top, rel)?;
+    let at = fd_path(&bound);
+    let locked = nix::sys::statvfs::statvfs(&at)
+        .map(|s| s.flags())
+        .unwrap_or(nix::sys::statvfs::FsFlags::empty());
+    let mut keep = MsFlags::empty();
+    for (f, m) in [
+        (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+    ] {
+        if locked.contains(f) {
+            keep |= m;
+        }
+    }
+    mount(
+        None::<&str>,
+        &at,
+        None::<&str>,
+        MsFlags::MS_BIND
+            | MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | keep,
+        None::<&str>,
+    )
+    .map_err(|e| errno(&format!("making {} read-only", shown.display()), e))
+}
+
 fn under(root: &Path, abs: &Path) -> PathBuf {
     root.join(abs.strip_prefix("/").unwrap_or(abs))
 }
@@ -622,6 +714,16 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         let target = under(root, Path::new(inside));
         mkdirs(&target)?;
         bind(host, &target, MsFlags::empty())?;
+    }
+    if let Some(var_tmp) = &spec.var_tmp_dir {
+        let target = under(root, Path::new(spec::SANDBOX_VAR_TMP));
+        mkdirs(&target)?;
+        bind(var_tmp, &target, MsFlags::empty())?;
+    }
+    // The protected paths, read-only over the writable repository (the test phase only).
+    let repo_top = under(root, Path::new(spec::SANDBOX_REPO));
+    for rel in &spec.read_only_repo {
+        bind_read_only_below(&repo_top, rel)?;
     }
     let dev = root.join("dev");
     mkdirs(&dev)?;

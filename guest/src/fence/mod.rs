@@ -7,6 +7,7 @@ pub mod counts;
 pub mod forwarder;
 pub mod gitdir;
 pub mod helper;
+pub mod home;
 pub mod input;
 pub mod protect;
 pub mod proxy;

@@ -99,10 +99,38 @@ enum Entry {
     Other,
 }
 
+/// The most read-only binds the test phase may get: a job protecting more single files than this protects
+/// their directories instead (`tests/**` is one bind, however many files it holds).
+pub const MAX_BINDS: usize = 4096;
+
+/// Where the test phase's read-only binds go ([`Protected::bind_plan`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BindPlan {
+    /// Paths relative to the repository, each bound read-only onto itself: a directory a glob covers whole,
+    /// or a file a glob matches on its own. The empty path is the repository itself (a glob such as `**`).
+    pub binds: Vec<PathBuf>,
+    /// Protected symbolic links, which no bind can cover (a mount follows a link): only the check after the
+    /// phase ([`Protected::after_test`]) guards them.
+    pub links: Vec<PathBuf>,
+}
+
+/// What the protected paths were when the test phase ended ([`Protected::after_test`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AfterTest {
+    /// The git tree (hex) of the protected paths as they were at the end of the phase.
+    pub tree: String,
+    /// Every difference from the protected paths as received (which were in place when the phase started).
+    pub changes: Vec<Change>,
+}
+
 /// The protected paths of a repository as received, kept in a store outside the sandbox.
 #[derive(Debug)]
 pub struct Protected {
     matcher: GlobSet,
+    /// Directories every path below which the globs match (`tests` for `tests/**`, `tests/`, `tests/**/*`).
+    whole: GlobSet,
+    /// Whether a glob covers the whole repository (`**`, `*`).
+    whole_repo: bool,
     store: PathBuf,
     /// Every protected file and link as received, by path relative to the repository.
     kept: BTreeMap<PathBuf, Entry>,
@@ -117,6 +145,17 @@ impl Protected {
         store: &Path,
     ) -> Result<Protected, ProtectError> {
         let matcher = job_policy::job::protect_matcher(globs)?;
+        let (whole, whole_repo) = whole_matcher(globs)?;
+        Protected::snapshot_with(repo, matcher, whole, whole_repo, store)
+    }
+
+    fn snapshot_with(
+        repo: &Path,
+        matcher: GlobSet,
+        whole: GlobSet,
+        whole_repo: bool,
+        store: &Path,
+    ) -> Result<Protected, ProtectError> {
         fs::create_dir(store).map_err(io_at(store))?;
         fs::set_permissions(store, fs::Permissions::from_mode(0o700)).map_err(io_at(store))?;
         let mut kept = BTreeMap::new();
@@ -147,9 +186,96 @@ impl Protected {
         }
         Ok(Protected {
             matcher,
+            whole,
+            whole_repo,
             store: store.to_owned(),
             kept,
         })
+    }
+
+    /// Where the test phase's read-only binds go in `repo` as it is now (after [`Protected::restore`]): each
+    /// directory (a real one, reached through real directories) that a glob covers whole, bound once with
+    /// everything below it, so that a new file under it fails too; every other protected regular file on its
+    /// own. Protected links are listed apart: no bind can cover them.
+    pub fn bind_plan(&self, repo: &Path) -> Result<BindPlan, ProtectError> {
+        if self.whole_repo {
+            return Ok(BindPlan {
+                binds: vec![PathBuf::new()],
+                links: Vec::new(),
+            });
+        }
+        let mut plan = BindPlan::default();
+        let mut bound_dirs = std::collections::BTreeSet::new();
+        for (rel, entry) in walk(repo)? {
+            if rel.ancestors().skip(1).any(|a| bound_dirs.contains(a)) {
+                continue;
+            }
+            match entry {
+                Entry::Dir if self.whole.is_match(&rel) => {
+                    bound_dirs.insert(rel.clone());
+                    plan.binds.push(rel);
+                }
+                Entry::File { .. } if self.matcher.is_match(&rel) => plan.binds.push(rel),
+                Entry::Link(_) if self.matcher.is_match(&rel) => plan.links.push(rel),
+                _ => {}
+            }
+            if plan.binds.len() > MAX_BINDS {
+                return Err(ProtectError::Unsupported(format!(
+                    "more than {MAX_BINDS} protected paths would each need a read-only bind; protect their \
+                     directories instead (`dir/**` is one bind)"
+                )));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Gives every protected regular file of `repo` that has other hard links a fresh inode of its own (a copy
+    /// of the file as received), so that no writable name elsewhere in the repository reaches the bytes a
+    /// read-only bind shows. `owner` (uid, gid) owns the copies. Returns how many it replaced.
+    pub fn unshare_links(
+        &self,
+        repo: &Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<usize, ProtectError> {
+        let mut n = 0;
+        for (rel, entry) in &self.kept {
+            let Entry::File { exec, .. } = entry else {
+                continue;
+            };
+            let path = repo.join(rel);
+            let meta = fs::symlink_metadata(&path).map_err(io_at(&path))?;
+            if !meta.file_type().is_file() || meta.nlink() <= 1 {
+                continue;
+            }
+            fs::remove_file(&path).map_err(io_at(&path))?;
+            copy_file(&self.store.join(rel), &path, *exec)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::lchown(&path, Some(uid), Some(gid)).map_err(io_at(&path))?;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The protected paths of `repo` when the test phase has ended: their git tree (what the verdict records
+    /// as `inputs.test_tree`) and every difference from the paths as received. `scratch` is a directory this
+    /// creates (and leaves for the caller to remove) to hold a copy of what changed, to hash it.
+    pub fn after_test(&self, repo: &Path, scratch: &Path) -> Result<AfterTest, ProtectError> {
+        let changes = self.changes(repo)?;
+        let tree = if changes.is_empty() {
+            // Same bytes, modes and link targets as received: the same tree.
+            self.tree()?
+        } else {
+            Protected::snapshot_with(
+                repo,
+                self.matcher.clone(),
+                self.whole.clone(),
+                self.whole_repo,
+                scratch,
+            )?
+            .tree()?
+        };
+        Ok(AfterTest { tree, changes })
     }
 
     /// How many files and links are protected.
@@ -284,6 +410,40 @@ impl Protected {
             .map(|id| id.to_string())
             .map_err(|e| ProtectError::Unsupported(format!("tree of the protected paths: {e}")))
     }
+}
+
+/// The directories below which the globs match every path: for each glob (trailing `/` dropped) the glob
+/// itself (the matcher adds `GLOB/**`) and the glob without its trailing `*` and `**` components (`tests` for
+/// `tests/**`, `tests/**/*` or `tests/*`). The flag says a glob covers the whole repository.
+fn whole_matcher(globs: &[String]) -> Result<(GlobSet, bool), ProtectError> {
+    let mut b = globset::GlobSetBuilder::new();
+    let mut whole_repo = false;
+    for g in globs {
+        let trimmed = g.trim_end_matches('/');
+        let mut prefix = trimmed;
+        while let Some(p) = prefix
+            .strip_suffix("/**")
+            .or_else(|| prefix.strip_suffix("/*"))
+        {
+            prefix = p;
+        }
+        if matches!(prefix, "*" | "**") {
+            whole_repo = true;
+            continue;
+        }
+        for pattern in [trimmed, prefix] {
+            let glob = globset::GlobBuilder::new(pattern)
+                .literal_separator(true)
+                .backslash_escape(true)
+                .build()
+                .map_err(|e| ProtectError::Unsupported(format!("`{g}`: {e}")))?;
+            b.add(glob);
+        }
+    }
+    let set = b
+        .build()
+        .map_err(|e| ProtectError::Unsupported(format!("the protect globs: {e}")))?;
+    Ok((set, whole_repo))
 }
 
 /// Every entry below `repo` by relative path, by `lstat`, never following a link, the top-level `.git` left
@@ -572,5 +732,74 @@ mod tests {
             .expect("tree")
             .to_string();
         assert_ne!(p.tree().expect("tree"), other);
+    }
+
+    fn plan(r: &Path, t: &Path, globs: &[&str]) -> BindPlan {
+        let globs: Vec<String> = globs.iter().map(|g| (*g).to_owned()).collect();
+        let store = t.join(format!("store-{}", rand::random::<u32>()));
+        Protected::snapshot(r, &globs, &store)
+            .expect("snapshot")
+            .bind_plan(r)
+            .expect("plan")
+    }
+
+    #[test]
+    fn directories_a_glob_covers_whole_are_bound_whole_and_files_one_by_one() {
+        let (t, r) = repo();
+        write(&r.join("src/a_test.py"), "x\n");
+        write(&r.join("src/deep/b_test.py"), "x\n");
+        fs::create_dir_all(r.join("tests/empty")).expect("mkdir");
+        std::os::unix::fs::symlink("a_test.py", r.join("src/link_test.py")).expect("link");
+        let p = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        for g in ["tests/**", "tests/", "tests", "tests/**/*", "tests/*"] {
+            assert_eq!(plan(&r, t.path(), &[g]).binds, p(&["tests"]), "{g}");
+        }
+        let got = plan(&r, t.path(), &["Cargo.toml", "**/*_test.py", "tests/**"]);
+        assert_eq!(
+            got.binds,
+            p(&["Cargo.toml", "src/a_test.py", "src/deep/b_test.py", "tests"])
+        );
+        assert_eq!(got.links, p(&["src/link_test.py"]));
+        // Only some files of a directory: bound one by one.
+        assert_eq!(
+            plan(&r, t.path(), &["tests/*.sh"]).binds,
+            p(&["tests/a.sh"])
+        );
+        assert_eq!(plan(&r, t.path(), &["**"]).binds, vec![PathBuf::new()]);
+    }
+
+    #[test]
+    fn a_hard_link_to_a_protected_file_is_broken_before_the_phase() {
+        let (t, r) = repo();
+        let p = Protected::snapshot(&r, &["tests/**".into()], &t.path().join("store"))
+            .expect("snapshot");
+        fs::hard_link(r.join("tests/a.sh"), r.join("src/alias.sh")).expect("link");
+        assert_eq!(p.unshare_links(&r, None).expect("unshare"), 1);
+        fs::write(r.join("src/alias.sh"), "exit 0\n").expect("write");
+        assert_eq!(
+            fs::read_to_string(r.join("tests/a.sh")).expect("read"),
+            "echo a\n"
+        );
+        assert_eq!(p.unshare_links(&r, None).expect("unshare"), 0);
+        assert!(p.changes(&r).expect("changes").is_empty());
+    }
+
+    #[test]
+    fn more_single_files_than_binds_allowed_is_an_error_naming_the_remedy() {
+        let (t, r) = repo();
+        for i in 0..=MAX_BINDS {
+            write(&r.join(format!("many/{i}_test.py")), "x\n");
+        }
+        let p = Protected::snapshot(&r, &["**/*_test.py".into()], &t.path().join("store"))
+            .expect("snapshot");
+        let e = p.bind_plan(&r).expect_err("too many binds");
+        assert!(e.to_string().contains("dir/**"), "{e}");
+        // The same files protected as their directory: one bind.
+        let p = Protected::snapshot(&r, &["many/**".into()], &t.path().join("store2"))
+            .expect("snapshot");
+        assert_eq!(
+            p.bind_plan(&r).expect("plan").binds,
+            vec![PathBuf::from("many")]
+        );
     }
 }

@@ -13,6 +13,9 @@ pub const SANDBOX_TESTS: &str = intake::task::SANDBOX_TESTS;
 pub const SANDBOX_HOME: &str = "/work/home";
 /// Where the sandbox shows the scratch temporary directory.
 pub const SANDBOX_TMP: &str = "/tmp";
+/// Where the sandbox shows a second scratch temporary directory, empty at the start of each phase (tools that
+/// want a temporary directory surviving a reboot use it whatever TMPDIR says).
+pub const SANDBOX_VAR_TMP: &str = "/var/tmp";
 /// Host name the sandbox sees (its own UTS namespace).
 pub const SANDBOX_HOSTNAME: &str = "fence";
 /// System directories bound read-only into the sandbox when they exist on the host (symlinks are recreated).
@@ -54,6 +57,14 @@ pub struct PhaseSpec {
     pub home_dir: PathBuf,
     /// Scratch temporary directory, shown at [`SANDBOX_TMP`].
     pub tmp_dir: PathBuf,
+    /// Scratch directory shown at [`SANDBOX_VAR_TMP`] (on the run's size-limited scratch, fresh per phase).
+    #[serde(default)]
+    pub var_tmp_dir: Option<PathBuf>,
+    /// Paths relative to [`SANDBOX_REPO`] that the helper binds read-only onto themselves after the
+    /// repository (the test phase's protected paths; the empty path is the repository itself). Each is
+    /// resolved from the repository's top one component at a time without following a symbolic link.
+    #[serde(default)]
+    pub read_only_repo: Vec<PathBuf>,
     /// Extra host paths shown read-only at the same place.
     pub read_paths: Vec<PathBuf>,
     /// Where [`SYSTEM_DIRS`] come from (a toolchain image's root); `None`: the host's own `/`.

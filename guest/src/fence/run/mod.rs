@@ -21,14 +21,14 @@ pub use output::Output;
 pub use read_paths::READ_PATH_MAX_ENTRIES;
 
 use crate::fence::rundir::RunDir;
-use crate::fence::spec::ForwardSpec;
-use crate::fence::{classify, repo};
+use crate::fence::spec::{self, ForwardSpec};
+use crate::fence::{classify, home, repo};
 use attestation::verdict::{ImageInfo, Inputs, InstallPhase, TestNetwork, TestPhase, Verdict};
 use intake::job::Job;
 use output::tail_with_header;
 use phase::{absorb, PhaseCtx};
 use read_paths::resolve_read_paths;
-use record::{applied_limits, finding, restored};
+use record::{applied_limits, check_after_test, finding, restored};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -191,6 +191,7 @@ fn run_in(
         gid,
         repo_dir: &repo_dir,
         home_dir: &home_dir,
+        protect: None,
     };
 
     if let Some(install) = &job.install {
@@ -277,6 +278,48 @@ fn run_in(
             }
         }
     }
+    // The test phase's HOME: a fresh one holding only the install phase's caches and installed dependencies.
+    let test_home = if job.install.is_some() {
+        let to = dir.fs.join("home-test");
+        let owner = root.then_some((uid, gid));
+        match home::carry_over(&home_dir, &to, owner, Path::new(spec::SANDBOX_HOME)) {
+            Ok(c) => {
+                if let Some(d) = c.describe() {
+                    verdict.findings.push(finding("cut", "home-not-carried", d));
+                }
+                to
+            }
+            Err(e) => {
+                verdict.findings.push(finding("cut", "home", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        }
+    } else {
+        home_dir.clone()
+    };
+    // The protected paths go read-only for the whole test phase: no hard link elsewhere may reach their bytes.
+    let plan = match &protected {
+        Some(p) => match p
+            .unshare_links(&repo_dir, root.then_some((uid, gid)))
+            .and_then(|_| p.bind_plan(&repo_dir))
+        {
+            Ok(plan) => Some(plan),
+            Err(e) => {
+                verdict
+                    .findings
+                    .push(finding("protect", "protect", e.to_string()));
+                verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
+                return verdict;
+            }
+        },
+        None => None,
+    };
+    let test_ctx = PhaseCtx {
+        home_dir: &test_home,
+        protect: plan.as_ref(),
+        ..ctx
+    };
     // What the test phase runs: a task's pristine tests/ (never written by the first phase), or the repository
     // with its protected paths restored.
     let test_tree = match (&opts.tests_dir, &protected) {
@@ -296,9 +339,10 @@ fn run_in(
 
     let cut = job.install.as_ref().map(|_| {
         "cut: the install phase's PID 1 was reaped (so every process of its namespace was dead) and no \
-         install process was left before this phase started"
+         install process was left before this phase started; HOME is a fresh one into which only the install \
+         phase's package caches and installed dependencies were moved (docs/fence.md, HOME across the cut)"
     });
-    let run = ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
+    let run = test_ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
     verdict.test = Some(TestPhase {
         command: test_command.clone(),
         source: test_source,
@@ -313,5 +357,9 @@ fn run_in(
     absorb(&mut verdict, &run);
 
     outcome::record_test_outcome(&mut verdict, job, &repo_dir, &run);
+    // What the tests ran is what the verdict signs: the protected paths hashed again now the phase is over.
+    if let Some(p) = &protected {
+        check_after_test(&mut verdict, p, &repo_dir, &dir.fs.join("protected-after"));
+    }
     verdict
 }

@@ -7,6 +7,7 @@ use super::record::finding;
 use crate::fence::cgroup::PhaseCgroup;
 use crate::fence::classify::{self, PhaseFacts};
 use crate::fence::helper::HELPER_ARG;
+use crate::fence::protect::BindPlan;
 use crate::fence::rundir::RunDir;
 use crate::fence::spec::{self, ForwardSpec, PhaseReport, PhaseSpec};
 use attestation::verdict::{Finding, Verdict};
@@ -46,6 +47,43 @@ pub(super) struct PhaseCtx<'a> {
     pub(super) gid: u32,
     pub(super) repo_dir: &'a Path,
     pub(super) home_dir: &'a Path,
+    /// The test phase's read-only binds over the repository (`None`: nothing protected, or not the test phase).
+    pub(super) protect: Option<&'a BindPlan>,
+}
+
+/// The most protected paths a sandbox line names (the rest are counted).
+const MAX_NAMED_BINDS: usize = 20;
+
+/// The sandbox line naming the protected paths bound read-only.
+fn protected_line(plan: &BindPlan) -> String {
+    let mut named: Vec<String> = plan
+        .binds
+        .iter()
+        .take(MAX_NAMED_BINDS)
+        .map(|p| {
+            let shown = Path::new(spec::SANDBOX_REPO).join(p);
+            let mut s = shown.to_string_lossy().into_owned();
+            if p.as_os_str().is_empty() {
+                s.push_str(" (all of it)");
+            }
+            s
+        })
+        .collect();
+    if plan.binds.len() > MAX_NAMED_BINDS {
+        named.push(format!("and {} more", plan.binds.len() - MAX_NAMED_BINDS));
+    }
+    let mut line = format!(
+        "read-only ([test] protect): {} (bound over the repository, each resolved without following a link; \
+         writes, renames, unlinks, chmods and new files there fail; unmounting is denied by the seccomp filter)",
+        named.join(" ")
+    );
+    if !plan.links.is_empty() {
+        line.push_str(&format!(
+            "; {} protected symbolic link(s) no bind can cover, guarded by the check after the phase",
+            plan.links.len()
+        ));
+    }
+    line
 }
 
 impl PhaseCtx<'_> {
@@ -137,6 +175,12 @@ impl PhaseCtx<'_> {
                 .collect();
             lines.push(format!("read-only ([sandbox] read): {}", extra.join(" ")));
         }
+        if let Some(plan) = self
+            .protect
+            .filter(|p| phase == "test" && !p.binds.is_empty())
+        {
+            lines.push(protected_line(plan));
+        }
         if phase == "test" && self.opts.tests_dir.is_some() {
             lines.push(format!(
                 "read-only: {} (the task bundle's pristine tests/; not shown to the solution phase)",
@@ -144,10 +188,11 @@ impl PhaseCtx<'_> {
             ));
         }
         lines.push(format!(
-            "read-write: {} (repository), {} (HOME), {} (TMPDIR){}",
+            "read-write: {} (repository), {} (HOME), {} (TMPDIR), {} (empty at the start of the phase){}",
             spec::SANDBOX_REPO,
             spec::SANDBOX_HOME,
             spec::SANDBOX_TMP,
+            spec::SANDBOX_VAR_TMP,
             if self.root {
                 format!(" on a {} MiB tmpfs", l.disk_mib)
             } else {
@@ -235,6 +280,7 @@ impl PhaseCtx<'_> {
         let base = self.dir.path();
         let root_dir = base.join(format!("root-{phase}"));
         let tmp_dir = self.dir.fs.join(format!("tmp-{phase}"));
+        let var_tmp_dir = self.dir.fs.join(format!("var-tmp-{phase}"));
         let spec_path = base.join(format!("{phase}.spec.json"));
         let report_path = base.join(format!("{phase}.report.json"));
         let stderr_path = base.join(format!("{phase}.helper.log"));
@@ -246,6 +292,12 @@ impl PhaseCtx<'_> {
             repo_dir: self.repo_dir.to_owned(),
             home_dir: self.home_dir.to_owned(),
             tmp_dir: tmp_dir.clone(),
+            var_tmp_dir: Some(var_tmp_dir.clone()),
+            read_only_repo: self
+                .protect
+                .filter(|_| phase == "test")
+                .map(|p| p.binds.clone())
+                .unwrap_or_default(),
             read_paths: self.read_paths.to_vec(),
             system_root: self.system_root().map(Path::to_path_buf),
             tests_dir: self.opts.tests_dir.clone().filter(|_| phase == "test"),
@@ -271,10 +323,12 @@ impl PhaseCtx<'_> {
         };
         let prepared = (|| -> Result<(), String> {
             fs::create_dir(&root_dir).map_err(|e| format!("{}: {e}", root_dir.display()))?;
-            fs::create_dir(&tmp_dir).map_err(|e| format!("{}: {e}", tmp_dir.display()))?;
-            if self.root {
-                std::os::unix::fs::lchown(&tmp_dir, Some(self.uid), Some(self.gid))
-                    .map_err(|e| format!("{}: {e}", tmp_dir.display()))?;
+            for d in [&tmp_dir, &var_tmp_dir] {
+                fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+                if self.root {
+                    std::os::unix::fs::lchown(d, Some(self.uid), Some(self.gid))
+                        .map_err(|e| format!("{}: {e}", d.display()))?;
+                }
             }
             let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
             fs::write(&spec_path, json).map_err(|e| format!("{}: {e}", spec_path.display()))
@@ -306,6 +360,7 @@ impl PhaseCtx<'_> {
             }
         }
         let _ = fs::remove_dir_all(&tmp_dir);
+        let _ = fs::remove_dir_all(&var_tmp_dir);
         let _ = fs::remove_dir(&root_dir);
         let disk_full = self.root
             && run
