@@ -178,3 +178,81 @@ fn a_build_sees_no_inherited_descriptor_or_key_and_leaves_no_process() {
         "something reached the runner's TCP connection"
     );
 }
+
+/// SIGTERM to the runner in the middle of a build: every process of the build (a `RUN` step still running,
+/// and one it started in a session of its own) is killed and the build's files are removed before the runner
+/// ends by that signal.
+#[test]
+fn an_interrupted_build_leaves_no_process_and_no_files() {
+    if skip_reason().is_some() {
+        return;
+    }
+    let reg = Registry::start();
+    let b = Bundle::standard(
+        "[environment]\nbuild_timeout_seconds = 600\n",
+        &format!(
+            "FROM base@{}\nRUN echo built > /etc/task-env\n\
+             RUN setsid sleep 3174 </dev/null >/dev/null 2>&1 & sleep 3173\n",
+            reg.base_digest
+        ),
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(b.path())
+        .args(["--isolation", "process", "--json", "--nonce", NONCE])
+        .args(reg.args())
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn fenced-run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !(sleeping("3173") && sleeping("3174")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the RUN step did not start"
+        );
+        assert!(
+            child.try_wait().expect("wait").is_none(),
+            "fenced-run ended before the RUN step started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+    let status = child.wait().expect("wait");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(15), "{status:?}");
+    let left = processes_with(&["sleep 3173", "sleep 3174"]);
+    assert!(left.is_empty(), "the build left {left:?}");
+    let files: Vec<_> = walk_names(tmp.path());
+    assert!(
+        !files.iter().any(|n| n.contains("fenced-run-task-build-")),
+        "build files left: {files:?}"
+    );
+    let cgroups = stale_build_cgroups(Path::new("/sys/fs/cgroup"), 6);
+    assert!(cgroups.is_empty(), "build cgroups left: {cgroups:?}");
+}
+
+fn walk_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.filter_map(Result::ok) {
+            out.push(e.file_name().to_string_lossy().to_string());
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(walk_names(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a process whose command line is exactly `sleep SECONDS` exists.
+fn sleeping(seconds: &str) -> bool {
+    let want = format!("sleep\0{seconds}\0");
+    std::fs::read_dir("/proc").is_ok_and(|rd| {
+        rd.filter_map(Result::ok)
+            .any(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want.as_bytes()))
+    })
+}

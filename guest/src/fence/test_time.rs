@@ -594,7 +594,8 @@ mod tests {
         let pj_jest = br#"{"jest":{"setupFiles":["./s.js"]}}"#.as_slice();
         let pj_post = br#"{"scripts":{"postinstall":"node s.js","lint":"x"}}"#.as_slice();
         // (path, content, test command, flagged, a word the reason holds)
-        let table: &[(&str, Option<&[u8]>, &str, bool, &str)] = &[
+        type Row<'a> = (&'a str, Option<&'a [u8]>, &'a str, bool, &'a str);
+        let table: &[Row] = &[
             (
                 "build.rs",
                 Some(b"fn main(){}"),
