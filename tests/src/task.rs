@@ -142,7 +142,7 @@ impl Registry {
         std::fs::copy(busybox, tree.join("bin/busybox")).expect("copy busybox");
         for applet in [
             "sh", "cat", "echo", "test", "[", "printf", "mkdir", "rm", "cp", "wget", "grep", "ls",
-            "id",
+            "id", "readlink", "setsid", "sleep",
         ] {
             std::os::unix::fs::symlink("busybox", tree.join("bin").join(applet)).expect("applet");
         }

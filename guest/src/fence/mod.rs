@@ -17,3 +17,4 @@ pub mod rundir;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;
+pub mod test_time;

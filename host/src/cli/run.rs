@@ -198,8 +198,7 @@ pub fn run(args: Args) -> ExitCode {
     let verdict = match run {
         Ok(mut v) => {
             if let Some(b) = &environment {
-                v.findings
-                    .extend(b.egress.iter().map(crate::task::egress_finding));
+                v.findings.extend(b.findings());
             }
             v
         }

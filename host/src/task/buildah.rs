@@ -3,6 +3,7 @@
 //! [`super::BuildOptions::uid_base`]). Base images are pulled first, by digest, from the operator's registry;
 //! the build itself runs in a network namespace of its own whose only way out is a relay to the egress proxy.
 
+use super::harden::{InterruptGuard, Jail};
 use super::{BuildError, BuildOptions};
 use attestation::verdict::EgressRecord;
 use intake::task::Task;
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 pub const RELAY_PORT: u16 = 3128;
 /// How much of buildah's output an error quotes (its last bytes).
 pub const LOG_TAIL_BYTES: usize = 4096;
+/// The `PATH` of every process stage 6 starts (nothing of the runner's own environment is passed on).
+pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// What [`build`] produced.
 #[derive(Debug)]
@@ -26,6 +29,8 @@ pub struct Built {
     pub rootfs: PathBuf,
     /// The build's egress log.
     pub egress: Vec<EgressRecord>,
+    /// What of the hardening could not be had (no cgroup), for the verdict.
+    pub notes: Vec<String>,
 }
 
 /// Whether `buildah`, `unshare` and `nsenter` are installed; `Err` names the missing one and its package.
@@ -52,16 +57,21 @@ struct UserNs {
 }
 
 impl UserNs {
-    fn create(uid_base: u32) -> Result<UserNs, BuildError> {
+    fn create(uid_base: u32, jail: &Jail) -> Result<UserNs, BuildError> {
         let setup = |e: String| BuildError::Setup(e);
-        let mut holder = Command::new("unshare")
-            .args(["--user", "--", "sleep", "infinity"])
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--user", "--", "sleep", "infinity"])
+            .env_clear()
+            .env("PATH", SAFE_PATH)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::null());
+        jail.command(&mut cmd);
+        let mut holder = cmd
             .spawn()
             .map_err(|e| setup(format!("unshare --user: {e}")))?;
         let pid = holder.id();
+        jail.started(pid);
         let own = fs::read_link("/proc/self/ns/user").map_err(|e| setup(e.to_string()))?;
         // The holder is in its namespace once its ns link differs from ours: wait for that, bounded.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -150,37 +160,40 @@ fn tail(path: &Path) -> String {
     String::from_utf8_lossy(&bytes[start..]).trim().to_owned()
 }
 
-/// Runs `cmd` with stdout and stderr to `log`, killing it at `deadline`; `Ok(true)` when it exited 0.
+/// Runs `cmd` hardened by `jail` with stdout and stderr to `log`, killing the whole build at `budget` or when
+/// the runner is interrupted; `Ok(Ok(()))` when it exited 0.
 fn run_logged(
     mut cmd: Command,
     log: &Path,
     budget: Duration,
+    jail: &Jail,
 ) -> Result<Result<(), String>, BuildError> {
     let f =
         fs::File::create(log).map_err(|e| BuildError::Setup(format!("{}: {e}", log.display())))?;
     let f2 = f
         .try_clone()
         .map_err(|e| BuildError::Setup(e.to_string()))?;
-    use std::os::unix::process::CommandExt;
-    // Its own process group, so that the budget's kill reaches the steps buildah started too.
+    // Its own process group, the build's cgroup, no inherited descriptor or key (see [`super::harden`]).
+    jail.command(&mut cmd);
     let mut child = cmd
-        .process_group(0)
         .stdout(Stdio::from(f))
         .stderr(Stdio::from(f2))
         .spawn()
         .map_err(|e| BuildError::Setup(format!("starting nsenter/buildah: {e}")))?;
+    jail.started(child.id());
     let deadline = Instant::now() + budget;
     loop {
+        if InterruptGuard::interrupted() {
+            let _ = jail.kill_all();
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(BuildError::Interrupted);
+        }
         match child.try_wait() {
             Ok(Some(s)) if s.success() => return Ok(Ok(())),
             Ok(Some(s)) => return Ok(Err(format!("buildah ended with {s}: {}", tail(log)))),
             Ok(None) if Instant::now() >= deadline => {
-                if let Ok(pid) = i32::try_from(child.id()) {
-                    let _ = nix::sys::signal::killpg(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+                let _ = jail.kill_all();
                 let _ = child.kill();
                 let _ = child.wait();
                 return Ok(Err(format!(
@@ -198,8 +211,40 @@ fn run_logged(
 /// needed): pulls each pinned base image from the operator's registry (host network: the registry is the
 /// operator's), then runs `buildah build --pull=never --isolation chroot` in a fresh network namespace with
 /// loopback and a relay to the egress proxy (allowlist `[environment] allow`) as its only network.
-pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, BuildError> {
+///
+/// Every process of it starts hardened and held in a cgroup with `memory_bytes` and `pids`
+/// ([`super::harden`]); when this returns, whatever happened, every one of them has been killed (a build
+/// whose processes could not all be killed is an error).
+pub fn build(
+    task: &Task,
+    opts: &BuildOptions,
+    work: &Path,
+    memory_bytes: u64,
+    pids: u64,
+) -> Result<Built, BuildError> {
     available().map_err(BuildError::Missing)?;
+    let jail = Jail::create(memory_bytes, pids);
+    let notes: Vec<String> = jail.note().map(str::to_owned).into_iter().collect();
+    let result = build_in(task, opts, work, &jail);
+    let ended = jail.finish();
+    match (result, ended) {
+        (Ok(mut b), Ok(())) => {
+            b.notes = notes;
+            Ok(b)
+        }
+        (Err(e), Ok(())) => Err(e),
+        (_, Err(left)) => Err(BuildError::Setup(format!(
+            "ending the build: {left}; the build is refused"
+        ))),
+    }
+}
+
+fn build_in(
+    task: &Task,
+    opts: &BuildOptions,
+    work: &Path,
+    jail: &Jail,
+) -> Result<Built, BuildError> {
     let uid = opts.uid_base;
     let setup =
         |e: std::io::Error, what: &Path| BuildError::Setup(format!("{}: {e}", what.display()));
@@ -236,7 +281,7 @@ pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, Bui
     chown(work, Some(uid), Some(uid)).map_err(|e| setup(e, work))?;
     chown_all(work, uid)?;
 
-    let ns = UserNs::create(uid)?;
+    let ns = UserNs::create(uid, jail)?;
     let p = |d: &str| work.join(d).display().to_string();
     let global = vec![
         format!("--root={}", p("storage")),
@@ -245,10 +290,7 @@ pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, Bui
         format!("--registries-conf-dir={}", p("registries.d")),
     ];
     let mut env = vec![
-        (
-            "PATH".to_owned(),
-            "/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
-        ),
+        ("PATH".to_owned(), SAFE_PATH.to_owned()),
         ("HOME".to_owned(), p("home")),
         ("XDG_RUNTIME_DIR".to_owned(), p("home")),
         ("TMPDIR".to_owned(), p("tmp")),
@@ -267,7 +309,7 @@ pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, Bui
         ];
         let log = work.join("pull.log");
         let left = budget.saturating_sub(started.elapsed());
-        if let Err(detail) = run_logged(ns.buildah(&global, &args, &env), &log, left)? {
+        if let Err(detail) = run_logged(ns.buildah(&global, &args, &env), &log, left, jail)? {
             return Err(BuildError::Pull { reference, detail });
         }
     }
@@ -308,7 +350,7 @@ pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, Bui
                 .map_err(|e| BuildError::Setup(format!("loopback up: {}", e.desc())))?;
             let (_, stopper, relay) = guest::fence::forwarder::spawn(RELAY_PORT, &sock)
                 .map_err(|e| BuildError::Setup(format!("relay to the egress proxy: {e}")))?;
-            let r = run_logged(cmd, &log, left);
+            let r = run_logged(cmd, &log, left, jail);
             stopper.stop();
             let _ = relay.join();
             r
@@ -334,6 +376,7 @@ pub fn build(task: &Task, opts: &BuildOptions, work: &Path) -> Result<Built, Bui
         digest: format!("sha256:{}", hex.to_ascii_lowercase()),
         rootfs,
         egress,
+        notes: Vec::new(),
     })
 }
 

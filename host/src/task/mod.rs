@@ -4,6 +4,7 @@
 //! (the toolchain image's format, [`crate::image::rootfs`]), whose root hash the verdict records.
 
 pub mod buildah;
+pub mod harden;
 
 use attestation::verdict::EgressRecord;
 use guest::fence::run::{EgressProvider, TaskImage};
@@ -115,6 +116,9 @@ pub enum BuildError {
     /// Converting the built tree into the erofs image failed.
     #[error("converting the image: {0}")]
     Convert(String),
+    /// The runner was interrupted (SIGINT, SIGTERM) during the build; every process of it was killed.
+    #[error("interrupted: every process of the build was killed")]
+    Interrupted,
 }
 
 fn denied_text(egress: &[EgressRecord]) -> String {
@@ -159,6 +163,8 @@ pub struct BuiltImage {
     pub data_blocks: u64,
     /// Every connection the build tried through the egress proxy.
     pub egress: Vec<EgressRecord>,
+    /// What of stage 6's hardening could not be had on this host (no cgroup).
+    pub notes: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -185,6 +191,19 @@ impl BuiltImage {
         }
     }
 
+    /// What the verdict records of the build: every connection it tried ([`egress_finding`]) and, where the
+    /// hardening fell short, a `build-no-cgroup` finding saying how.
+    pub fn findings(&self) -> Vec<attestation::verdict::Finding> {
+        let mut out: Vec<_> = self.egress.iter().map(egress_finding).collect();
+        out.extend(self.notes.iter().map(|n| attestation::verdict::Finding {
+            stage: "environment".into(),
+            path: String::new(),
+            kind: "build-no-cgroup".into(),
+            detail: n.clone(),
+        }));
+        out
+    }
+
     /// The fence's view of this image.
     pub fn task_image(&self) -> TaskImage {
         TaskImage {
@@ -195,14 +214,26 @@ impl BuiltImage {
     }
 }
 
-/// Stage 6: builds `task`'s environment (see [`buildah::build`]) and converts it into an erofs image under
-/// dm-verity.
-pub fn build(task: &Task, opts: &BuildOptions) -> Result<BuiltImage, BuildError> {
+/// Stage 6: builds `task`'s environment (see [`buildah::build`]) with the tier's memory and pids limits
+/// (`limits`) and converts it into an erofs image under dm-verity. A SIGINT or SIGTERM noticed meanwhile
+/// (with [`harden::InterruptGuard`] installed, as [`prepare`] does) kills every process of the build and
+/// ends it with [`BuildError::Interrupted`].
+pub fn build(
+    task: &Task,
+    opts: &BuildOptions,
+    limits: &intake::normalise::TierLimits,
+) -> Result<BuiltImage, BuildError> {
     let dir = tempfile::Builder::new()
         .prefix("fenced-run-task-build-")
         .tempdir_in(&opts.work_parent)
         .map_err(|e| BuildError::Setup(format!("work directory: {e}")))?;
-    let out = buildah::build(task, opts, dir.path())?;
+    let out = buildah::build(
+        task,
+        opts,
+        dir.path(),
+        limits.memory_mib.saturating_mul(1024 * 1024),
+        limits.pids,
+    )?;
     let erofs = dir.path().join("environment.erofs");
     let epoch = crate::image::rootfs::source_date_epoch()
         .map_err(|e| BuildError::Convert(e.to_string()))?;
@@ -217,6 +248,7 @@ pub fn build(task: &Task, opts: &BuildOptions) -> Result<BuiltImage, BuildError>
         root_hash,
         data_blocks: blocks,
         egress: out.egress,
+        notes: out.notes,
         _dir: dir,
     })
 }
@@ -274,6 +306,9 @@ pub fn prepare(
         v.findings.extend(egress.iter().map(egress_finding));
         Prepared::Refused(Box::new(v))
     };
+    // SIGINT and SIGTERM first kill every process of the build and remove its files and intake's, then end
+    // the runner as they would have (the guard, dropped last, raises the signal again).
+    let interrupts = harden::InterruptGuard::install();
     let result = match build_opts {
         None => refuse(
             "a task bundle's base images come from the registry the operator names, and none was named \
@@ -281,12 +316,13 @@ pub fn prepare(
                 .into(),
             &[],
         ),
-        Some(o) => match build(&task, o) {
+        Some(o) => match build(&task, o, &intake_opts.tier_limits) {
             Ok(b) => Prepared::Built(Box::new(b)),
             Err(e) => refuse(e.to_string(), e.egress()),
         },
     };
     let _ = report.cleanup();
+    drop(interrupts);
     result
 }
 

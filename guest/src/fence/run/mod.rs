@@ -161,6 +161,12 @@ fn run_in(
     );
     verdict.limits = applied_limits(job);
     verdict.protected = undone;
+    verdict.findings.extend(prepare::test_time_findings(
+        job,
+        &repo_dir,
+        &test_command,
+        &verdict.protected,
+    ));
     verdict.image = ToolchainRoot::for_job(opts.toolchains.as_ref(), job)
         .ok()
         .flatten()

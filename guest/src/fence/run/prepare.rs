@@ -6,7 +6,8 @@ use super::record::restored;
 use crate::fence::protect::Protected;
 use crate::fence::repo;
 use crate::fence::rundir::RunDir;
-use attestation::verdict::{Inputs, ProtectedRestore};
+use crate::fence::test_time;
+use attestation::verdict::{Finding, Inputs, ProtectedRestore};
 use intake::job::{Job, OnProtectedChange};
 use std::path::{Path, PathBuf};
 
@@ -115,4 +116,32 @@ pub(super) fn prepare(
         undone,
         test_command: (test_command, test_source),
     })
+}
+
+/// The `runs-at-test-time` findings (stage `patch`): the files the job's patch adds or changes that run
+/// around the tests ([`test_time`]), read in the prepared repository, leaving out the protected paths whose
+/// change was undone.
+pub(super) fn test_time_findings(
+    job: &Job,
+    repo_dir: &Path,
+    test_command: &str,
+    undone: &[ProtectedRestore],
+) -> Vec<Finding> {
+    let Some(patch) = job.repository.patch.as_ref().map(|p| job.resolve(p)) else {
+        return Vec::new();
+    };
+    // prepare() read and applied this same file; it is the job's own input, never the repository's.
+    let Ok(bytes) = std::fs::read(&patch) else {
+        return Vec::new();
+    };
+    let skip: Vec<&str> = undone.iter().map(|u| u.path.as_str()).collect();
+    test_time::findings(repo_dir, &bytes, test_command, &skip)
+        .into_iter()
+        .map(|(path, detail)| Finding {
+            stage: "patch".into(),
+            path,
+            kind: test_time::KIND.into(),
+            detail,
+        })
+        .collect()
 }
