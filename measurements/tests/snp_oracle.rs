@@ -168,7 +168,10 @@ struct Inputs {
 
 fn inputs() -> Option<Inputs> {
     let Some(venv) = venv() else {
-        skip("sev-snp-measure venv not found (target/sev-snp-venv; .ci/run creates it)");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Oracles,
+            "sev-snp-measure venv not found (target/sev-snp-venv; .ci/run creates it)",
+        );
         return None;
     };
     let Some(kernel) = debian_kernel() else {

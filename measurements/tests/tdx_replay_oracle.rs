@@ -100,7 +100,8 @@ print(logs.count)
 #[test]
 fn replay_matches_cctrusted_base() {
     let Some(py) = venv_python() else {
-        attestation::vectors::skip(
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Oracles,
             "target/sev-snp-venv with cctrusted-base not found (.ci/run creates it)",
         );
         return;

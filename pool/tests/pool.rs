@@ -115,7 +115,7 @@ fn attempt_dirs(work: &Path) -> Vec<String> {
 #[test]
 fn pool_end_to_end() {
     if let Some(why) = fenced_run_tests_skip_reason() {
-        println!("skipped: {why}");
+        skip_not_root(&why);
         return;
     }
     let _turn = servers_turn();
@@ -469,7 +469,7 @@ fn queued_runs() -> usize {
 #[test]
 fn queued_runs_beyond_slots() {
     if let Some(why) = fenced_run_tests_skip_reason() {
-        println!("skipped: {why}");
+        skip_not_root(&why);
         return;
     }
     let _turn = servers_turn();
@@ -741,16 +741,16 @@ fn output_within(mut cmd: Command, limit: Duration, what: &str) -> std::process:
 #[test]
 fn pool_vm_tier_end_to_end() {
     if let Some(why) = fenced_run_tests_skip_reason() {
-        println!("skipped: {why}");
+        skip_not_root(&why);
         return;
     }
     let image = match vm_tier_image() {
         Ok(d) => d,
         Err(why) => {
-            if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
-                panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run: {why}");
-            }
-            println!("skipped: the vm tier cannot run: {why}");
+            attestation::vectors::skip_for(
+                attestation::vectors::SkipKind::Vm,
+                &format!("the vm tier cannot run: {why}"),
+            );
             return;
         }
     };

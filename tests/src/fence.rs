@@ -32,11 +32,11 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// Prints the skip reason and returns true when the fence cannot run here.
+/// Says why and returns true when the fence cannot run here (a `root` skip: `attestation::vectors::skip_for`).
 pub fn skip() -> bool {
     match skip_reason() {
         Some(r) => {
-            eprintln!("skipped: {r}");
+            attestation::vectors::skip_for(attestation::vectors::SkipKind::Root, &r);
             true
         }
         None => false,
@@ -56,7 +56,10 @@ pub fn skip_without_limits() -> bool {
         })
         .unwrap_or(false);
     if !root {
-        eprintln!("skipped: not root, so no cgroup limits or size-limited scratch to exhaust");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "not root, so no cgroup limits or size-limited scratch to exhaust",
+        );
     }
     !root
 }

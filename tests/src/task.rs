@@ -14,7 +14,8 @@ fn on_path(tool: &str) -> bool {
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
 }
 
-/// `Some(reason)` when stage 6 cannot be tested here; with `FENCED_RUN_REQUIRE_TASKS=1` that is a failure.
+/// `Some(reason)` (after a `tasks` skip: `attestation::vectors::skip_for`) when stage 6 cannot be tested here;
+/// with `FENCED_RUN_REQUIRE_TASKS=1` that is a failure.
 pub fn skip_reason() -> Option<String> {
     let why = if !nix::unistd::geteuid().is_root() {
         Some("not root (stage 6 maps the build's ids and makes its network namespace)".to_owned())
@@ -38,10 +39,10 @@ pub fn skip_reason() -> Option<String> {
         crate::fence::skip_reason()
     };
     if let Some(w) = &why {
-        if std::env::var_os("FENCED_RUN_REQUIRE_TASKS").is_some_and(|v| v == "1") {
-            panic!("FENCED_RUN_REQUIRE_TASKS=1 but task bundles cannot be tested: {w}");
-        }
-        eprintln!("skipped: {w}");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Tasks,
+            &format!("task bundles cannot be tested: {w}"),
+        );
     }
     why
 }

@@ -213,7 +213,7 @@ fn a_real_cargo_test_runs_in_the_fence_with_a_rustup_toolchain() {
         return;
     }
     let Some(installed) = rustup_toolchain() else {
-        println!("skipped: no rustup-installed toolchain under ~/.rustup (the recipe of docs/job-file.md needs one)");
+        attestation::vectors::skip_for(attestation::vectors::SkipKind::Toolchain, "no rustup-installed toolchain under ~/.rustup (the recipe of docs/job-file.md needs one)");
         return;
     };
     // The command runs under its own uid; a toolchain under a private home (`/root` is 0700) is out of its

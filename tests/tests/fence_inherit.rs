@@ -104,7 +104,10 @@ fn runner_descriptors_reach_neither_phase() {
 #[test]
 fn runner_descriptors_reach_neither_phase_as_nobody() {
     if skip() || !is_root() {
-        println!("skipped: the nobody variant is started from root");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "the nobody variant is started from root",
+        );
         return;
     }
     descriptors_case(true);
@@ -115,7 +118,10 @@ fn runner_descriptors_reach_neither_phase_as_nobody() {
 #[test]
 fn runner_keyring_is_out_of_reach_and_nothing_added_remains() {
     if skip() || !is_root() {
-        println!("skipped: as a user the key would be the command's own uid's");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "as a user the key would be the command's own uid's",
+        );
         return;
     }
     let c = Case::new(BIN);
@@ -227,7 +233,10 @@ fn denied_calls_fail_inside_and_ordinary_work_runs() {
         return;
     }
     if cfg!(not(target_arch = "x86_64")) {
-        println!("skipped: the probe's control arguments are written for x86_64");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Host,
+            "the probe's control arguments are written for x86_64",
+        );
         return;
     }
     let d = tempfile::tempdir().expect("tmp");
@@ -253,7 +262,10 @@ fn denied_calls_fail_inside_and_ordinary_work_runs() {
 #[test]
 fn denied_calls_fail_inside_as_nobody() {
     if skip() || !is_root() || cfg!(not(target_arch = "x86_64")) {
-        println!("skipped: the nobody variant is started from root (x86_64 probe)");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "the nobody variant is started from root (x86_64 probe)",
+        );
         return;
     }
     denied_calls_case(true);
@@ -297,7 +309,10 @@ fn dev_stdout_and_stderr_work_inside() {
 #[test]
 fn dev_stdout_and_stderr_work_inside_as_nobody() {
     if skip() || !is_root() {
-        println!("skipped: the nobody variant is started from root");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "the nobody variant is started from root",
+        );
         return;
     }
     dev_stdout_case(true);
@@ -534,7 +549,10 @@ fn mounted_at(p: &Path) -> bool {
 #[test]
 fn the_sweep_never_follows_a_planted_link() {
     if skip() || !is_root() {
-        println!("skipped: mounting the victim file system needs root");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "mounting the victim file system needs root",
+        );
         return;
     }
     let c = Case::new(BIN);

@@ -203,7 +203,10 @@ fn a_build_script_the_test_command_runs_first_cannot_touch_the_protected_tests()
 #[test]
 fn a_build_script_cannot_touch_the_protected_tests_as_nobody() {
     if skip() || !is_root() {
-        eprintln!("skipped: the nobody variant is started from root");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "the nobody variant is started from root",
+        );
         return;
     }
     build_script_case(true);
@@ -302,7 +305,10 @@ fn a_root_conftest_cannot_rewrite_a_protected_test_file() {
         .status()
         .is_ok_and(|s| s.success());
     if !pytest {
-        eprintln!("skipped: /usr/bin/python3 has no pytest (python3-pytest, .ci/run installs it)");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Toolchain,
+            "/usr/bin/python3 has no pytest (python3-pytest, .ci/run installs it)",
+        );
         return;
     }
     let c = Case::new(BIN);

@@ -216,7 +216,10 @@ fn hostile_vcek_chain(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let psp = match SimPsp::open_default(Product::Milan) {
         Ok(p) => p,
         Err(e) => {
-            println!("skipped: no sim PSP state: {e}");
+            attestation::vectors::skip_for(
+                attestation::vectors::SkipKind::Host,
+                &format!("no sim PSP state: {e}"),
+            );
             return None;
         }
     };

@@ -82,8 +82,9 @@ fn binary_exit_codes_and_json() {
         .map(|d| d.join("fenced-run"))
         .filter(|p| p.exists())
     else {
-        println!(
-            "skipped: fenced-run binary not built beside the tests (run cargo test --workspace)"
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Build,
+            "fenced-run binary not built beside the tests (run cargo test --workspace)",
         );
         return;
     };

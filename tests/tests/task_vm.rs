@@ -31,7 +31,7 @@ fn vm_missing() -> Option<String> {
         if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
             panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run task bundles here: {w}");
         }
-        eprintln!("skipped: {w}");
+        attestation::vectors::skip_for(attestation::vectors::SkipKind::Vm, w);
     }
     why
 }

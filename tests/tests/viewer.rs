@@ -1,7 +1,7 @@
 //! The run viewer over HTTP: pages for a passing, a failing and a refused run, for rejected and for simulated
 //! evidence; binds beyond loopback refused; a foreign or missing `Host` refused; a missing or wrong token a 404
 //! that says nothing about the run; hostile strings in every field rendered as text; and `fenced-run view
-//! --once` as a command.
+//! --once` as a command, on evidence and on a verdict JSON.
 
 use attestation::verdict::Outcome;
 use fenced_run_tests::viewer::{evidence, founder_options, raw_get, verdict, NONCE};
@@ -243,7 +243,10 @@ fn a_credential_must_be_roots_and_private() {
         assert!(viewer::bind::check_bind("192.0.2.10".parse().expect("ip"), Some(&c)).is_ok());
         assert!(viewer::bind::check_bind("0.0.0.0".parse().expect("ip"), Some(&c)).is_err());
     } else {
-        println!("skipped: the root-owned half of this test needs root");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "the root-owned half of this test needs root",
+        );
     }
     assert_eq!(
         viewer::bind::Credential::load(&dir.path().join("absent")),
@@ -424,6 +427,121 @@ fn view_once_prints_one_url_and_exits_after_the_first_load() {
     );
     assert!(
         !err.contains("Some(") && !err.contains("Error {") && !err.contains("kind:"),
+        "{err}"
+    );
+}
+
+/// Starts `fenced-run view ARGS --once` (with `stdin` written to its standard input when given), reads the URL it
+/// prints (as `{"url": ...}` with `--json`), GETs the page once over loopback and waits for the exit.
+fn view_once(args: &[&str], stdin: Option<&[u8]>) -> (u16, String) {
+    use std::io::{BufRead, Write};
+    let json = args.contains(&"--json");
+    let mut child = std::process::Command::new(BIN)
+        .arg("view")
+        .args(args)
+        .args(["--once", "--port", "0"])
+        .stdin(if stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    if let Some(bytes) = stdin {
+        let mut i = child.stdin.take().expect("stdin");
+        i.write_all(bytes).expect("write stdin");
+    }
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("a line");
+    if line.is_empty() {
+        let o = child.wait_with_output().expect("exit");
+        panic!(
+            "view {args:?} printed no URL ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let url = if json {
+        let j: serde_json::Value = serde_json::from_str(&line).expect("one JSON object");
+        j["url"].as_str().expect("url").to_string()
+    } else {
+        line.trim().to_string()
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "{line:?}");
+    let (code, body, _) = get(&url);
+    let status = child.wait().expect("exits after the first load");
+    assert!(status.success(), "{status}");
+    (code, body)
+}
+
+/// `fenced-run view VERDICT.json` through the command: what `run --json` prints (a file, or standard input) and
+/// the `verdict` of `demo --json`'s object are served as the NOT VERIFIED page with the outcome; evidence on
+/// standard input is still verified; a JSON that is no verdict is refused (exit 2), naming the file.
+#[test]
+fn view_of_a_verdict_json_serves_the_not_verified_page() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let v = verdict(Outcome::TestsFailed, "plain");
+    let run_json = dir.path().join("verdict.json");
+    std::fs::write(&run_json, v.to_json_pretty()).expect("write");
+    let demo_json = dir.path().join("demo.json");
+    let demo =
+        serde_json::json!({"isolation": "process", "verified": true, "verdict": v.to_json_value()});
+    std::fs::write(&demo_json, demo.to_string()).expect("write");
+    let run_path = run_json.to_str().expect("utf8");
+    let json_bytes = v.to_json_pretty().into_bytes();
+    let nonce = hex::encode(NONCE);
+    for (args, stdin) in [
+        (vec![run_path], None),
+        (vec![demo_json.to_str().expect("utf8"), "--json"], None),
+        // Pins are not used on a verdict JSON: there is nothing they could be checked against.
+        (vec!["-", "--nonce", &nonce], Some(json_bytes.as_slice())),
+    ] {
+        let (code, body) = view_once(&args, stdin);
+        assert_eq!(code, 200, "{args:?}");
+        assert!(body.contains(">NOT VERIFIED<"), "{args:?}: {body}");
+        assert!(body.contains("tests_failed"), "{args:?}: the outcome");
+        assert!(!body.contains(">VERIFIED<") && !body.contains(">SIMULATED<"));
+        assert!(!body.contains("✓ checked"), "{args:?}");
+    }
+
+    // Evidence on standard input is verified as from a file.
+    let (bytes, m) = evidence(&verdict(Outcome::TestsPassed, "plain"));
+    let measurement = hex::encode(m);
+    let (code, body) = view_once(
+        &[
+            "-",
+            "--allow-simulated",
+            "--nonce",
+            &nonce,
+            "--measurement",
+            &measurement,
+        ],
+        Some(&bytes),
+    );
+    assert_eq!(code, 200);
+    assert!(
+        body.contains(">SIMULATED<") && body.contains("tests_passed"),
+        "{body}"
+    );
+
+    // A JSON object that is no verdict: refused before anything is served.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, br#"{"outcome": "nonsense"}"#).expect("write");
+    let o = std::process::Command::new(BIN)
+        .args(["view", bad.to_str().expect("utf8"), "--once"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("fenced-run view: ")
+            && err.contains("bad.json")
+            && err.contains("not a valid fenced-run verdict JSON"),
         "{err}"
     );
 }

@@ -38,7 +38,10 @@ fn missing() -> Option<String> {
         if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
             panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run: {w}");
         }
-        eprintln!("SKIP vm tier: {w}");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vm,
+            &format!("vm tier: {w}"),
+        );
     }
     why
 }
@@ -795,7 +798,10 @@ fn manifest_snp_digests_equal_sev_snp_measure_for_the_same_image() {
                 oracle.display()
             );
         }
-        eprintln!("SKIP: the shared AmdSev OVMF or the sev-snp-measure venv (.ci/run) is missing");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vm,
+            "the shared AmdSev OVMF or the sev-snp-measure venv (.ci/run) is missing",
+        );
         return;
     }
     if missing().is_some() {

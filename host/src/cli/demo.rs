@@ -172,6 +172,7 @@ fn choose_tier(args: &Args) -> Result<Tier, String> {
         let b = super::image::BuildArgs {
             out: image.clone(),
             kernel: None,
+            modules: None,
             agent: None,
             busybox: None,
             ovmf: None,

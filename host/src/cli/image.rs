@@ -1,4 +1,4 @@
-//! `fenced-run image build --out DIR [--kernel FILE] [--agent FILE] [--ovmf FILE] [--tdx-ovmf FILE]`: builds the `vm` tier's guest image
+//! `fenced-run image build --out DIR [--kernel FILE] [--modules DIR] [--agent FILE] [--ovmf FILE] [--tdx-ovmf FILE]`: builds the `vm` tier's guest image
 //! (host::image) and prints its manifest's measurements. Exit 0 built, 2 unusable input.
 
 use crate::image::{self, BuildOptions};
@@ -25,9 +25,12 @@ pub struct BuildArgs {
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// The kernel (default: Debian's 6.12 that scripts/vm-setup.sh extracts under target/vm-kernel); its modules are
-    /// taken from the lib/modules tree beside it when there is one.
+    /// taken from the lib/modules tree beside it (`boot/vmlinuz-V` -> `lib/modules/V`), or from --modules.
     #[arg(long, value_name = "FILE")]
     pub kernel: Option<PathBuf>,
+    /// The kernel's module tree (its package's `lib/modules/<version>`), where it is not beside the kernel.
+    #[arg(long, value_name = "DIR")]
+    pub modules: Option<PathBuf>,
     /// A static guest-agent to use instead of building one with cargo from this workspace.
     #[arg(long, value_name = "FILE")]
     pub agent: Option<PathBuf>,
@@ -172,10 +175,11 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         }),
         None => None,
     };
+    let modules = module_tree(&kernel, b.modules.as_deref(), toolchains.is_some())?;
     image::build(&BuildOptions {
         toolchains,
         out: b.out.clone(),
-        modules: image::modules_beside(&kernel),
+        modules: Some(modules),
         kernel,
         agent,
         busybox,
@@ -183,4 +187,164 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         ovmf: b.ovmf.clone(),
         tdx_ovmf: b.tdx_ovmf.clone(),
     })
+}
+
+/// The module tree of `kernel`: `modules` when given, else the `lib/modules/V` beside a `boot/vmlinuz-V`. Refused
+/// when there is none or it lacks a module the image loads ([`image::MODULES`], and with `toolchains`
+/// [`image::TOOLCHAIN_MODULES`]): an image without them boots with no network for the install phase and no TEE
+/// report driver, and measures differently, so it is never built silently.
+pub fn module_tree(
+    kernel: &std::path::Path,
+    modules: Option<&std::path::Path>,
+    toolchains: bool,
+) -> Result<PathBuf, String> {
+    let wanted: Vec<&str> = image::MODULES
+        .iter()
+        .chain(if toolchains {
+            image::TOOLCHAIN_MODULES
+        } else {
+            &[]
+        })
+        .copied()
+        .collect();
+    let names = |list: &[&str]| {
+        list.iter()
+            .map(|m| m.rsplit('/').next().unwrap_or(*m))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let fix = "give --modules DIR (the lib/modules/<version> directory of the kernel's package), or keep the \
+               layout scripts/vm-setup.sh makes under target/vm-kernel (boot/vmlinuz-V beside lib/modules/V)";
+    let dir = match modules {
+        Some(d) => d.to_path_buf(),
+        None => image::modules_beside(kernel).ok_or_else(|| {
+            let looked = match kernel.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("vmlinuz-")) {
+                Some(v) => format!(
+                    "no {} beside it",
+                    kernel
+                        .parent()
+                        .and_then(|p| p.parent())
+                        .unwrap_or(std::path::Path::new(""))
+                        .join("lib/modules")
+                        .join(v)
+                        .display()
+                ),
+                None => "its name is not vmlinuz-<version>, so no module tree is known beside it".to_string(),
+            };
+            format!(
+                "--kernel {}: {looked}; the image needs the kernel's modules {} (the install phase's network and \
+                 the TEE report drivers): {fix}",
+                kernel.display(),
+                names(&wanted)
+            )
+        })?,
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "--modules {}: not a directory; {fix}",
+            dir.display()
+        ));
+    }
+    let missing: Vec<&str> = wanted
+        .iter()
+        .copied()
+        .filter(|m| !dir.join(m).is_file())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "kernel modules {}: {} missing ({}); the image needs them for the kernel {}: {fix}",
+            dir.display(),
+            if missing.len() == 1 { "is" } else { "are" },
+            missing.join(", "),
+            kernel.display()
+        ));
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn tree(root: &Path, version: &str, modules: &[&str]) -> PathBuf {
+        let boot = root.join("boot");
+        std::fs::create_dir_all(&boot).expect("boot");
+        let kernel = boot.join(format!("vmlinuz-{version}"));
+        std::fs::write(&kernel, b"kernel").expect("kernel");
+        let dir = root.join("lib/modules").join(version);
+        for m in modules {
+            let p = dir.join(m);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+            std::fs::write(p, b"module").expect("module");
+        }
+        kernel
+    }
+
+    #[test]
+    fn a_kernel_without_its_module_tree_is_refused_naming_the_modules_and_the_fix() {
+        let t = tempfile::tempdir().expect("tmp");
+        let kernel = t.path().join("bzImage");
+        std::fs::write(&kernel, b"kernel").expect("kernel");
+        let e = module_tree(&kernel, None, false).expect_err("no modules");
+        assert!(
+            e.starts_with(&format!(
+                "--kernel {}: its name is not vmlinuz-<version>",
+                kernel.display()
+            )),
+            "{e}"
+        );
+        for m in [
+            "configfs.ko.xz",
+            "sev-guest.ko.xz",
+            "tdx-guest.ko.xz",
+            "virtio_net.ko.xz",
+            "--modules DIR",
+            "scripts/vm-setup.sh",
+        ] {
+            assert!(e.contains(m), "{m}: {e}");
+        }
+        // A Debian-named kernel whose lib/modules/V is absent: the directory looked for is named.
+        let k = tree(&t.path().join("deb"), "6.12.0-1-amd64", &[]);
+        std::fs::remove_dir_all(t.path().join("deb/lib")).ok();
+        let e = module_tree(&k, None, false).expect_err("no tree");
+        assert!(
+            e.contains(&format!(
+                "no {} beside it",
+                t.path().join("deb/lib/modules/6.12.0-1-amd64").display()
+            )),
+            "{e}"
+        );
+        // --modules not a directory.
+        let e =
+            module_tree(&kernel, Some(&t.path().join("nowhere")), false).expect_err("not a dir");
+        assert!(
+            e.starts_with("--modules ") && e.contains("not a directory"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_tree_beside_the_kernel_or_given_must_hold_every_module_the_image_loads() {
+        let t = tempfile::tempdir().expect("tmp");
+        let k = tree(t.path(), "6.12.0-1-amd64", image::MODULES);
+        let dir = t.path().join("lib/modules/6.12.0-1-amd64");
+        assert_eq!(module_tree(&k, None, false), Ok(dir.clone()));
+        // The toolchain image's modules are wanted only with --toolchains.
+        let e = module_tree(&k, None, true).expect_err("toolchain modules missing");
+        assert!(
+            e.contains("dm-verity.ko.xz") && e.contains("erofs.ko.xz") && e.contains("are missing"),
+            "{e}"
+        );
+        // --modules given for a kernel elsewhere, with one module gone.
+        let other = t.path().join("vmlinuz");
+        std::fs::write(&other, b"kernel").expect("kernel");
+        assert_eq!(module_tree(&other, Some(&dir), false), Ok(dir.clone()));
+        std::fs::remove_file(dir.join(image::MODULES[6])).expect("rm");
+        let e = module_tree(&other, Some(&dir), false).expect_err("virtio_net missing");
+        assert!(
+            e.contains("is missing (kernel/drivers/net/virtio_net.ko.xz)"),
+            "{e}"
+        );
+    }
 }

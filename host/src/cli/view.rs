@@ -1,6 +1,7 @@
 //! `fenced-run view EVIDENCE|VERDICT.json [--port N] [--once] [verify flags]`: verifies the evidence with
 //! `verifier_lib` (the flags of `verify-attestation evidence`) and serves the result as one page on loopback, at
 //! a URL with a random per-run token, printed on stdout. Also the `--view` of `fenced-run run` and `demo`.
+//! A verdict JSON (`fenced-run run --json`, or `demo --json`'s `verdict`) is served as the NOT VERIFIED page.
 //! Exit 0 when the viewer stopped normally (Ctrl-C or `--once`), 1 for a rejected measurement set, 2 when the
 //! input is unusable or the viewer cannot listen.
 
@@ -33,24 +34,83 @@ pub struct Args {
 }
 
 /// Runs the subcommand.
-pub fn run(args: Args) -> ExitCode {
+pub fn run(mut args: Args) -> ExitCode {
+    let json = args.verify.json;
+    let given = args.verify.evidence.clone();
+    let stdin = given == Path::new("-");
+    let source = if stdin {
+        "standard input".to_string()
+    } else {
+        given.display().to_string()
+    };
+    // Read once, to tell a verdict JSON from evidence before the verifier's reader refuses JSON.
+    let raw = match attestation::cli_io::read_capped(&given, attestation::cli_io::MAX_INPUT) {
+        Ok(b) => b,
+        Err(e) => return refuse(json, "input", &format!("evidence: {e}"), 2),
+    };
+    if is_json(&raw) {
+        // Nothing to verify: the verify flags are not used, and the page says NOT VERIFIED throughout.
+        return match Page::from_verdict_json(&source, &verdict_of(&raw)) {
+            Ok(page) => serve(&page, args.port, args.once, json),
+            Err(e) => fail(json, "view", "verdict-json", &e.to_string(), 2),
+        };
+    }
+    // Evidence read from standard input is handed to the verifier's reader through a private temporary file
+    // (the input cannot be read twice); messages name standard input, not that file.
+    let stdin_file = if stdin {
+        let tmp = match stdin_copy(&raw) {
+            Ok(t) => t,
+            Err(e) => return refuse(json, "input", &format!("evidence: standard input: {e}"), 2),
+        };
+        args.verify.evidence = tmp.path().to_path_buf();
+        Some(tmp)
+    } else {
+        None
+    };
+    let named = |detail: &str| match &stdin_file {
+        Some(t) => detail.replace(&t.path().display().to_string(), "standard input"),
+        None => detail.to_string(),
+    };
     // A `--tcb-baseline` is applied by `verify-attestation evidence`; the page shows the verification itself.
     let (bytes, opts, _baseline) = match options(&args.verify) {
         Ok(x) => x,
-        Err(OptionsError::Unusable(check, e)) => return refuse(args.verify.json, check, &e, 2),
-        Err(OptionsError::Rejected(check, e)) => return refuse(args.verify.json, check, &e, 1),
+        Err(OptionsError::Unusable(check, e)) => return refuse(json, check, &named(&e), 2),
+        Err(OptionsError::Rejected(check, e)) => return refuse(json, check, &named(&e), 1),
     };
-    let source = args.verify.evidence.display().to_string();
     match Page::from_bytes(&source, &bytes, &opts) {
-        Ok(page) => serve(&page, args.port, args.once, args.verify.json),
-        Err(e) => fail(
-            args.verify.json,
-            "view",
-            "evidence-format",
-            &e.to_string(),
-            2,
-        ),
+        Ok(page) => serve(&page, args.port, args.once, json),
+        Err(e) => fail(json, "view", "evidence-format", &named(&e.to_string()), 2),
     }
+}
+
+/// Whether `bytes` is read as a verdict JSON: its first non-blank byte is `{` (evidence is CBOR).
+fn is_json(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+}
+
+/// The verdict of a JSON input: the object itself (`fenced-run run --json`), or the `verdict` member of
+/// `fenced-run demo --json`'s object (an object without `outcome` whose `verdict` is an object). Anything else
+/// is returned as it is, for the verdict parser to name what is wrong.
+fn verdict_of(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if let Ok(serde_json::Value::Object(m)) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        if !m.contains_key("outcome") {
+            if let Some(inner @ serde_json::Value::Object(_)) = m.get("verdict") {
+                if let Ok(v) = serde_json::to_vec(inner) {
+                    return std::borrow::Cow::Owned(v);
+                }
+            }
+        }
+    }
+    std::borrow::Cow::Borrowed(bytes)
+}
+
+/// `bytes` (evidence read from standard input) in a temporary file only this user can read.
+fn stdin_copy(bytes: &[u8]) -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    let mut f = tempfile::NamedTempFile::new()?;
+    f.write_all(bytes)?;
+    f.flush()?;
+    Ok(f)
 }
 
 /// A verify flag or the evidence refused before anything is served: one failure object with `json`, else

@@ -169,6 +169,8 @@ pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Includ
     }
     t.add("dev/console", Entry::CharDev(5, 1));
     let agent = read("agent", &opts.agent)?;
+    // A dynamic agent would make the guest's kernel panic at boot, with no word of why.
+    agent::check_static(&opts.agent, &agent).map_err(|e| e.to_string())?;
     let agent_info = Included {
         path: "/init".into(),
         sha256: sha256_hex(&agent),

@@ -21,13 +21,16 @@ pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// Prints `skipped: why` and returns true, unless FENCED_RUN_REQUIRE_POOL is set, in which case it panics.
+/// A `pool` skip (`attestation::vectors::skip_for`: `skipped: pool: why` on stderr, counted in the suite's
+/// closing line) that returns true, unless FENCED_RUN_REQUIRE_POOL=1, in which case it panics.
 pub fn skip(why: &str) -> bool {
-    if std::env::var_os("FENCED_RUN_REQUIRE_POOL").is_some() {
-        panic!("FENCED_RUN_REQUIRE_POOL is set but {why}");
-    }
-    println!("skipped: {why}");
+    attestation::vectors::skip_for(attestation::vectors::SkipKind::Pool, why);
     true
+}
+
+/// A `root` skip (the fence and a PostgreSQL owned by nobody need root), unless FENCED_RUN_REQUIRE_ROOT=1.
+pub fn skip_not_root(why: &str) {
+    attestation::vectors::skip_for(attestation::vectors::SkipKind::Root, why);
 }
 
 /// The newest `initdb` of Debian's postgresql packages, or one on PATH.

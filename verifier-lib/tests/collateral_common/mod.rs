@@ -192,7 +192,7 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
     let _ = conn.shutdown(std::net::Shutdown::Both);
 }
 
-/// The vectors directory, or None (the caller prints `skipped:` unless FENCED_RUN_REQUIRE_VECTORS is set).
+/// The vectors directory, or None after a `vectors` skip (a failure with FENCED_RUN_REQUIRE_VECTORS=1).
 pub fn vectors() -> Option<PathBuf> {
     let dir = std::env::var_os("FENCED_RUN_VECTORS")
         .map(PathBuf::from)
@@ -200,16 +200,10 @@ pub fn vectors() -> Option<PathBuf> {
     if dir.join("snp").is_dir() && dir.join("tdx").is_dir() {
         return Some(dir);
     }
-    if std::env::var_os("FENCED_RUN_REQUIRE_VECTORS").is_some() {
-        panic!(
-            "FENCED_RUN_REQUIRE_VECTORS is set but no vectors at {}",
-            dir.display()
-        );
-    }
-    eprintln!(
-        "skipped: no test vectors at {} (set FENCED_RUN_VECTORS)",
+    attestation::vectors::skip(&format!(
+        "no test vectors at {} (set FENCED_RUN_VECTORS)",
         dir.display()
-    );
+    ));
     None
 }
 
