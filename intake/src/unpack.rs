@@ -517,6 +517,13 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// A directory entry: its missing parents first (an archive may list `a/b/` before `a/`, or never list
+    /// `a/`), each checked by [`Writer::dir`] like a file's parents, so no symlink is followed.
+    fn dir_entry(&self, comps: &[String]) -> Result<(), UnpackError> {
+        self.parents(comps)?;
+        self.dir(comps)
+    }
+
     fn file(&mut self, e: &Planned, data: &mut dyn Read) -> Result<(), UnpackError> {
         let who = e.comps.join("/");
         self.parents(&e.comps)?;
@@ -946,7 +953,7 @@ fn unpack_zip(
         };
         let e = &planner.entries[pi];
         match e.kind {
-            Kind::Dir => w.dir(&e.comps)?,
+            Kind::Dir => w.dir_entry(&e.comps)?,
             Kind::File => match peeked.filter(|p| p.index == i && p.name_raw == name_raw) {
                 // Written from the peek's bytes; `file` still refuses a length other than the declared size.
                 Some(p) => w.file(e, &mut &p.data[..])?,
@@ -1152,7 +1159,7 @@ fn write_tar(source: &TarSource, planner: &Planner, w: &mut Writer) -> Result<()
         };
         let e = &planner.entries[i];
         match e.kind {
-            Kind::Dir => w.dir(&e.comps)?,
+            Kind::Dir => w.dir_entry(&e.comps)?,
             Kind::File => w.file(e, &mut entry)?,
             _ => {}
         }
@@ -1227,7 +1234,7 @@ pub fn copy_dir(
     let mut w = Writer::start(&planner, dest)?;
     for e in &planner.entries {
         match e.kind {
-            Kind::Dir => w.dir(&e.comps)?,
+            Kind::Dir => w.dir_entry(&e.comps)?,
             Kind::File => {
                 let mut p = src.to_path_buf();
                 p.extend(&e.comps);
@@ -1437,6 +1444,70 @@ mod tests {
             .push(b'x');
         let err = opened.unpack(&d.path().join("out3")).expect_err("size");
         assert!(err.reason.contains("declared"), "{err}");
+    }
+
+    /// A tar of (name, Some(data)) files and (name, None) directories, in the order given.
+    fn tar_of(members: &[(&str, Option<&[u8]>)]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, data) in members {
+            let mut h = tar::Header::new_gnu();
+            match data {
+                Some(d) => {
+                    h.set_entry_type(tar::EntryType::Regular);
+                    h.set_mode(0o644);
+                    h.set_size(d.len() as u64);
+                    b.append_data(&mut h, name, *d).expect("append");
+                }
+                None => {
+                    h.set_entry_type(tar::EntryType::Directory);
+                    h.set_mode(0o755);
+                    h.set_size(0);
+                    b.append_data(&mut h, name, io::empty()).expect("append");
+                }
+            }
+        }
+        b.into_inner().expect("tar")
+    }
+
+    #[test]
+    fn a_directory_entry_before_its_parent_creates_the_parent() {
+        let d = tempfile::tempdir().expect("tmp");
+        let lim = IntakeLimits::default();
+        // `repo/.git/` before `repo/`, and `x/y/z/` whose parents are never listed.
+        let bytes = tar_of(&[
+            ("job.toml", Some(b"[test]\n")),
+            ("repo/.git/", None),
+            ("repo/.git/HEAD", Some(b"ref: refs/heads/main\n")),
+            ("repo/", None),
+            ("repo/a.txt", Some(b"hello")),
+            ("x/y/z/", None),
+        ]);
+        let dest = d.path().join("out");
+        let s = unpack_archive(&bytes, ArchiveFormat::Tar, &dest, &lim).expect("unpack");
+        assert_eq!(s.files, 3);
+        assert!(dest.join("repo/.git").is_dir());
+        assert_eq!(
+            fs::read(dest.join("repo/.git/HEAD")).expect("read"),
+            b"ref: refs/heads/main\n"
+        );
+        assert!(dest.join("x/y/z").is_dir());
+        // A directory entry beneath a symlink is still refused, wherever the link comes in the archive.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_mode(0o777);
+        h.set_size(0);
+        b.append_link(&mut h, "l", "repo").expect("link");
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        b.append_data(&mut h, "l/sub/", io::empty()).expect("dir");
+        let bytes = b.into_inner().expect("tar");
+        let err = unpack_archive(&bytes, ArchiveFormat::Tar, &d.path().join("out2"), &lim)
+            .expect_err("beneath a link");
+        assert!(err.reason.contains("not a directory"), "{err}");
+        assert!(!d.path().join("repo/sub").exists());
     }
 
     #[test]

@@ -126,6 +126,7 @@ fn a_failing_run_blames_the_patch_and_a_refused_run_does_not() {
     assert!(body.contains("<code>tests_failed</code>"));
     assert!(body.contains("may mean the patch is at fault"));
     assert!(body.contains("3 passed, 1 failed, 1 skipped"));
+    assert!(!body.contains("NO TEST RAN"), "tests ran: {body}");
     drop(v);
 
     let page = page_of(Outcome::Refused, founder_options);
@@ -139,6 +140,11 @@ fn a_failing_run_blames_the_patch_and_a_refused_run_does_not() {
         "{body}"
     );
     assert!(body.contains("No test phase ran"));
+    // No test counted: the answer says so on its own line.
+    assert!(
+        body.contains("id=\"no-tests\"><strong>NO TEST RAN: "),
+        "{body}"
+    );
 }
 
 #[test]

@@ -991,3 +991,86 @@ fn without_qemu_the_demo_runs_the_process_tier_and_its_first_line_says_why() {
 fn skip_fence() -> bool {
     fenced_run_tests::fence::skip()
 }
+
+/// A real git checkout (`.git` is its first entry by name) given as a job file with `[repository] commit`
+/// pinned: the host packs the repository's own directory, the guest's intake unpacks it, and the run reaches
+/// its tests, with the same outcome, counts and commit as the process tier.
+#[test]
+fn a_git_checkout_given_as_a_job_file_runs_its_tests_in_the_vm_tier() {
+    if missing().is_some() {
+        return;
+    }
+    let jobs = tempfile::tempdir().expect("tmp");
+    let repo = jobs.path().join("repo");
+    copy_dir(&demo_dir().join("repo"), &repo);
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.example"])
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+    std::fs::copy(demo_dir().join("fix.patch"), jobs.path().join("fix.patch")).expect("patch");
+    let demo_job = std::fs::read_to_string(demo_dir().join("job.toml")).expect("job");
+    let job = jobs.path().join("job.toml");
+    std::fs::write(
+        &job,
+        demo_job.replace(
+            "patch = \"fix.patch\"\n",
+            &format!("patch = \"fix.patch\"\ncommit = \"{commit}\"\n"),
+        ),
+    )
+    .expect("job");
+    let names: Vec<_> = std::fs::read_dir(&repo)
+        .expect("repo")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        names.iter().min().map(|n| n.as_os_str()),
+        Some(std::ffi::OsStr::new(".git")),
+        "the checkout's first entry by name"
+    );
+
+    let w = Work::new();
+    let run = |tier: &str| -> serde_json::Value {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--isolation", tier, "--json"]);
+        if tier == "vm" {
+            cmd.arg("--image").arg(shared_image());
+        }
+        let o = cmd
+            .arg(&job)
+            .env("TMPDIR", w.0.path())
+            .output()
+            .expect("run");
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{tier}: {e}\n{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+    };
+    let vm = run("vm");
+    assert_eq!(vm["outcome"], "tests_passed", "{vm}");
+    assert_eq!(vm["inputs"]["commit"], commit.as_str(), "{vm}");
+    assert!(vm["tests"]["passed"].as_u64().unwrap_or(0) > 0, "{vm}");
+    let process = run("process");
+    assert_eq!(process["outcome"], vm["outcome"], "{process}");
+    assert_eq!(process["tests"], vm["tests"], "{process}");
+    assert_eq!(process["inputs"]["commit"], vm["inputs"]["commit"]);
+    w.assert_clean();
+}

@@ -60,6 +60,10 @@ pub mod checks {
     pub const PIN_JOB: &str = "pin-job";
     /// `--isolation`: the verdict's isolation tier is not the pinned one.
     pub const PIN_ISOLATION: &str = "pin-isolation";
+    /// `--expect-tests-ran`: the verdict counts no test (no counts, or zero passed and zero failed).
+    pub const PIN_TESTS_RAN: &str = "pin-tests-ran";
+    /// `--min-failed N`: the verdict counts fewer than N failed tests.
+    pub const PIN_MIN_FAILED: &str = "pin-min-failed";
 }
 
 /// The RTMRs that a TDX image pin must cover: RTMR1 (boot loader and kernel) and RTMR2 (command line and
@@ -86,6 +90,11 @@ pub struct RunPins {
     pub job_sha256: Option<[u8; 32]>,
     /// The isolation tier recorded in the verdict.
     pub isolation: Option<Isolation>,
+    /// At least one test must be counted: passed + failed > 0 (`--expect-tests-ran`).
+    pub expect_tests_ran: bool,
+    /// At least this many failed tests must be counted (`--min-failed N`; with `--expect-outcome tests_failed`,
+    /// "the base reproduces the bug").
+    pub min_failed: Option<u64>,
 }
 
 /// The shortest commit prefix `--commit` accepts (12 hex digits, 48 bits).
@@ -203,6 +212,9 @@ pub struct EvidenceVerification {
     pub outcome_pinned: bool,
     /// Every pin on the run that was given, with what the verdict held.
     pub pins: Vec<PinCheck>,
+    /// The outcome pin accepts `tests_failed` and neither `--expect-tests-ran` nor `--min-failed` was given:
+    /// a run in which no test ran (an install that failed) would satisfy it, and the output says so.
+    pub failed_count_unpinned: bool,
     /// The auditors (by the founder's key names) whose signatures made the measurement set trusted.
     pub set_signers: Vec<String>,
     /// Whether the verdict's nonce was compared with the founder's.
@@ -408,6 +420,9 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
         pinned_registers,
         outcome_pinned: !opts.pins.expect_outcome.is_empty(),
         pins,
+        failed_count_unpinned: opts.pins.expect_outcome.contains(&Outcome::TestsFailed)
+            && !opts.pins.expect_tests_ran
+            && opts.pins.min_failed.is_none(),
         set_signers: opts
             .measurement_set
             .as_ref()
@@ -678,7 +693,35 @@ fn check_pins(pins: &RunPins, verdict: Option<&Verdict>) -> Vec<PinCheck> {
             held: seen == Some(want),
         });
     }
+    let counted = |v: &Verdict| match &v.tests {
+        Some(c) => format!("{} passed, {} failed", c.passed, c.failed),
+        None => "no counts (tests: null)".to_owned(),
+    };
+    if pins.expect_tests_ran {
+        out.push(PinCheck {
+            check: checks::PIN_TESTS_RAN,
+            wanted: "at least one test counted (passed + failed > 0)".to_owned(),
+            seen: verdict.map(counted),
+            held: verdict.is_some_and(tests_ran),
+        });
+    }
+    if let Some(n) = pins.min_failed {
+        out.push(PinCheck {
+            check: checks::PIN_MIN_FAILED,
+            wanted: format!("at least {n} failed test(s) counted"),
+            seen: verdict.map(counted),
+            held: verdict.is_some_and(|v| v.tests.as_ref().is_some_and(|c| c.failed >= n)),
+        });
+    }
     out
+}
+
+/// Whether the verdict counts at least one test (passed + failed > 0); `false` when `tests` is null or counts
+/// zero passed and zero failed: the run's outcome then says nothing about the repository's tests.
+pub fn tests_ran(v: &Verdict) -> bool {
+    v.tests
+        .as_ref()
+        .is_some_and(|c| c.passed.saturating_add(c.failed) > 0)
 }
 
 fn verify_snp_part(

@@ -198,12 +198,24 @@ pub fn snp_table(v: &SnpVerification, opts: &ChainOptions) -> String {
 /// The note that opens the notes when the founder did not pin the outcome (`--expect-outcome`).
 pub const OUTCOME_NOT_PINNED: &str = "outcome NOT pinned (no --expect-outcome): this result holds whatever the run's outcome was, a failing run included";
 
+/// The note when `--expect-outcome tests_failed` is given without a pin on the failed tests' count.
+pub const FAILED_COUNT_NOT_PINNED: &str = "failed-test count NOT pinned (--expect-outcome tests_failed without \
+--min-failed or --expect-tests-ran): tests_failed also holds for a run in which no test ran (an install that failed)";
+
+/// The line every output gives a verdict in which no test ran ([`crate::evidence::tests_ran`] is false).
+pub const NO_TEST_RAN: &str =
+    "NO TEST RAN: the verdict counts no passed and no failed test; its outcome says \
+nothing about the repository's tests";
+
 /// The notes an evidence result carries: checks skipped on purpose, and simulation. An unpinned outcome is
 /// always the first.
 pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
     let mut notes = Vec::new();
     if !v.outcome_pinned {
         notes.push(OUTCOME_NOT_PINNED.to_string());
+    }
+    if v.failed_count_unpinned {
+        notes.push(FAILED_COUNT_NOT_PINNED.to_string());
     }
     if v.simulated {
         notes.push("SIMULATED: the chain does not end in a vendor root; this proves nothing about hardware".into());
@@ -259,9 +271,14 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
         ),
         None => "none".to_string(),
     };
-    vec![
+    let mut rows = vec![
         ("outcome".to_string(), d.outcome.to_string()),
         ("counts".to_string(), counts),
+    ];
+    if !crate::evidence::tests_ran(d) {
+        rows.push(("NOTE".to_string(), NO_TEST_RAN.to_string()));
+    }
+    rows.extend([
         ("commit".to_string(), hex_or_none(&d.inputs.commit)),
         ("tree".to_string(), hex_or_none(&d.inputs.tree)),
         (
@@ -271,7 +288,8 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
         ("job sha256".to_string(), hex_or_none(&d.inputs.job_sha256)),
         ("nonce".to_string(), hex::encode(&d.inputs.nonce)),
         ("isolation".to_string(), d.isolation.to_string()),
-    ]
+    ]);
+    rows
 }
 
 /// One row per pin the founder gave: held or not, with the value seen.
@@ -344,6 +362,11 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
             v.pinned_registers.clone().into(),
         );
         o.insert("outcome_pinned".into(), v.outcome_pinned.into());
+        // Whether the verified verdict counts at least one test (null: no verified verdict).
+        o.insert(
+            "tests_ran".into(),
+            v.verdict.as_ref().map(crate::evidence::tests_ran).into(),
+        );
         o.insert(
             "pins".into(),
             serde_json::to_value(&v.pins).unwrap_or_default(),

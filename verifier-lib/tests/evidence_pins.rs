@@ -1,5 +1,6 @@
 //! `verify-attestation evidence` with the founder's pins on the run: `--expect-outcome`, `--commit`, `--tree`,
-//! `--patch`/`--patch-sha256`, `--job`/`--job-sha256` and `--isolation`, each met and unmet in a table, each
+//! `--patch`/`--patch-sha256`, `--job`/`--job-sha256`, `--isolation`, `--expect-tests-ran` and `--min-failed`,
+//! each met and unmet in a table, each
 //! failure naming its own check with the value seen and the value wanted; the outcome-not-pinned line; the
 //! human output's first rows; `--nonce` required unless `--no-nonce`; and a verdict whose counts contradict
 //! its outcome.
@@ -395,5 +396,131 @@ fn tdx_register_pins_do_not_pin_snp_evidence() {
             .as_str()
             .is_some_and(|d| d.contains("--mrtd")),
         "{json}"
+    );
+}
+
+#[test]
+fn tests_ran_and_min_failed_pins_hold_and_fail_and_no_test_ran_is_said() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nonce = hex::encode(NONCE);
+    // (outcome, counts, flags, the failing check or None, the value the failure must say was seen)
+    let cases: Vec<(Outcome, Option<(u64, u64)>, Vec<&str>, Option<&str>, &str)> = vec![
+        // An install that failed: tests_failed with no counts.
+        (
+            Outcome::TestsFailed,
+            None,
+            vec!["--expect-outcome", "tests_failed"],
+            None,
+            "",
+        ),
+        (
+            Outcome::TestsFailed,
+            None,
+            vec!["--expect-outcome", "tests_failed", "--min-failed", "1"],
+            Some(checks::PIN_MIN_FAILED),
+            "no counts (tests: null)",
+        ),
+        (
+            Outcome::TestsFailed,
+            None,
+            vec!["--expect-tests-ran"],
+            Some(checks::PIN_TESTS_RAN),
+            "no counts (tests: null)",
+        ),
+        // The base reproduces the bug: one test counted failed.
+        (
+            Outcome::TestsFailed,
+            Some((2, 1)),
+            vec!["--expect-outcome", "tests_failed", "--min-failed", "1"],
+            None,
+            "",
+        ),
+        (
+            Outcome::TestsFailed,
+            Some((2, 1)),
+            vec!["--expect-tests-ran"],
+            None,
+            "",
+        ),
+        (
+            Outcome::TestsFailed,
+            Some((2, 1)),
+            vec!["--min-failed", "2"],
+            Some(checks::PIN_MIN_FAILED),
+            "2 passed, 1 failed",
+        ),
+        (
+            Outcome::NoTestsObserved,
+            Some((0, 0)),
+            vec!["--expect-tests-ran"],
+            Some(checks::PIN_TESTS_RAN),
+            "0 passed, 0 failed",
+        ),
+        (
+            Outcome::TestsPassed,
+            Some((3, 0)),
+            vec!["--expect-tests-ran"],
+            None,
+            "",
+        ),
+    ];
+    for (outcome, counts, flags, failing, seen) in cases {
+        let ev = write(dir.path(), &evidence(outcome, counts));
+        let mut args = vec!["--json", "--nonce", &nonce];
+        args.extend(flags.iter().copied());
+        let out = run(&ev, &args);
+        let json = json_of(&out);
+        let ran = counts.is_some_and(|(p, f)| p + f > 0);
+        assert_eq!(json["tests_ran"], ran, "{flags:?}: {json}");
+        match failing {
+            None => {
+                assert_eq!(out.status.code(), Some(0), "{flags:?}: {json}");
+                let pins = json["pins"].as_array().expect("pins");
+                assert!(pins.iter().all(|p| p["held"] == true), "{json}");
+            }
+            Some(check) => {
+                assert_eq!(out.status.code(), Some(1), "{flags:?}: {json}");
+                assert_eq!(failure_checks(&json), vec![check], "{flags:?}: {json}");
+                assert_eq!(json["failures"][0]["seen"], seen, "{flags:?}: {json}");
+            }
+        }
+        // tests_failed pinned without a count pin: the notes say a run without tests would also do.
+        let unpinned = flags.contains(&"tests_failed")
+            && !flags.contains(&"--min-failed")
+            && !flags.contains(&"--expect-tests-ran");
+        let noted = json["notes"].as_array().is_some_and(|n| {
+            n.iter().any(|n| {
+                n.as_str()
+                    .is_some_and(|n| n.starts_with("failed-test count NOT pinned"))
+            })
+        });
+        assert_eq!(noted, unpinned, "{flags:?}: {json}");
+    }
+
+    // The table says no test ran on its own line, right after the counts; a run with tests does not.
+    let ev = write(dir.path(), &evidence(Outcome::TestsFailed, None));
+    let out = run(
+        &ev,
+        &["--nonce", &nonce, "--expect-outcome", "tests_failed"],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("NO TEST RAN: "))
+        .unwrap_or_else(|| panic!("no NO TEST RAN line: {text}"));
+    assert!(lines[at - 1].contains("counts"), "{text}");
+    assert!(text.contains("failed-test count NOT pinned"), "{text}");
+    let ev = write(dir.path(), &evidence(Outcome::TestsFailed, Some((2, 1))));
+    let text = String::from_utf8_lossy(&run(&ev, &["--nonce", &nonce]).stdout).into_owned();
+    assert!(!text.contains("NO TEST RAN"), "{text}");
+
+    // --min-failed 0 pins nothing: a usage error naming the flag.
+    let out = run(&ev, &["--nonce", &nonce, "--min-failed", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--min-failed"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

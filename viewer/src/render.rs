@@ -228,6 +228,9 @@ impl<'a> Renderer<'a> {
                                 None => "No test counts.",
                             }
                         }
+                        @if !verifier_lib::evidence::tests_ran(v) {
+                            p.no-tests #no-tests { strong { (verifier_lib::output::NO_TEST_RAN) } }
+                        }
                         p { "The outcome and counts come from the verdict: " (self.claim(&["verdict-signature", "verdict-counts"])) }
                     }
                     None => {

@@ -2,7 +2,7 @@
 //! eight named outcomes of DESIGN.md. Pure functions, so that every rule has a unit test.
 
 use super::counts::CountsResult;
-use attestation::verdict::Outcome;
+use attestation::verdict::{EgressRecord, Outcome};
 
 /// SIGKILL, the signal the OOM killer and the wall clock use.
 const SIGKILL: i32 = 9;
@@ -97,8 +97,58 @@ impl PhaseFacts {
     }
 }
 
-/// Whether the install phase ends the run, and how: `None` when the test phase may start.
-pub fn install_stops(f: &PhaseFacts) -> Option<(Outcome, String)> {
+/// At most this many refusals are named in an install finding.
+const REFUSALS_NAMED: usize = 5;
+/// At most this many characters of one refusal's reason are quoted.
+const REASON_CHARS: usize = 160;
+
+/// Whether an egress record is a connection the environment did not provide: refused by the proxy's policy
+/// or limits (`allowed == false`), or allowed and then not connected (the proxy records "connecting failed").
+/// The proxy's own note that further attempts went unlogged is not a connection.
+fn not_served(r: &EgressRecord) -> bool {
+    if r.host.is_empty() && r.port == 0 && r.reason.contains("not logged") {
+        return false;
+    }
+    !r.allowed || r.reason.contains("connecting failed")
+}
+
+/// The refused or failed connections of an egress log, named (`host:port (reason)`), at most
+/// [`REFUSALS_NAMED`] distinct ones, and how many there were in all; `None` when every connection was served.
+pub fn refusals(egress: &[EgressRecord]) -> Option<String> {
+    let mut distinct: Vec<String> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0usize;
+    for r in egress.iter().filter(|r| not_served(r)) {
+        total += 1;
+        let mut why: String = r.reason.chars().take(REASON_CHARS).collect();
+        if why.len() < r.reason.len() {
+            why.push_str("...");
+        }
+        let host = if r.host.is_empty() { "?" } else { &r.host };
+        let one = format!("{host}:{} ({why})", r.port);
+        if seen.insert(one.clone()) {
+            distinct.push(one);
+        }
+    }
+    if total == 0 {
+        return None;
+    }
+    let shown = distinct.len().min(REFUSALS_NAMED);
+    let mut text = format!(
+        "{total} connection(s) refused or failed: {}",
+        distinct[..shown].join("; ")
+    );
+    if distinct.len() > shown {
+        text.push_str(&format!(" (and {} other(s))", distinct.len() - shown));
+    }
+    Some(text)
+}
+
+/// Whether the install phase ends the run, and how: `None` when the test phase may start. `egress` is the
+/// install phase's egress log: a phase that failed (non-zero exit or a signal) while connections were refused
+/// or failed is `environment_exhausted` (the environment could not provide the dependencies), naming them; one
+/// that failed with every connection served is `tests_failed`.
+pub fn install_stops(f: &PhaseFacts, egress: &[EgressRecord]) -> Option<(Outcome, String)> {
     if let Some(why) = f.exhausted() {
         return Some((
             Outcome::EnvironmentExhausted,
@@ -117,20 +167,26 @@ pub fn install_stops(f: &PhaseFacts) -> Option<(Outcome, String)> {
             format!("install phase: {why}"),
         ));
     }
-    match (f.exit_code, f.signal) {
-        (Some(0), _) => None,
-        (Some(c), _) => Some((
-            Outcome::TestsFailed,
-            format!("install phase failed with exit code {c}"),
-        )),
-        (None, Some(s)) => Some((
-            Outcome::TestsFailed,
-            format!("install phase killed by signal {s}"),
-        )),
-        (None, None) => Some((
+    let failed = match (f.exit_code, f.signal) {
+        (Some(0), _) => return None,
+        (Some(c), _) => format!("install phase failed with exit code {c}"),
+        (None, Some(s)) => format!("install phase killed by signal {s}"),
+        (None, None) => {
+            return Some((
+                Outcome::EnvironmentExhausted,
+                "install phase ended without an exit status".into(),
+            ))
+        }
+    };
+    match refusals(egress) {
+        Some(named) => Some((
             Outcome::EnvironmentExhausted,
-            "install phase ended without an exit status".into(),
+            format!(
+                "{failed} after the egress proxy refused or could not connect: {named}; the environment could not \
+                 provide the dependencies, and no test ran"
+            ),
         )),
+        None => Some((Outcome::TestsFailed, format!("{failed}; no test ran"))),
     }
 }
 
@@ -369,24 +425,141 @@ explicitly, and no default is configured.\nhelp: run 'rustup default stable' to 
         );
     }
 
+    fn rec(host: &str, port: u16, allowed: bool, reason: &str) -> EgressRecord {
+        EgressRecord {
+            host: host.into(),
+            port,
+            allowed,
+            reason: reason.into(),
+            bytes_up: 0,
+            bytes_down: 0,
+        }
+    }
+
     #[test]
     fn install_rules() {
-        assert_eq!(install_stops(&exited(0)), None);
-        assert_eq!(
-            install_stops(&exited(1)).map(|x| x.0),
-            Some(Outcome::TestsFailed)
+        let served = rec(
+            "registry.example",
+            443,
+            true,
+            "allowlisted by registry.example; CONNECT to 127.0.0.1:443",
         );
-        assert_eq!(
-            install_stops(&exited(127)).map(|x| x.0),
-            Some(Outcome::TestCommandUnavailable)
+        let refused = rec(
+            "blocked.example",
+            443,
+            false,
+            "blocked.example is not on the allowlist",
+        );
+        let unreachable = rec(
+            "registry.example",
+            443,
+            true,
+            "allowlisted by registry.example, but connecting failed: connection refused",
+        );
+        let unlogged = rec(
+            "",
+            0,
+            false,
+            "3 further attempts not logged (log limit 2 reached)",
         );
         let timed = PhaseFacts {
             timed_out: true,
             ..Default::default()
         };
+        let killed = PhaseFacts {
+            signal: Some(15),
+            ..Default::default()
+        };
+        let oom = PhaseFacts {
+            oom_kills: 1,
+            signal: Some(9),
+            ..Default::default()
+        };
+        use Outcome::*;
+        // (facts, egress log, outcome, what the finding must say)
+        let table: Vec<(PhaseFacts, Vec<EgressRecord>, Option<Outcome>, &str)> = vec![
+            (exited(0), vec![], None, ""),
+            (exited(0), vec![refused.clone()], None, ""),
+            (
+                exited(1),
+                vec![],
+                Some(TestsFailed),
+                "exit code 1; no test ran",
+            ),
+            (
+                exited(1),
+                vec![served.clone()],
+                Some(TestsFailed),
+                "exit code 1",
+            ),
+            (
+                exited(1),
+                vec![unlogged.clone()],
+                Some(TestsFailed),
+                "exit code 1",
+            ),
+            (
+                exited(1),
+                vec![served.clone(), refused.clone()],
+                Some(EnvironmentExhausted),
+                "blocked.example:443 (blocked.example is not on the allowlist)",
+            ),
+            (
+                exited(6),
+                vec![unreachable.clone()],
+                Some(EnvironmentExhausted),
+                "registry.example:443 (allowlisted by registry.example, but connecting failed",
+            ),
+            (
+                killed.clone(),
+                vec![refused.clone()],
+                Some(EnvironmentExhausted),
+                "killed by signal 15 after the egress proxy refused",
+            ),
+            (killed, vec![served], Some(TestsFailed), "signal 15"),
+            // Rules before the egress log: unavailable, the clock, our own limits.
+            (
+                exited(127),
+                vec![refused.clone()],
+                Some(TestCommandUnavailable),
+                "exit 127",
+            ),
+            (
+                timed,
+                vec![refused.clone()],
+                Some(BudgetExpired),
+                "wall-clock",
+            ),
+            (oom, vec![], Some(EnvironmentExhausted), "memory limit"),
+        ];
+        for (facts, egress, want, says) in table {
+            let got = install_stops(&facts, &egress);
+            assert_eq!(got.as_ref().map(|x| x.0), want, "{facts:?} {egress:?}");
+            let why = got.map(|x| x.1).unwrap_or_default();
+            assert!(why.contains(says), "{facts:?} {egress:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn refusals_are_named_bounded_and_counted() {
+        assert_eq!(refusals(&[]), None);
+        let many: Vec<EgressRecord> = (0..40)
+            .map(|i| rec(&format!("h{i}.example"), 443, false, &"x".repeat(1000)))
+            .collect();
+        let text = refusals(&many).expect("refusals");
+        assert!(
+            text.starts_with("40 connection(s) refused or failed: h0.example:443 ("),
+            "{text}"
+        );
+        assert!(text.contains("h4.example:443"), "{text}");
+        assert!(!text.contains("h5.example"), "{text}");
+        assert!(text.ends_with("(and 35 other(s))"), "{text}");
+        assert!(text.len() < 1200, "{} bytes", text.len());
+        // The same refusal repeated is named once and counted each time.
+        let same = vec![rec("a.example", 80, false, "not allowed"); 3];
         assert_eq!(
-            install_stops(&timed).map(|x| x.0),
-            Some(Outcome::BudgetExpired)
+            refusals(&same).as_deref(),
+            Some("3 connection(s) refused or failed: a.example:80 (not allowed)")
         );
     }
 }

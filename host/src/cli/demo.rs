@@ -401,6 +401,9 @@ fn verdict_lines(v: &Verdict) -> Vec<String> {
             escape(&c.parser)
         ));
     }
+    if !verifier_lib::evidence::tests_ran(v) {
+        out.push(verifier_lib::output::NO_TEST_RAN.to_string());
+    }
     out.push(format!(
         "processes   {} started, {} running at end, {} left after teardown",
         v.processes.started, v.processes.running_at_end, v.processes.left_after_teardown

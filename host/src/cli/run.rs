@@ -425,6 +425,9 @@ pub fn summary(v: &Verdict) -> String {
             let _ = writeln!(out, "counts: none");
         }
     }
+    if !verifier_lib::evidence::tests_ran(v) {
+        let _ = writeln!(out, "{}", verifier_lib::output::NO_TEST_RAN);
+    }
     let _ = writeln!(
         out,
         "processes: {} started, {} running at end, {} left after teardown",

@@ -102,7 +102,11 @@ fn add_tree(b: &mut tar::Builder<Vec<u8>>, root: &Path, prefix: &Path) -> Result
             path: root.to_path_buf(),
             source,
         })?;
-    entries.retain(|e| e.path() != root);
+    // The root's own entry is written under its prefix (`repo/`), so that the archive lists every directory
+    // before what lies in it; a bundle directory's root has no name of its own and is the archive's root.
+    if prefix.as_os_str().is_empty() {
+        entries.retain(|e| e.path() != root);
+    }
     for e in entries {
         let rel = e.path().strip_prefix(root).unwrap_or(e.path());
         let name = prefix.join(rel);
@@ -236,6 +240,100 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn git(repo: &Path, args: &[&str]) -> bool {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t.example"])
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    /// A git checkout lists `.git` first: the packed tar must still unpack, and intake accept it.
+    #[test]
+    fn a_git_checkout_whose_first_entry_is_dot_git_packs_and_intake_accepts_it() {
+        let d = tempfile::tempdir().expect("tmp");
+        let repo = d.path().join("repo");
+        std::fs::create_dir_all(repo.join("tests")).expect("mkdir");
+        std::fs::write(repo.join("tests/t.sh"), "echo '1 passed, 0 failed'\n").expect("write");
+        if !git(&repo, &["init", "-q"])
+            || !git(&repo, &["add", "-A"])
+            || !git(&repo, &["commit", "-q", "-m", "base"])
+        {
+            eprintln!("skipped: git could not make a repository here");
+            return;
+        }
+        let head = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&repo)
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .expect("git rev-parse");
+        let commit = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        let job = d.path().join("job.toml");
+        std::fs::write(
+            &job,
+            format!(
+                "[repository]\npath = \"repo\"\ncommit = \"{commit}\"\n[test]\ncommand = \"sh tests/t.sh\"\n"
+            ),
+        )
+        .expect("write");
+        let (kind, bytes) = pack(&job).expect("pack");
+        assert_eq!(kind, BundleKind::Tar);
+        // The repository's own directory comes before `.git`, and nothing is listed before its directory.
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let names: Vec<String> = archive
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                e.expect("entry")
+                    .path()
+                    .expect("path")
+                    .to_string_lossy()
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .collect();
+        let repo_at = names.iter().position(|n| n == "repo");
+        let git_at = names.iter().position(|n| n == "repo/.git");
+        assert!(
+            repo_at.is_some() && git_at.is_some() && repo_at < git_at,
+            "{names:?}"
+        );
+        for (i, n) in names.iter().enumerate() {
+            if let Some((parent, _)) = n.rsplit_once('/') {
+                assert!(
+                    names[..i].iter().any(|p| p == parent),
+                    "{n} comes before its directory: {names:?}"
+                );
+            }
+        }
+        // The guest's unpack, and the whole of intake, accept the bytes.
+        let out = d.path().join("out");
+        intake::unpack::unpack_archive(
+            &bytes,
+            intake::unpack::ArchiveFormat::Tar,
+            &out,
+            &intake::report::IntakeLimits::default(),
+        )
+        .expect("unpack");
+        assert!(out.join("repo/.git/HEAD").is_file());
+        assert!(out.join("repo/tests/t.sh").is_file());
+        let tar_file = d.path().join("bundle.tar");
+        std::fs::write(&tar_file, &bytes).expect("write");
+        let work = d.path().join("work");
+        std::fs::create_dir(&work).expect("mkdir");
+        let opts = intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
+            .with_work_parent(&work);
+        let report = intake::run_stages(&tar_file, &opts);
+        assert!(
+            report.accepted,
+            "refused: {:?} {:?}",
+            report.refusal, report.unusable
+        );
+    }
 
     #[test]
     fn pack_errors_name_what_failed_and_the_path() {

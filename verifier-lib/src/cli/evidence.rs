@@ -120,6 +120,14 @@ pub struct PinArgs {
     /// The isolation tier the verdict must record (sev-snp, tdx, vm, process).
     #[arg(long, value_name = "TIER", value_parser = parse_isolation)]
     pub isolation: Option<Isolation>,
+    /// At least one test must be counted (passed + failed > 0): a run whose install failed, or whose suite ran
+    /// nothing, is rejected whatever its outcome.
+    #[arg(long = "expect-tests-ran")]
+    pub expect_tests_ran: bool,
+    /// At least N failed tests must be counted (N >= 1); with `--expect-outcome tests_failed` it checks that the
+    /// base reproduces the bug, not merely that the run failed.
+    #[arg(long = "min-failed", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub min_failed: Option<u64>,
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -485,6 +493,8 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         patch_sha256,
         job_sha256,
         isolation: a.isolation,
+        expect_tests_ran: a.expect_tests_ran,
+        min_failed: a.min_failed,
     })
 }
 

@@ -261,7 +261,8 @@ fn run_in(
             verdict.set_outcome(attestation::verdict::Outcome::EnvironmentExhausted);
             return verdict;
         }
-        if let Some((outcome, why)) = classify::install_stops(&run.facts) {
+        let egress = verdict.install.as_ref().map_or(&[][..], |i| &i.egress[..]);
+        if let Some((outcome, why)) = classify::install_stops(&run.facts, egress) {
             verdict
                 .findings
                 .push(finding("install", "install-phase", why));
