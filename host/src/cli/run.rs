@@ -396,7 +396,10 @@ pub fn summary(v: &Verdict) -> String {
                     out,
                     "  operator egress: allow_networks [{}], upstream_proxy {}",
                     escape(&o.allow_networks.join(", ")),
-                    o.upstream_proxy.as_deref().map(escape).unwrap_or("none".into())
+                    o.upstream_proxy
+                        .as_deref()
+                        .map(escape)
+                        .unwrap_or("none".into())
                 );
             }
         }
