@@ -222,6 +222,23 @@ pub struct InstallPhase {
     pub env_names: Vec<String>,
     /// The sandbox the command saw (mounts and namespaces, one short line each).
     pub sandbox: Vec<String>,
+    /// The operator's `[egress]` settings in force for this phase, when there were any (absent in evidence
+    /// written before the field existed, and when the operator set nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator_egress: Option<OperatorEgress>,
+}
+
+/// The operator's egress settings an install phase ran with (docs/job-file.md, `[egress]` of the operator's
+/// configuration): never the job's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OperatorEgress {
+    /// Networks the address policy accepted for allowlisted names (canonical CIDR form).
+    #[serde(default)]
+    pub allow_networks: Vec<String>,
+    /// The HTTP CONNECT proxy allowed connections went through (`http://HOST:PORT`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_proxy: Option<String>,
 }
 
 /// The network the test phase had: only `none` exists.
@@ -625,6 +642,7 @@ mod tests {
             }],
             env_names: vec!["HOME".into(), "PATH".into()],
             sandbox: vec!["net: loopback + proxy relay".into()],
+            operator_egress: None,
         });
         v.test = Some(TestPhase {
             command: "cargo test".into(),
@@ -902,5 +920,41 @@ mod tests {
         v.output_tail.test = "a".repeat(OUTPUT_TAIL_MAX + 1);
         let e = v.check_consistency().expect_err("a tail above 64 KiB");
         assert!(e.to_string().contains("output_tail.test"), "{e}");
+    }
+
+    #[test]
+    fn operator_egress_is_recorded_and_evidence_without_it_still_decodes() {
+        // Without the field (as every verdict before it): the encodings carry no key and decode to `None`.
+        let old = sample();
+        let j = old.to_json_value();
+        assert!(j["install"].get("operator_egress").is_none(), "{j}");
+        assert_eq!(
+            Verdict::from_cbor(&old.to_cbor().expect("cbor")).expect("decode"),
+            old
+        );
+        let mut v = sample();
+        if let Some(i) = v.install.as_mut() {
+            i.operator_egress = Some(OperatorEgress {
+                allow_networks: vec!["10.20.0.0/16".into()],
+                upstream_proxy: Some("http://proxy.example:3128".into()),
+            });
+        }
+        let j = v.to_json_value();
+        assert_eq!(
+            j["install"]["operator_egress"]["allow_networks"][0],
+            "10.20.0.0/16"
+        );
+        assert_eq!(
+            j["install"]["operator_egress"]["upstream_proxy"],
+            "http://proxy.example:3128"
+        );
+        assert_eq!(
+            Verdict::from_cbor(&v.to_cbor().expect("cbor")).expect("decode"),
+            v
+        );
+        assert_eq!(
+            Verdict::from_json(v.to_json_pretty().as_bytes()).expect("decode"),
+            v
+        );
     }
 }

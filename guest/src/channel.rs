@@ -263,7 +263,9 @@ impl BundleKind {
     }
 }
 
-/// The job header: `kind (1) || nonce length (1) || nonce || SHA-256 of the bundle (32) || bundle length (8, BE)`.
+/// The job header: `kind (1) || nonce length (1) || nonce || SHA-256 of the bundle (32) || bundle length (8, BE)`,
+/// then, only when the operator set `[egress]`, `settings length (2, BE) || settings` (UTF-8 lines, see
+/// [`job_policy::egress::OperatorEgress::encode`]; checked again here).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobHeader {
     /// How the bundle is packed.
@@ -274,6 +276,8 @@ pub struct JobHeader {
     pub bundle_sha256: [u8; 32],
     /// Length of the bundle.
     pub bundle_len: u64,
+    /// The operator's `[egress]` settings (empty: none), recorded in the verdict; the host dialer applies them.
+    pub egress: job_policy::egress::OperatorEgress,
 }
 
 impl JobHeader {
@@ -285,6 +289,11 @@ impl JobHeader {
         v.extend_from_slice(&self.nonce);
         v.extend_from_slice(&self.bundle_sha256);
         v.extend_from_slice(&self.bundle_len.to_be_bytes());
+        if !self.egress.is_empty() {
+            let text = self.egress.encode();
+            v.extend_from_slice(&u16::try_from(text.len()).unwrap_or(u16::MAX).to_be_bytes());
+            v.extend_from_slice(text.as_bytes());
+        }
         v
     }
 
@@ -309,7 +318,7 @@ impl JobHeader {
             }
         };
         let n = usize::from(n);
-        if p.len() != 2 + n + 32 + 8 {
+        if p.len() < 2 + n + 32 + 8 {
             return Err(bad(format!(
                 "{} bytes; a nonce of {n} bytes needs {}",
                 p.len(),
@@ -320,6 +329,16 @@ impl JobHeader {
         let nonce = r.take("nonce", n).map_err(wire)?.to_vec();
         let bundle_sha256 = r.array("bundle SHA-256").map_err(wire)?;
         let bundle_len = r.u64_be("bundle length").map_err(wire)?;
+        let egress = if r.is_empty() {
+            job_policy::egress::OperatorEgress::default()
+        } else {
+            let len = r.take("egress settings length", 2).map_err(wire)?;
+            let len = usize::from(u16::from_be_bytes([len[0], len[1]]));
+            let text = r.take("egress settings", len).map_err(wire)?;
+            let text = std::str::from_utf8(text)
+                .map_err(|_| bad("the egress settings are not UTF-8".into()))?;
+            job_policy::egress::OperatorEgress::decode(text).map_err(|e| bad(e.to_string()))?
+        };
         r.finish().map_err(wire)?;
         if bundle_len > u64::from(MAX_BUNDLE) {
             return Err(bad(format!(
@@ -331,6 +350,7 @@ impl JobHeader {
             nonce,
             bundle_sha256,
             bundle_len,
+            egress,
         })
     }
 }
@@ -432,13 +452,41 @@ mod tests {
             nonce: vec![7; 32],
             bundle_sha256: [9; 32],
             bundle_len: 1234,
+            egress: Default::default(),
         };
         let enc = h.encode();
+        assert_eq!(
+            enc.len(),
+            2 + 32 + 32 + 8,
+            "no settings: the header as before"
+        );
         assert_eq!(JobHeader::decode(&enc).expect("decode"), h);
         let mut longer = enc.clone();
         longer.push(0);
         assert!(JobHeader::decode(&longer).is_err());
         assert!(JobHeader::decode(&enc[..enc.len() - 1]).is_err());
+
+        // With the operator's egress settings: carried, checked again, nothing after them.
+        let with = JobHeader {
+            egress: job_policy::egress::OperatorEgress::parse(
+                &["10.20.0.0/16"],
+                Some("http://10.0.0.5:3128"),
+            )
+            .expect("settings"),
+            ..h.clone()
+        };
+        let enc = with.encode();
+        assert_eq!(JobHeader::decode(&enc).expect("decode"), with);
+        let mut longer = enc.clone();
+        longer.push(b'\n');
+        assert!(JobHeader::decode(&longer).is_err());
+        assert!(JobHeader::decode(&enc[..enc.len() - 1]).is_err());
+        let mut bad = h.encode();
+        let text = b"network 127.0.0.0/8\n";
+        bad.extend_from_slice(&(text.len() as u16).to_be_bytes());
+        bad.extend_from_slice(text);
+        let e = JobHeader::decode(&bad).expect_err("a range over loopback");
+        assert!(e.to_string().contains("127.0.0.0/8"), "{e}");
 
         let p = encode_report(b"report", &[b"vcek".to_vec(), b"ask".to_vec()]);
         let (r, c) = decode_report(&p).expect("report");

@@ -38,7 +38,7 @@ pub enum OperatorConfigError {
     Entry {
         /// The file.
         path: String,
-        /// `env.passthrough` or `sandbox.read`.
+        /// `env.passthrough`, `sandbox.read`, `egress.allow_networks` or `egress.upstream_proxy`.
         key: &'static str,
         /// What is wrong with the entry.
         why: String,
@@ -50,6 +50,14 @@ pub enum OperatorConfigError {
 struct RawOperator {
     env: Option<RawEnv>,
     sandbox: Option<RawSandbox>,
+    egress: Option<RawEgress>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEgress {
+    allow_networks: Option<Vec<String>>,
+    upstream_proxy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +82,10 @@ pub struct OperatorPolicy {
     /// Host paths (absolute, or `~/` for the runner's home) a job may list in `[sandbox] read`, or any path
     /// under one of them.
     pub read: Vec<String>,
+    /// The `[egress]` table: networks the address policy accepts for allowlisted names, and the HTTP CONNECT
+    /// proxy allowed connections go through (none by default).
+    #[serde(skip)]
+    pub egress: job_policy::egress::OperatorEgress,
     /// Where the policy came from (a file, or the built-in defaults), for messages.
     pub source: String,
 }
@@ -86,14 +98,16 @@ impl Default for OperatorPolicy {
                 .map(|s| (*s).to_owned())
                 .collect(),
             read: Vec::new(),
+            egress: job_policy::egress::OperatorEgress::default(),
             source: "the built-in operator defaults".to_owned(),
         }
     }
 }
 
 impl OperatorPolicy {
-    /// Reads an operator configuration file (TOML: `[env] passthrough`, `[sandbox] read`); a table or key
-    /// left out keeps its default (the default read list is empty).
+    /// Reads an operator configuration file (TOML: `[env] passthrough`, `[sandbox] read`, `[egress]
+    /// allow_networks` and `upstream_proxy`); a table or key left out keeps its default (the default read list
+    /// and the egress settings are empty).
     pub fn load(path: &Path) -> Result<OperatorPolicy, OperatorConfigError> {
         use std::io::Read;
         let name = path.display().to_string();
@@ -129,6 +143,23 @@ impl OperatorPolicy {
         }
         if let Some(read) = raw.sandbox.and_then(|s| s.read) {
             p.read = read;
+        }
+        if let Some(e) = raw.egress {
+            let entry = |key: &'static str, why: String| OperatorConfigError::Entry {
+                path: source.to_owned(),
+                key,
+                why,
+            };
+            p.egress.allow_networks = job_policy::addr::AllowNetworks::parse(
+                e.allow_networks.as_deref().unwrap_or_default(),
+            )
+            .map_err(|e| entry("egress.allow_networks", e.to_string()))?;
+            p.egress.upstream_proxy = e
+                .upstream_proxy
+                .as_deref()
+                .map(job_policy::egress::UpstreamProxy::parse)
+                .transpose()
+                .map_err(|e| entry("egress.upstream_proxy", e.to_string()))?;
         }
         p.check().map_err(|(key, why)| OperatorConfigError::Entry {
             path: source.to_owned(),
@@ -211,6 +242,13 @@ impl OperatorPolicy {
         self.read_roots(home)
             .iter()
             .any(|root| is_at_or_under(path, root))
+    }
+
+    /// Whether the policy asks nothing of the runner's machine beyond the built-in defaults (the `vm` tier's
+    /// guest has neither this host's environment nor its files; only `[egress]` applies there).
+    pub fn only_egress(&self) -> bool {
+        let d = OperatorPolicy::default();
+        self.passthrough == d.passthrough && self.read.is_empty()
     }
 
     /// The read list as one line, for messages.
@@ -298,9 +336,53 @@ mod tests {
             "[sandbox]\nread = [\"/run/docker.sock\"]\n",
             "[sandbox]\nread = [\"/opt/../etc\"]\n",
             "[other]\nx = 1\n",
+            "[egress]\nallow_networks = [\"127.0.0.0/8\"]\n",
+            "[egress]\nallow_networks = [\"registry.example\"]\n",
+            "[egress]\nupstream_proxy = \"https://proxy.example:3128\"\n",
+            "[egress]\nother = 1\n",
         ] {
             let e = OperatorPolicy::from_toml(bad, "op.toml").expect_err(bad);
             assert!(e.to_string().starts_with("op.toml"), "{e}");
         }
+    }
+
+    #[test]
+    fn the_egress_table_is_read_and_its_bad_entries_are_named() {
+        let p = OperatorPolicy::from_toml(
+            "[egress]\nallow_networks = [\"10.20.0.0/16\", \"127.0.0.1/32\"]\nupstream_proxy = \"http://10.0.0.5:3128\"\n",
+            "op.toml",
+        )
+        .expect("load");
+        assert_eq!(
+            p.egress.allow_networks.entries(),
+            vec!["10.20.0.0/16".to_string(), "127.0.0.1/32".to_string()]
+        );
+        assert_eq!(
+            p.egress.upstream_proxy.as_ref().map(|u| u.url()),
+            Some("http://10.0.0.5:3128".to_string())
+        );
+        assert!(p.only_egress());
+        assert!(OperatorPolicy::default().egress.is_empty());
+        let e = OperatorPolicy::from_toml(
+            "[egress]\nallow_networks = [\"10.0.0.0/8\", \"169.254.0.0/16\"]\n",
+            "/etc/fenced-run/operator.toml",
+        )
+        .expect_err("link-local range");
+        let e = e.to_string();
+        assert!(
+            e.starts_with("/etc/fenced-run/operator.toml: egress.allow_networks: `169.254.0.0/16`"),
+            "{e}"
+        );
+        let e =
+            OperatorPolicy::from_toml("[egress]\nupstream_proxy = \"proxy.example\"\n", "op.toml")
+                .expect_err("no scheme")
+                .to_string();
+        assert!(
+            e.starts_with("op.toml: egress.upstream_proxy: `proxy.example`"),
+            "{e}"
+        );
+        let with_env =
+            OperatorPolicy::from_toml("[env]\npassthrough = [\"TERM\"]\n", "op.toml").expect("env");
+        assert!(!with_env.only_egress());
     }
 }

@@ -259,6 +259,206 @@ pub fn check(ip: IpAddr) -> Result<(), Refused> {
     })
 }
 
+/// Classes an operator's `allow_networks` reaches only when an entry names the address itself (a `/32`, a
+/// `/128` or a plain address): a range never opens them.
+pub const NAMED_ONLY: &[AddrClass] = &[
+    AddrClass::Loopback,
+    AddrClass::LinkLocal,
+    AddrClass::Metadata,
+];
+
+/// Classes no operator setting reaches: nothing is ever dialled there.
+pub const NEVER: &[AddrClass] = &[
+    AddrClass::Unspecified,
+    AddrClass::Multicast,
+    AddrClass::Broadcast,
+];
+
+/// Networks a range in `allow_networks` may not cover (wider than one address): loopback, link-local, cloud
+/// metadata, unspecified, multicast and broadcast addresses, and the IPv6 forms that embed an IPv4 address.
+const SENSITIVE: &[(&str, &str)] = &[
+    ("0.0.0.0/8", "unspecified (0.0.0.0 reaches this host)"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("169.254.169.254/32", "cloud metadata service"),
+    ("169.254.170.2/32", "cloud metadata service"),
+    ("100.100.100.200/32", "cloud metadata service"),
+    ("224.0.0.0/4", "multicast"),
+    ("255.255.255.255/32", "broadcast"),
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("fe80::/10", "link-local"),
+    ("fd00:ec2::254/128", "cloud metadata service"),
+    ("ff00::/8", "multicast"),
+    ("::/96", "IPv4-compatible forms (which embed loopback)"),
+    ("::ffff:0:0/96", "IPv4-mapped forms (which embed loopback)"),
+    (
+        "::ffff:0:0:0/96",
+        "IPv4-translated forms (which embed loopback)",
+    ),
+    ("64:ff9b::/96", "NAT64 forms (which embed loopback)"),
+    ("2002::/16", "6to4 forms (which embed loopback)"),
+    ("2001::/32", "Teredo forms (which embed loopback)"),
+];
+
+/// Why an entry of the operator's `allow_networks` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkEntryError {
+    /// Not an IP address nor a CIDR network.
+    #[error("`{0}`: not an IP address or a CIDR network (such as 10.20.0.0/16 or fd12:3456::/48)")]
+    NotCidr(String),
+    /// Bits set after the prefix length.
+    #[error("`{entry}`: bits set after the prefix length; write {network}")]
+    HostBits {
+        /// The entry as written.
+        entry: String,
+        /// The network it most likely means.
+        network: String,
+    },
+    /// A range (wider than one address) over loopback, link-local, metadata or other never-opened space.
+    #[error(
+        "`{entry}`: the range covers {covered} ({what}); loopback, link-local and metadata addresses are \
+         reached only when named one by one (a /32, a /128 or a plain address)"
+    )]
+    Covers {
+        /// The entry as written.
+        entry: String,
+        /// The sensitive network it overlaps.
+        covered: String,
+        /// What that network is.
+        what: String,
+    },
+    /// One address of a class no setting opens.
+    #[error("`{entry}`: {class} addresses are never dialled, whatever the operator allows")]
+    Never {
+        /// The entry as written.
+        entry: String,
+        /// Its class.
+        class: AddrClass,
+    },
+}
+
+/// The operator's `[egress] allow_networks`: networks whose addresses the address policy then accepts for names
+/// on a job's allowlist (a company mirror on a private address, a registry behind an interception). Loopback,
+/// link-local and metadata addresses stay refused unless an entry names the address itself; unspecified,
+/// multicast and broadcast addresses are never accepted. Never settable by a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct AllowNetworks {
+    nets: Vec<ipnet::IpNet>,
+}
+
+impl AllowNetworks {
+    /// No network: the plain address policy.
+    pub fn none() -> AllowNetworks {
+        AllowNetworks::default()
+    }
+
+    /// Parses every entry (`CIDR` or a plain address); the first unusable one is the error.
+    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<AllowNetworks, NetworkEntryError> {
+        let nets = entries
+            .iter()
+            .map(|e| parse_network(e.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AllowNetworks { nets })
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+
+    /// The entries in canonical form (`10.20.0.0/16`, a single address as `/32` or `/128`).
+    pub fn entries(&self) -> Vec<String> {
+        self.nets.iter().map(ToString::to_string).collect()
+    }
+
+    /// Whether an entry names exactly `ip`.
+    fn names(&self, ip: IpAddr) -> bool {
+        self.nets
+            .iter()
+            .any(|n| n.prefix_len() == n.max_prefix_len() && n.addr() == ip)
+    }
+
+    /// Whether an entry contains `ip`.
+    fn contains(&self, ip: IpAddr) -> bool {
+        self.nets.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// One entry of `allow_networks`: a CIDR network or a plain address (one address), checked against the rules
+/// of [`AllowNetworks`].
+pub fn parse_network(entry: &str) -> Result<ipnet::IpNet, NetworkEntryError> {
+    let text = entry.trim();
+    let net = match text.parse::<IpAddr>() {
+        Ok(ip) => ipnet::IpNet::from(ip),
+        Err(_) => text
+            .parse::<ipnet::IpNet>()
+            .map_err(|_| NetworkEntryError::NotCidr(entry.to_owned()))?,
+    };
+    if net.trunc() != net {
+        return Err(NetworkEntryError::HostBits {
+            entry: entry.to_owned(),
+            network: net.trunc().to_string(),
+        });
+    }
+    if net.prefix_len() == net.max_prefix_len() {
+        let class = classify(net.addr());
+        if NEVER.contains(&class) {
+            return Err(NetworkEntryError::Never {
+                entry: entry.to_owned(),
+                class,
+            });
+        }
+        return Ok(net);
+    }
+    for (s, what) in SENSITIVE {
+        let Ok(sens) = s.parse::<ipnet::IpNet>() else {
+            continue;
+        };
+        if net.contains(&sens.network()) || sens.contains(&net.network()) {
+            return Err(NetworkEntryError::Covers {
+                entry: entry.to_owned(),
+                covered: (*s).to_owned(),
+                what: (*what).to_owned(),
+            });
+        }
+    }
+    Ok(net)
+}
+
+/// [`check`] with the operator's `allow_networks`: a refused address is accepted when an entry names it (any
+/// class but unspecified, multicast and broadcast), or when an entry's range contains it and it is not loopback,
+/// link-local or metadata. A refusal says which rule held.
+pub fn check_with(ip: IpAddr, allow: &AllowNetworks) -> Result<(), Refused> {
+    let Err(mut refused) = check(ip) else {
+        return Ok(());
+    };
+    if allow.is_empty() || NEVER.contains(&refused.class) {
+        return Err(refused);
+    }
+    if allow.names(ip) {
+        return Ok(());
+    }
+    if NAMED_ONLY.contains(&refused.class) {
+        refused.why = format!(
+            "{}; the operator's allow_networks reaches it only by naming the address itself ({ip}/{})",
+            refused.why,
+            if ip.is_ipv4() { 32 } else { 128 }
+        );
+        return Err(refused);
+    }
+    if allow.contains(ip) {
+        return Ok(());
+    }
+    refused.why = format!(
+        "{}; not in the operator's allow_networks [{}]",
+        refused.why,
+        allow.entries().join(", ")
+    );
+    Err(refused)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,5 +581,88 @@ mod tests {
         assert!(embedded_v4("2606:4700::1".parse().expect("v6")).is_none());
         assert!(embedded_v4(Ipv6Addr::LOCALHOST).is_none());
         assert!(embedded_v4(Ipv6Addr::UNSPECIFIED).is_none());
+    }
+
+    #[test]
+    fn operator_networks_open_what_they_name_and_nothing_sensitive() {
+        let nets = AllowNetworks::parse(&[
+            "192.0.2.0/24",
+            "10.20.0.0/16",
+            "127.0.0.1/32",
+            "fd12:3456::/48",
+        ])
+        .expect("parse");
+        // (address, accepted with these networks)
+        let cases: &[(&str, bool)] = &[
+            // A registry name resolving into an allowed documentation range behind an interception.
+            ("192.0.2.10", true),
+            ("198.51.100.7", false),
+            ("10.20.3.4", true),
+            ("10.21.0.1", false),
+            ("fd12:3456::1", true),
+            ("fd12:3457::1", false),
+            // Loopback only as named: 127.0.0.1 yes, 127.0.0.2 and ::1 no.
+            ("127.0.0.1", true),
+            ("127.0.0.2", false),
+            ("::1", false),
+            ("::ffff:127.0.0.1", false),
+            // Metadata and link-local stay refused.
+            ("169.254.169.254", false),
+            ("169.254.1.1", false),
+            ("fd00:ec2::254", false),
+            // Public stays accepted.
+            ("8.8.8.8", true),
+        ];
+        for (s, want) in cases {
+            assert_eq!(check_with(ip(s), &nets).is_ok(), *want, "{s}");
+        }
+        let e = check_with(ip("127.0.0.2"), &nets).expect_err("not named");
+        assert!(e.why.contains("127.0.0.2/32"), "{}", e.why);
+        let e = check_with(ip("198.51.100.7"), &nets).expect_err("not listed");
+        assert!(
+            e.why.contains("not in the operator's allow_networks"),
+            "{}",
+            e.why
+        );
+        // Without networks: the plain policy.
+        assert!(check_with(ip("10.20.3.4"), &AllowNetworks::none()).is_err());
+        // Metadata named one by one is reached (the operator said so, address by address).
+        let named = AllowNetworks::parse(&["169.254.169.254"]).expect("named");
+        assert!(check_with(ip("169.254.169.254"), &named).is_ok());
+        assert_eq!(named.entries(), vec!["169.254.169.254/32".to_string()]);
+    }
+
+    #[test]
+    fn operator_network_entries_that_cannot_be_used_are_named() {
+        for (entry, want) in [
+            ("registry.example", "not an IP address or a CIDR network"),
+            ("10.0.0.0/33", "not an IP address or a CIDR network"),
+            ("", "not an IP address or a CIDR network"),
+            ("10.0.0.1/8", "write 10.0.0.0/8"),
+            ("127.0.0.0/8", "covers 127.0.0.0/8"),
+            ("127.0.0.0/31", "covers 127.0.0.0/8"),
+            ("0.0.0.0/0", "covers"),
+            ("169.254.0.0/16", "covers 169.254.0.0/16"),
+            ("100.64.0.0/10", "covers 100.100.100.200/32"),
+            ("fd00::/8", "covers fd00:ec2::254/128"),
+            ("::/0", "covers"),
+            ("::ffff:0:0/96", "covers"),
+            ("0.0.0.0", "never dialled"),
+            ("224.0.0.1/32", "never dialled"),
+            ("255.255.255.255", "never dialled"),
+        ] {
+            let e = AllowNetworks::parse(&[entry]).expect_err(entry).to_string();
+            assert!(e.contains(want), "{entry}: {e}");
+            assert!(e.contains(&format!("`{entry}`")), "{entry}: {e}");
+        }
+        for ok in [
+            "10.0.0.0/8",
+            "192.168.0.0/16",
+            "203.0.113.5",
+            "::1",
+            "fe80::1/128",
+        ] {
+            AllowNetworks::parse(&[ok]).expect(ok);
+        }
     }
 }

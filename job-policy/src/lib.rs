@@ -1,5 +1,5 @@
 //! What a job may be and where it may reach: the job file's schema and its one loader ([`job`]), the
-//! allowlist's host names ([`allow`]), the address policy ([`addr`]), the one `host:port` parser
+//! allowlist's host names ([`allow`]), the address policy ([`addr`]) and the operator's egress settings ([`egress`]), the one `host:port` parser
 //! ([`hostport`]) and the isolation tiers ([`Isolation`]). Intake, the fence, its egress proxy and the
 //! verdict all use these, so a rule is written once. Nothing here touches the network or runs anything.
 //!
@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod addr;
+pub mod egress;
 pub mod hostport;
 mod isolation;
 

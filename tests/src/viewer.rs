@@ -62,6 +62,7 @@ pub fn verdict(outcome: Outcome, s: &str) -> Verdict {
             ],
             env_names: vec![f("ENV")],
             sandbox: vec![f("sandbox-line")],
+            operator_egress: None,
         });
         v.test = Some(TestPhase {
             command: f("test-command"),

@@ -785,6 +785,39 @@ fn operator_config_in_the_vm_tier_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn an_operator_config_with_only_egress_is_taken_by_the_vm_tier() {
+    // Accepted (its settings go to the host dialer and the guest); this run then stops at the missing image,
+    // before anything boots. A range over loopback in the same table is refused, naming the entry.
+    let t = tempfile::tempdir().expect("tmp");
+    let cfg = t.path().join("operator.toml");
+    let run = |text: &str| {
+        std::fs::write(&cfg, text).expect("cfg");
+        let o = Command::new(BIN)
+            .args(["run", "--isolation", "vm", "--operator-config"])
+            .arg(&cfg)
+            .arg("--image")
+            .arg(t.path())
+            .arg(demo_dir())
+            .output()
+            .expect("run");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run("[egress]\nallow_networks = [\"10.20.0.0/16\", \"127.0.0.1/32\"]\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no guest image there"), "{err}");
+    assert!(!err.contains("cannot apply there"), "{err}");
+    let (code, err) = run("[egress]\nallow_networks = [\"127.0.0.0/8\"]\n");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("egress.allow_networks: `127.0.0.0/8`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn manifest_snp_digests_equal_sev_snp_measure_for_the_same_image() {
     // The shared firmware and the oracle venv from FENCED_RUN_SHARED / FENCED_RUN_VECTORS and
     // FENCED_RUN_ORACLE_VENV (a clone anywhere finds them), else beside the checkout.

@@ -265,6 +265,8 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     drop(bundle);
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
+    // The operator's [egress] settings the host announced: recorded in the verdict; the host dialer applies them.
+    opts.operator.egress = header.egress.clone();
     // The toolchain image the measured command line names: a run never goes on without it, or on a changed one.
     let image = init::toolchain_image();
     match image {

@@ -9,6 +9,7 @@ use crate::fence::proxy::{BoxFuture, EgressProxy, NameDialer, ProxyConfig, Proxy
 use crate::fence::run::{EgressProvider, EgressSession, EgressStartError};
 use attestation::verdict::EgressRecord;
 use job_policy::allow::AllowEntry;
+use job_policy::egress::OperatorEgress;
 use std::fs::File;
 use std::io;
 use std::path::Path;
@@ -85,8 +86,9 @@ pub fn take_down(dev: &str) -> Vec<String> {
     notes
 }
 
-/// Connects to the host dialer and hands it `host:port`; its first line says `OK <what it connected to>` or
-/// `ERR <why not>`; after `OK` the stream is the connection.
+/// Connects to the host dialer and hands it `host:port`; its first line says `OK <what it connected to>`,
+/// `DENY <why>` (refused by policy: final, the proxy answers 403) or `ERR <why not>` (a failure: 502); after
+/// `OK` the stream is the connection.
 struct HostDialer;
 
 impl NameDialer for HostDialer {
@@ -123,11 +125,16 @@ impl NameDialer for HostDialer {
             let text = attestation::text::escape(&String::from_utf8_lossy(&line)).into_owned();
             if let Some(rest) = text.strip_prefix("OK ") {
                 Ok((s, format!("the host dialer, which connected to {rest}")))
+            } else if let Some(why) = text.strip_prefix("DENY ") {
+                Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("the host dialer refused by policy: {why}"),
+                ))
             } else if let Some(why) = text.strip_prefix("ERR ") {
                 Err(io::Error::other(format!("the host dialer refused: {why}")))
             } else {
                 Err(io::Error::other(format!(
-                    "the host dialer answered `{text}`, not OK or ERR"
+                    "the host dialer answered `{text}`, not OK, DENY or ERR"
                 )))
             }
         })
@@ -180,6 +187,17 @@ impl EgressProvider for VmEgress {
         allow: &[AllowEntry],
         socket: &Path,
     ) -> Result<Box<dyn EgressSession>, EgressStartError> {
+        self.start_with(allow, socket, &OperatorEgress::default())
+    }
+
+    /// The operator's `allow_networks` apply here to IP literals (names are resolved and checked by the host
+    /// dialer, which applies the same settings); its upstream proxy is the host dialer's to use.
+    fn start_with(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+        operator: &OperatorEgress,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError> {
         let mut port = match self.port.lock() {
             Ok(mut g) => g.take(),
             Err(p) => p.into_inner().take(),
@@ -201,8 +219,11 @@ impl EgressProvider for VmEgress {
             },
             None => Arc::new(NoDevice),
         };
-        let proxy =
-            EgressProxy::start(ProxyConfig::new(allow.to_vec(), socket).with_name_dialer(dialer))?;
+        let proxy = EgressProxy::start(
+            ProxyConfig::new(allow.to_vec(), socket)
+                .with_name_dialer(dialer)
+                .with_operator_egress(operator.clone()),
+        )?;
         Ok(Box::new(VmEgressSession {
             proxy: Some(proxy),
             dev,

@@ -390,6 +390,17 @@ pub fn summary(v: &Verdict) -> String {
                     escape(&e.reason)
                 );
             }
+            if let Some(o) = &i.operator_egress {
+                let _ = writeln!(
+                    out,
+                    "  operator egress: allow_networks [{}], upstream_proxy {}",
+                    escape(&o.allow_networks.join(", ")),
+                    o.upstream_proxy
+                        .as_deref()
+                        .map(escape)
+                        .unwrap_or("none".into())
+                );
+            }
         }
         None => {
             let _ = writeln!(out, "install: none (no install phase)");

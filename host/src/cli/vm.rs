@@ -18,6 +18,12 @@ pub struct DialerArgs {
     /// Tests only: NAME:PORT=LOOPBACK-ADDR:PORT.
     #[arg(long, value_name = "MAP")]
     pub test_map: Vec<String>,
+    /// The operator's `[egress] allow_networks`, one entry each (CIDR or address).
+    #[arg(long, value_name = "CIDR")]
+    pub allow_network: Vec<String>,
+    /// The operator's `[egress] upstream_proxy` (http://HOST:PORT).
+    #[arg(long, value_name = "URL")]
+    pub upstream_proxy: Option<String>,
 }
 
 /// Runs the dialer on stdin/stdout.
@@ -33,9 +39,20 @@ pub fn dialer_main(args: DialerArgs) -> ExitCode {
             }
         }
     }
+    let egress = match job_policy::egress::OperatorEgress::parse(
+        args.allow_network.as_slice(),
+        args.upstream_proxy.as_deref(),
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            outln!("ERR {e}");
+            return ExitCode::from(2);
+        }
+    };
     ExitCode::from(dialer::serve(&dialer::DialerConfig {
         state: args.state,
         map,
+        egress,
     }))
 }
 
@@ -148,11 +165,19 @@ pub fn default_image() -> PathBuf {
 
 /// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
 pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
-    if let Some(p) = &args.operator_config {
+    // Only the operator's [egress] table applies in a guest: it has neither this host's environment nor its files.
+    let operator = match super::operator_policy(args.operator_config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fenced-run run: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let (Some(p), false) = (&args.operator_config, operator.only_egress()) {
         eprintln!(
             "fenced-run run: --operator-config {}: the vm tier runs the job in a guest that has neither this \
-             host's environment nor its files, so passthrough names and read paths cannot apply there; \
-             run without it (the guest applies the built-in defaults) or use --isolation process",
+             host's environment nor its files, so [env] passthrough and [sandbox] read cannot apply there (only \
+             [egress] does); leave them out of the file or use --isolation process",
             p.display()
         );
         return ExitCode::from(2);
@@ -188,6 +213,7 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
     opts.progress = mode;
     opts.dialer = std::env::current_exe().ok();
     opts.dialer_map = map;
+    opts.egress = operator.egress;
     // A task bundle: stage 6 builds its environment on this host; the guest gets it as its verity disk.
     let built = super::run::task_environment(
         args,

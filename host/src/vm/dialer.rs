@@ -2,12 +2,17 @@
 //! `fenced-run vm-dialer` per guest connection with the connection on stdin/stdout. The guest's egress proxy
 //! (measured code) has already judged the allowlist by name; it writes one request line `host:port`. The dialer
 //! resolves the name itself, refuses loopback, private, link-local and metadata addresses (intake's address
-//! policy) *after* that resolution, connects, answers `OK <address>` or `ERR <why>`, relays bytes both ways and
-//! logs every connection as a JSON line in the VM's directory, which the host reads back after the run.
+//! policy, widened only by the operator's `[egress] allow_networks`) *after* that resolution, connects (or, with
+//! the operator's `upstream_proxy`, opens a `CONNECT host:port` tunnel through it instead of resolving), answers
+//! `OK <address>`, `DENY <why>` (refused by policy: final, the guest's proxy answers 403) or `ERR <why>` (a
+//! failure: 502), relays bytes both ways and logs every connection as a JSON line in the VM's directory, which
+//! the host reads back after the run.
 //!
 //! After the cut (the file [`CUT_FILE`] in the VM's directory) every new connection is refused and every
 //! running dialer exits; the host also kills each dialer it finds registered under [`PIDS_DIR`].
 
+use job_policy::addr::AllowNetworks;
+use job_policy::egress::{OperatorEgress, UpstreamProxy};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
@@ -38,6 +43,9 @@ pub struct DialerRecord {
     pub addr: Option<String>,
     /// Why refused, or what was connected.
     pub reason: String,
+    /// On `refuse`: refused by policy (answered `DENY`), not a failure (`ERR`).
+    #[serde(default)]
+    pub policy: bool,
     /// Bytes guest -> server (on `close`).
     pub bytes_up: u64,
     /// Bytes server -> guest (on `close`).
@@ -85,6 +93,36 @@ pub struct DialerConfig {
     pub state: PathBuf,
     /// Test-only mappings.
     pub map: Vec<TestMap>,
+    /// The operator's `[egress]` settings (`allow_networks`, `upstream_proxy`).
+    pub egress: OperatorEgress,
+}
+
+/// Why a request got no connection: a refusal by policy (`DENY`) or a failure (`ERR`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NoConnection {
+    /// Refused by policy (final).
+    pub policy: bool,
+    /// Why.
+    pub why: String,
+}
+
+impl NoConnection {
+    fn policy(why: String) -> Self {
+        NoConnection { policy: true, why }
+    }
+
+    fn failed(why: String) -> Self {
+        NoConnection { policy: false, why }
+    }
+
+    /// The answer line sent to the guest.
+    pub fn answer(&self) -> String {
+        format!(
+            "{} {}\n",
+            if self.policy { "DENY" } else { "ERR" },
+            self.why
+        )
+    }
 }
 
 /// Splits a request line `host:port` / `[v6]:port` with the one `host:port` parser
@@ -113,6 +151,17 @@ pub fn parse_request(line: &str) -> Result<(String, u16), String> {
 /// Resolves `host:port` (the test map first) and checks every answer against the address policy: one bad answer
 /// refuses the request (a name that also points inside is not dialled at all).
 pub fn resolve_checked(host: &str, port: u16, map: &[TestMap]) -> Result<Vec<SocketAddr>, String> {
+    resolve_checked_with(host, port, map, &AllowNetworks::none()).map_err(|n| n.why)
+}
+
+/// [`resolve_checked`] with the operator's `allow_networks`; says whether a refusal is by policy (an address
+/// refused) or a failure (no answer).
+pub fn resolve_checked_with(
+    host: &str,
+    port: u16,
+    map: &[TestMap],
+    networks: &AllowNetworks,
+) -> Result<Vec<SocketAddr>, NoConnection> {
     if let Some(m) = map.iter().find(|m| m.host == host && m.port == port) {
         return Ok(vec![m.to]);
     }
@@ -120,27 +169,128 @@ pub fn resolve_checked(host: &str, port: u16, map: &[TestMap]) -> Result<Vec<Soc
         Ok(ip) => vec![SocketAddr::new(ip, port)],
         Err(_) => (host, port)
             .to_socket_addrs()
-            .map_err(|e| format!("resolving {host}: {e}"))?
+            .map_err(|e| NoConnection::failed(format!("resolving {host}: {e}")))?
             .collect(),
     };
     if addrs.is_empty() {
-        return Err(format!("{host} has no address"));
+        return Err(NoConnection::failed(format!("{host} has no address")));
     }
+    check_all(host, &addrs, networks)?;
+    Ok(addrs)
+}
+
+/// Every address against the policy with `networks`: one refused address refuses them all.
+fn check_all(
+    host: &str,
+    addrs: &[SocketAddr],
+    networks: &AllowNetworks,
+) -> Result<(), NoConnection> {
     let bad: Vec<String> = addrs
         .iter()
         .filter_map(|a| {
-            intake::addr::check(a.ip())
+            job_policy::addr::check_with(a.ip(), networks)
                 .err()
                 .map(|r| format!("{}: {r}", a.ip()))
         })
         .collect();
-    if !bad.is_empty() {
-        return Err(format!(
-            "{host} resolved (on the host) to an address the dialer refuses: {}",
-            bad.join("; ")
-        ));
+    if bad.is_empty() {
+        return Ok(());
     }
-    Ok(addrs)
+    Err(NoConnection::policy(format!(
+        "{host} resolved (on the host) to an address the dialer refuses: {}",
+        bad.join("; ")
+    )))
+}
+
+/// Opens a `CONNECT host:port` tunnel through the operator's upstream proxy (an IP literal is checked against the
+/// policy first; a name is the upstream's to resolve). Returns the stream and what it is connected through.
+pub fn through_upstream(
+    host: &str,
+    port: u16,
+    up: &UpstreamProxy,
+    networks: &AllowNetworks,
+) -> Result<(TcpStream, String), NoConnection> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        check_all(host, &[SocketAddr::new(ip, port)], networks)?;
+    }
+    let url = up.url();
+    let addrs: Vec<SocketAddr> = (up.host.as_str(), up.port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            NoConnection::failed(format!(
+                "resolving the operator's upstream proxy {url}: {e}"
+            ))
+        })?
+        .collect();
+    let mut errors = Vec::new();
+    let mut conn = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, STEP_TIMEOUT) {
+            Ok(s) => {
+                conn = Some((s, *a));
+                break;
+            }
+            Err(e) => errors.push(format!("{a}: {e}")),
+        }
+    }
+    let Some((mut s, at)) = conn else {
+        return Err(NoConnection::failed(format!(
+            "connecting to the operator's upstream proxy {url}: {}",
+            errors.join("; ")
+        )));
+    };
+    let target = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let fail =
+        |why: String| NoConnection::failed(format!("the operator's upstream proxy {url}: {why}"));
+    let _ = s.set_read_timeout(Some(STEP_TIMEOUT));
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    // The answer head byte by byte: nothing of the tunnel after it is consumed.
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") && !head.ends_with(b"\n\n") {
+        let mut b = [0u8; 1];
+        match s.read(&mut b) {
+            Ok(0) => {
+                return Err(fail(
+                    "closed before the end of its answer to CONNECT".into(),
+                ))
+            }
+            Ok(_) => head.push(b[0]),
+            Err(e) => return Err(fail(format!("reading its answer to CONNECT: {e}"))),
+        }
+        if head.len() > 16 * 1024 {
+            return Err(fail("an answer head longer than 16 KiB".into()));
+        }
+    }
+    let _ = s.set_read_timeout(None);
+    let text = String::from_utf8_lossy(&head);
+    let line: String = text
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect();
+    let shown = attestation::text::escape(&line).into_owned();
+    let mut parts = line.split_whitespace();
+    let code = match (parts.next(), parts.next().map(str::parse::<u16>)) {
+        (Some(v), Some(Ok(c))) if v.starts_with("HTTP/1.") => c,
+        _ => return Err(fail(format!("answered `{shown}`, not an HTTP status"))),
+    };
+    match code {
+        200..=299 => Ok((
+            s,
+            format!("{target} through the operator's upstream proxy {url} ({at})"),
+        )),
+        403 => Err(NoConnection::policy(format!(
+            "the operator's upstream proxy {url} refused CONNECT {target}: `{shown}`"
+        ))),
+        _ => Err(fail(format!("answered CONNECT {target} with `{shown}`"))),
+    }
 }
 
 fn append_log(state: &Path, r: &DialerRecord) {
@@ -232,53 +382,60 @@ pub fn serve(cfg: &DialerConfig) -> u8 {
         request: String::new(),
         addr: None,
         reason: String::new(),
+        policy: false,
         bytes_up: 0,
         bytes_down: 0,
     };
-    let refuse = |mut record: DialerRecord, out: &mut std::fs::File, why: String| {
-        let _ = out.write_all(format!("ERR {why}\n").as_bytes());
-        record.reason = why;
+    let refuse = |mut record: DialerRecord, out: &mut std::fs::File, no: NoConnection| {
+        let _ = out.write_all(no.answer().as_bytes());
+        record.reason = no.why;
+        record.policy = no.policy;
         append_log(&cfg.state, &record);
         1
     };
     // The request line, byte by byte (nothing after it is consumed), bounded in size and time.
     let line = match read_line(&mut guest_in) {
         Ok(l) => l,
-        Err(why) => return refuse(record, &mut guest_out, why),
+        Err(why) => return refuse(record, &mut guest_out, NoConnection::failed(why)),
     };
     record.request = attestation::text::escape(&line).into_owned();
     if cfg.state.join(CUT_FILE).exists() {
         return refuse(
             record,
             &mut guest_out,
-            "the install phase is over: the network was cut".into(),
+            NoConnection::policy("the install phase is over: the network was cut".into()),
         );
     }
     let (host, port) = match parse_request(&line) {
         Ok(x) => x,
-        Err(why) => return refuse(record, &mut guest_out, why),
+        Err(why) => return refuse(record, &mut guest_out, NoConnection::failed(why)),
     };
-    let addrs = match resolve_checked(&host, port, &cfg.map) {
-        Ok(a) => a,
-        Err(why) => return refuse(record, &mut guest_out, why),
-    };
-    let mut errors = Vec::new();
-    let mut upstream = None;
-    for a in &addrs {
-        match TcpStream::connect_timeout(a, STEP_TIMEOUT) {
-            Ok(s) => {
-                upstream = Some((s, *a));
-                break;
-            }
-            Err(e) => errors.push(format!("{a}: {e}")),
+    let networks = &cfg.egress.allow_networks;
+    let mapped = cfg.map.iter().any(|m| m.host == host && m.port == port);
+    let connected = match &cfg.egress.upstream_proxy {
+        Some(up) if !mapped => {
+            through_upstream(&host, port, up, networks).map(|(s, what)| (s, what.clone(), what))
         }
-    }
-    let Some((up, addr)) = upstream else {
-        return refuse(
-            record,
-            &mut guest_out,
-            format!("connecting failed: {}", errors.join("; ")),
-        );
+        _ => resolve_checked_with(&host, port, &cfg.map, networks).and_then(|addrs| {
+            let mut errors = Vec::new();
+            for a in &addrs {
+                match TcpStream::connect_timeout(a, STEP_TIMEOUT) {
+                    Ok(s) => {
+                        let why = format!("resolved {host} to [{}] and connected", list(&addrs));
+                        return Ok((s, a.to_string(), why));
+                    }
+                    Err(e) => errors.push(format!("{a}: {e}")),
+                }
+            }
+            Err(NoConnection::failed(format!(
+                "connecting failed: {}",
+                errors.join("; ")
+            )))
+        }),
+    };
+    let (up, addr, why) = match connected {
+        Ok(x) => x,
+        Err(no) => return refuse(record, &mut guest_out, no),
     };
     let _ = up.set_nodelay(true);
     if guest_out
@@ -288,8 +445,8 @@ pub fn serve(cfg: &DialerConfig) -> u8 {
         return 1;
     }
     record.event = "connect".into();
-    record.addr = Some(addr.to_string());
-    record.reason = format!("resolved {host} to [{}] and connected", list(&addrs));
+    record.addr = Some(addr);
+    record.reason = why;
     append_log(&cfg.state, &record);
 
     // The cut, or the VM's directory gone, ends this dialer too.

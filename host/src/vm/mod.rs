@@ -105,6 +105,8 @@ pub struct VmOptions {
     pub dialer: Option<PathBuf>,
     /// Test-only mappings the dialer applies (allowlisted `*.example` names to a loopback server).
     pub dialer_map: Vec<dialer::TestMap>,
+    /// The operator's `[egress]` settings: the dialer applies them, the guest records them in the verdict.
+    pub egress: job_policy::egress::OperatorEgress,
     /// How progress is shown on stderr.
     pub progress: progress::Mode,
     /// An SEV-SNP or TDX launch (host::vm::confidential); `None` for the `vm` tier.
@@ -157,6 +159,7 @@ impl VmOptions {
             install: false,
             dialer: None,
             dialer_map: Vec::new(),
+            egress: Default::default(),
             progress: progress::Mode::None,
             confidential: None,
             environment: None,
@@ -341,7 +344,12 @@ pub fn run(
 }
 
 /// The host dialer's command line for QEMU's guestfwd.
-fn dialer_command(program: &Path, dir: &Path, map: &[dialer::TestMap]) -> String {
+fn dialer_command(
+    program: &Path,
+    dir: &Path,
+    map: &[dialer::TestMap],
+    egress: &job_policy::egress::OperatorEgress,
+) -> String {
     let mut cmd = format!(
         "{} vm-dialer --state {}",
         qemu::quote_cmd_word(&program.display().to_string()),
@@ -351,6 +359,15 @@ fn dialer_command(program: &Path, dir: &Path, map: &[dialer::TestMap]) -> String
         cmd.push_str(&format!(
             " --test-map {}",
             qemu::quote_cmd_word(&format!("{}:{}={}", m.host, m.port, m.to))
+        ));
+    }
+    for n in egress.allow_networks.entries() {
+        cmd.push_str(&format!(" --allow-network {}", qemu::quote_cmd_word(&n)));
+    }
+    if let Some(u) = &egress.upstream_proxy {
+        cmd.push_str(&format!(
+            " --upstream-proxy {}",
+            qemu::quote_cmd_word(&u.url())
         ));
     }
     cmd
@@ -423,7 +440,12 @@ fn run_steps(
         memory_mib: opts.memory_mib,
         accel,
         dialer: match (&opts.dialer, network) {
-            (Some(d), true) => Some(dialer_command(d, dir.path(), &opts.dialer_map)),
+            (Some(d), true) => Some(dialer_command(
+                d,
+                dir.path(),
+                &opts.dialer_map,
+                &opts.egress,
+            )),
             _ => None,
         },
         qmp: network.then(|| dir.path().join(qmp::SOCKET_FILE)),
@@ -552,6 +574,7 @@ fn run_steps(
         nonce: nonce.to_vec(),
         bundle_sha256: Sha256::digest(bytes).into(),
         bundle_len: bytes.len() as u64,
+        egress: opts.egress.clone(),
     };
     if opts.fault == Fault::GarbageHeader {
         vm.wr

@@ -6,8 +6,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use job_policy::addr;
+use job_policy::addr::{self, AllowNetworks};
 use job_policy::allow::{AllowEntry, HostName};
+use job_policy::egress::UpstreamProxy;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
 use tokio::sync::Semaphore;
@@ -23,6 +24,10 @@ pub(crate) struct Shared {
     pub dialer: Arc<dyn Dialer>,
     pub name_dialer: Option<Arc<dyn NameDialer>>,
     pub loopback_for_tests: bool,
+    /// The operator's `allow_networks`.
+    pub networks: AllowNetworks,
+    /// The operator's upstream CONNECT proxy (ignored with a name dialer, whose side applies it).
+    pub upstream: Option<UpstreamProxy>,
     pub limits: ProxyLimits,
     pub log: Arc<Log>,
 }
@@ -204,8 +209,9 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
     };
     let addrs = match &host {
         HostName::Ip(ip) => vec![*ip],
-        // Resolution happens on the name dialer's side, which applies its own address policy.
-        HostName::Name(_) if shared.name_dialer.is_some() => {
+        // Resolution happens on the name dialer's side, which applies its own address policy, or on the
+        // operator's upstream proxy, which is handed the name.
+        HostName::Name(_) if shared.name_dialer.is_some() || shared.upstream.is_some() => {
             return Ok(Allowed {
                 name: host,
                 host: shown,
@@ -254,7 +260,7 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
     }
     let mut bad = Vec::new();
     for ip in &addrs {
-        if let Err(why) = check_addr(*ip, shared.loopback_for_tests) {
+        if let Err(why) = check_addr(*ip, shared.loopback_for_tests, &shared.networks) {
             bad.push(why);
         }
     }
@@ -275,28 +281,57 @@ async fn judge(shared: &Shared, host_text: &str, port: u16) -> Result<Allowed, (
     })
 }
 
-/// The address policy ([`job_policy::addr`]), with the one test-only exception: plain loopback when the knob is set.
-fn check_addr(ip: IpAddr, loopback_for_tests: bool) -> Result<(), String> {
-    match addr::check(ip) {
+/// The address policy ([`job_policy::addr`]) with the operator's `allow_networks`, and the one test-only
+/// exception: plain loopback when the knob is set.
+fn check_addr(
+    ip: IpAddr,
+    loopback_for_tests: bool,
+    networks: &AllowNetworks,
+) -> Result<(), String> {
+    match addr::check_with(ip, networks) {
         Ok(()) => Ok(()),
         Err(_) if loopback_for_tests && ip.is_loopback() => Ok(()),
         Err(r) => Err(r.to_string()),
     }
 }
 
+/// Why dialing an allowlisted target did not give a connection.
+pub(crate) struct DialError {
+    /// A refusal by policy (the far dialer's address policy, the operator's upstream proxy answering 403): final,
+    /// answered `403 Forbidden` and logged as refused. Otherwise a failure (`502 Bad Gateway`).
+    pub(super) policy: bool,
+    /// What happened.
+    pub(super) reason: String,
+}
+
+impl DialError {
+    pub(super) fn failed(reason: String) -> Self {
+        Self {
+            policy: false,
+            reason,
+        }
+    }
+}
+
+/// `host:port` of a judged target as a CONNECT target or a name dialer's request (an IPv6 literal in brackets).
+fn target_of(allowed: &Allowed) -> String {
+    match &allowed.name {
+        HostName::Ip(IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => allowed.host.clone(),
+    }
+}
+
 /// Dials the checked addresses in order, each with the connect timeout; the first that answers is used. With a
-/// name dialer, the judged host and port go to it instead (IP literals too: the far side checks them again).
-/// Returns the stream and what it is connected to, for the log.
+/// name dialer, the judged host and port go to it instead (IP literals too: the far side checks them again);
+/// with the operator's upstream proxy, a `CONNECT host:port` tunnel through it. Returns the stream and what it
+/// is connected to, for the log.
 async fn dial(
     shared: &Shared,
     allowed: &Allowed,
     port: u16,
-) -> Result<(TcpStream, String), String> {
+) -> Result<(TcpStream, String), DialError> {
     if let Some(nd) = &shared.name_dialer {
-        let target = match &allowed.name {
-            HostName::Ip(IpAddr::V6(v6)) => format!("[{v6}]"),
-            _ => allowed.host.clone(),
-        };
+        let target = target_of(allowed);
         return match tokio::time::timeout(
             shared.limits.connect_timeout,
             nd.dial_name(&target, port),
@@ -304,12 +339,18 @@ async fn dial(
         .await
         {
             Ok(Ok((s, via))) => Ok((s, via)),
-            Ok(Err(e)) => Err(format!("{target}:{port}: {e}")),
-            Err(_) => Err(format!(
+            Ok(Err(e)) => Err(DialError {
+                policy: e.kind() == std::io::ErrorKind::PermissionDenied,
+                reason: format!("{target}:{port}: {e}"),
+            }),
+            Err(_) => Err(DialError::failed(format!(
                 "{target}:{port}: no answer from the dialer within {:?}",
                 shared.limits.connect_timeout
-            )),
+            ))),
         };
+    }
+    if let Some(up) = &shared.upstream {
+        return super::upstream::tunnel(shared, up, &target_of(allowed), port).await;
     }
     let mut errors = Vec::new();
     for ip in &allowed.addrs {
@@ -323,7 +364,33 @@ async fn dial(
             )),
         }
     }
-    Err(errors.join("; "))
+    Err(DialError::failed(errors.join("; ")))
+}
+
+/// A dial that gave no connection: a policy refusal is logged refused and answered 403 (final: a client does not
+/// retry it), a failure logged with its reason and answered 502.
+async fn dial_failed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    log: &Log,
+    allowed: &Allowed,
+    port: u16,
+    e: DialError,
+) {
+    if e.policy {
+        let reason = format!(
+            "allowlisted by {}, but refused by policy: {}",
+            allowed.entry, e.reason
+        );
+        log.record(&allowed.host, port, false, reason.clone());
+        let _ = respond(w, 403, "Forbidden", &reason).await;
+    } else {
+        let reason = format!(
+            "allowlisted by {}, but connecting failed: {}",
+            allowed.entry, e.reason
+        );
+        log.record(&allowed.host, port, true, reason.clone());
+        let _ = respond(w, 502, "Bad Gateway", &reason).await;
+    }
 }
 
 /// CONNECT host:port: judged, dialed, then a byte-counting tunnel until both sides close.
@@ -349,15 +416,7 @@ async fn connect(
     };
     let (upstream, sa) = match dial(shared, &allowed, port).await {
         Ok(x) => x,
-        Err(e) => {
-            let reason = format!(
-                "allowlisted by {}, but connecting failed: {e}",
-                allowed.entry
-            );
-            shared.log.record(&allowed.host, port, true, reason.clone());
-            let _ = respond(&mut wr, 502, "Bad Gateway", &reason).await;
-            return;
-        }
+        Err(e) => return dial_failed(&mut wr, &shared.log, &allowed, port, e).await,
     };
     let reason = format!("allowlisted by {}; CONNECT to {sa}", allowed.entry);
     let counters = shared.log.record(&allowed.host, port, true, reason);
@@ -663,12 +722,7 @@ async fn forward(
     let (upstream, sa) = match dial(shared, &allowed, uri_port).await {
         Ok(x) => x,
         Err(e) => {
-            let reason = format!(
-                "allowlisted by {}, but connecting failed: {e}",
-                allowed.entry
-            );
-            log.record(&allowed.host, uri_port, true, reason.clone());
-            let _ = respond(wr, 502, "Bad Gateway", &reason).await;
+            dial_failed(wr, log, &allowed, uri_port, e).await;
             return Err(());
         }
     };

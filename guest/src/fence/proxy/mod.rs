@@ -2,11 +2,14 @@
 //!
 //! It listens on a Unix socket that the fence makes reachable inside the sandbox (through the in-namespace
 //! `forwarder`), judges every request (CONNECT or absolute-URI plain HTTP) against the job's
-//! allowlist, resolves names itself, checks every answer with [`job_policy::addr`] and dials exactly what it checked.
+//! allowlist, resolves names itself, checks every answer with [`job_policy::addr`] (with the operator's
+//! `allow_networks`) and dials exactly what it checked, or, with the operator's upstream proxy, hands the judged
+//! `host:port` to it as a `CONNECT` tunnel. A refusal by policy is answered `403 Forbidden` with the reason.
 
 mod conn;
 pub mod net;
 pub mod sni;
+mod upstream;
 pub mod wire;
 
 use std::io;
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use attestation::verdict::EgressRecord;
 use job_policy::allow::AllowEntry;
+use job_policy::egress::OperatorEgress;
 
 pub use net::{BoxFuture, Dialer, NameDialer, Resolver, SystemResolver, TcpDialer};
 
@@ -77,6 +81,10 @@ pub struct ProxyConfig {
     /// Tests only: accept plain loopback answers (`127.0.0.0/8`, `::1`) for allowlisted names and listed
     /// literals, so that a test registry on loopback can be allowed explicitly. Never set from a job file.
     pub allow_loopback_for_tests: bool,
+    /// The operator's `[egress]` settings: `allow_networks` widen the address policy for allowlisted names and
+    /// listed literals; `upstream_proxy` takes the place of dialing (not used with a name dialer, whose side
+    /// applies it). Never from a job file.
+    pub operator: OperatorEgress,
     /// Size and time limits.
     pub limits: ProxyLimits,
 }
@@ -91,6 +99,7 @@ impl ProxyConfig {
             dialer: None,
             name_dialer: None,
             allow_loopback_for_tests: false,
+            operator: OperatorEgress::default(),
             limits: ProxyLimits::default(),
         }
     }
@@ -116,6 +125,12 @@ impl ProxyConfig {
     /// Tests only: see [`ProxyConfig::allow_loopback_for_tests`].
     pub fn allow_loopback_for_tests(mut self, yes: bool) -> Self {
         self.allow_loopback_for_tests = yes;
+        self
+    }
+
+    /// The operator's egress settings (see [`ProxyConfig::operator`]).
+    pub fn with_operator_egress(mut self, operator: OperatorEgress) -> Self {
+        self.operator = operator;
         self
     }
 
@@ -330,6 +345,8 @@ impl EgressProxy {
                 (Some(r), _) => r,
                 // Names go to the name dialer unresolved; there may be no resolver configuration here at all.
                 (None, Some(_)) => Arc::new(NoResolver),
+                // Names go to the operator's upstream proxy unresolved.
+                (None, None) if config.operator.upstream_proxy.is_some() => Arc::new(NoResolver),
                 (None, None) => {
                     Arc::new(SystemResolver::from_system_conf().map_err(ProxyError::Resolver)?)
                 }
@@ -344,6 +361,8 @@ impl EgressProxy {
             dialer,
             name_dialer: config.name_dialer,
             loopback_for_tests: config.allow_loopback_for_tests,
+            networks: config.operator.allow_networks,
+            upstream: config.operator.upstream_proxy,
             limits: config.limits,
             log: log.clone(),
         });

@@ -4,6 +4,7 @@
 use crate::fence::proxy::{EgressProxy, ProxyConfig, ProxyError, ProxyHandle};
 use attestation::verdict::EgressRecord;
 use intake::job::AllowEntry;
+use job_policy::egress::OperatorEgress;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -26,6 +27,9 @@ pub enum EgressStartError {
     /// The job channel to the host failed while announcing the install phase.
     #[error("job channel: {0}")]
     Channel(String),
+    /// The operator set `[egress]` and this provider cannot apply it (it would be ignored otherwise).
+    #[error("the operator's [egress] settings ({0}) cannot be applied by this egress provider")]
+    OperatorEgress(String),
 }
 
 /// Something that can start the install phase's egress proxy on a Unix socket.
@@ -36,6 +40,32 @@ pub trait EgressProvider: Send + Sync {
         allow: &[AllowEntry],
         socket: &Path,
     ) -> Result<Box<dyn EgressSession>, EgressStartError>;
+
+    /// Starts listening with the operator's `[egress]` settings applied too. A provider that cannot apply them
+    /// refuses to start when there are any (never silently without them).
+    fn start_with(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+        operator: &OperatorEgress,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError> {
+        if operator.is_empty() {
+            self.start(allow, socket)
+        } else {
+            Err(EgressStartError::OperatorEgress(
+                operator.encode().trim().replace('\n', "; "),
+            ))
+        }
+    }
+}
+
+/// What the verdict records of the operator's egress settings (`install.operator_egress`): `None` when there
+/// are none.
+pub fn operator_record(operator: &OperatorEgress) -> Option<attestation::verdict::OperatorEgress> {
+    (!operator.is_empty()).then(|| attestation::verdict::OperatorEgress {
+        allow_networks: operator.allow_networks.entries(),
+        upstream_proxy: operator.upstream_proxy.as_ref().map(|u| u.url()),
+    })
 }
 
 /// The fence's egress proxy ([`super::proxy::EgressProxy`]), with a hook to adjust its configuration
@@ -77,7 +107,17 @@ impl EgressProvider for ProxyEgress {
         allow: &[AllowEntry],
         socket: &Path,
     ) -> Result<Box<dyn EgressSession>, EgressStartError> {
-        let config = (self.configure)(ProxyConfig::new(allow.to_vec(), socket));
+        self.start_with(allow, socket, &OperatorEgress::default())
+    }
+
+    fn start_with(
+        &self,
+        allow: &[AllowEntry],
+        socket: &Path,
+        operator: &OperatorEgress,
+    ) -> Result<Box<dyn EgressSession>, EgressStartError> {
+        let base = ProxyConfig::new(allow.to_vec(), socket).with_operator_egress(operator.clone());
+        let config = (self.configure)(base);
         let handle = EgressProxy::start(config)?;
         Ok(Box::new(ProxySession(handle)))
     }

@@ -203,7 +203,7 @@ fn run_in(
     if let Some(install) = &job.install {
         let socket = dir.path().join("egress.sock");
         let session = match &opts.proxy {
-            Some(p) => match p.start(&install.allow, &socket) {
+            Some(p) => match p.start_with(&install.allow, &socket, &opts.operator.egress) {
                 Ok(s) => Some(s),
                 Err(e) => {
                     verdict.findings.push(finding(
@@ -245,6 +245,7 @@ fn run_in(
             egress,
             env_names: run.env_names.clone(),
             sandbox: run.sandbox.clone(),
+            operator_egress: egress::operator_record(&opts.operator.egress),
         });
         verdict.output_tail.install = tail_with_header(&run.header, &run.output);
         absorb(&mut verdict, &run);
