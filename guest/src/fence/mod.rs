@@ -16,3 +16,4 @@ pub mod rundir;
 pub mod seccomp;
 pub mod spec;
 pub mod sys;
+pub mod toolchain_pins;

@@ -1,8 +1,9 @@
 //! What the verdict records of a run besides its phases: the fence's own findings, the limits applied and
 //! the changes to protected paths that were undone.
 
+use super::{RunOptions, ToolchainRoot};
 use crate::fence::protect::Change;
-use attestation::verdict::{AppliedLimits, Finding, ProtectedRestore, RlimitValue};
+use attestation::verdict::{AppliedLimits, Finding, ProtectedRestore, RlimitValue, ToolchainPin};
 use intake::job::Job;
 use std::collections::BTreeMap;
 
@@ -48,4 +49,19 @@ pub(super) fn restored(c: Change, by: &str) -> ProtectedRestore {
         change: c.kind.name().to_owned(),
         by: by.to_owned(),
     }
+}
+
+/// The repository's toolchain pins judged against the versions of the toolchain image the job runs on (each
+/// `unknown` when it runs on none): crate::fence::toolchain_pins.
+pub(super) fn toolchain_pins(
+    job: &Job,
+    opts: &RunOptions,
+    repo_dir: &std::path::Path,
+) -> Vec<ToolchainPin> {
+    use crate::fence::toolchain_pins::{image_versions, read_pins};
+    let image = ToolchainRoot::for_job(opts.toolchains.as_ref(), job)
+        .ok()
+        .flatten()
+        .map(|t| image_versions(&t.dir));
+    read_pins(repo_dir, image.as_ref())
 }
