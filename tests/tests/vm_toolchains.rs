@@ -1,7 +1,7 @@
 //! The toolchain image of the `vm` tier (`fenced-run image build --toolchains go,node,python,rust`, Debian trixie
 //! through a private apt state): reproducible (a second build in another directory gives the same bytes and root
-//! hash), its root hash on the measured command line, each toolchain at its version floor (Rust >= 1.85, Python
-//! >= 3.11, Node >= 20, Go >= 1.22) by the pinned packages; a tiny Rust crate (one passing and one failing test)
+//! hash), its root hash on the measured command line, each toolchain at its version floor (at least Rust 1.85,
+//! Python 3.11, Node 20, Go 1.22) by the pinned packages; a tiny Rust crate (one passing and one failing test)
 //! and a tiny pytest project (run from a venv its install phase made in the scratch home) give the same
 //! outcomes and counts in the `vm` tier (evidence verified against the manifest) and in the `process` tier; one
 //! byte of the image changed ends the run `environment_exhausted` naming the toolchain image; docs/job-file.md's

@@ -93,9 +93,12 @@ pub fn read_pins(repo: &Path, image: Option<&BTreeMap<String, String>>) -> Vec<T
     out
 }
 
+/// A check of the image's version: satisfied or not, or why it cannot say.
+type Check = Box<dyn Fn(&str) -> Result<bool, String>>;
+
 /// How a pin is judged: by a check of the image's version, or not at all (why).
 enum Judged {
-    By(Box<dyn Fn(&str) -> Result<bool, String>>),
+    By(Check),
     Unreadable(String),
 }
 
