@@ -9,7 +9,7 @@ agent=target/x86_64-unknown-linux-gnu/guest-agent/guest-agent
 case "${1:-}" in
 build)
   out="${2:?OUTDIR}"
-  for set in python rust rust,python rust,python,node,go; do
+  for set in python rust node go go,node,python,rust; do
     dir="$out/img-${set//,/-}"
     rm -rf "$dir"
     s=$(date +%s.%N)

@@ -388,6 +388,38 @@ pub struct ImageInfo {
     pub digest: Option<String>,
 }
 
+/// Whether the toolchain the sandbox ran satisfies one of the repository's toolchain pins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinSatisfied {
+    /// The image's version satisfies the pin.
+    Yes,
+    /// It does not (a nightly channel, a newer version, a range that excludes it).
+    No,
+    /// Not known: the run used no toolchain image (the runner's own system), or the pin could not be read.
+    Unknown,
+}
+
+/// One toolchain pin of the repository (`rust-toolchain.toml`, `.nvmrc`, `package.json` `engines.node`,
+/// `.python-version`, `pyproject.toml` `requires-python`, `go.mod` `go`), read as text before the install
+/// phase, and whether the toolchain image's version satisfies it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolchainPin {
+    /// The file at the repository's root that holds the pin (`package.json` for `engines.node`).
+    pub file: String,
+    /// The toolchain set it concerns (`rust`, `python`, `node`, `go`).
+    pub toolchain: String,
+    /// What the file asks for, as written (escaped, at most 200 characters).
+    pub wants: String,
+    /// The image's version of that toolchain (`null` when the run used no toolchain image holding it).
+    pub have: Option<String>,
+    /// Whether `have` satisfies `wants`.
+    pub satisfied: PinSatisfied,
+    /// Why not, or why unknown (empty when satisfied).
+    pub reason: String,
+}
+
 /// The run document: one named outcome and the record that explains it (DESIGN.md "Verdict as JSON").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -426,6 +458,9 @@ pub struct Verdict {
     /// The toolchain image the sandbox ran on (absent when the job asked for none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageInfo>,
+    /// The repository's toolchain pins and whether the image satisfies each (absent when it has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub toolchain_pins: Vec<ToolchainPin>,
 }
 
 impl Verdict {
@@ -460,6 +495,7 @@ impl Verdict {
             findings: Vec::new(),
             protected: Vec::new(),
             image: None,
+            toolchain_pins: Vec::new(),
         }
     }
 
@@ -852,6 +888,50 @@ mod tests {
             back.refusal.as_ref().map(|x| x.stage.as_str()),
             Some("patch")
         );
+    }
+
+    #[test]
+    fn toolchain_pins_round_trip_and_a_verdict_without_them_still_decodes() {
+        let mut v = sample();
+        // Absent when empty: a verdict written before the field existed is the same document.
+        let json = v.to_json_value();
+        assert!(json.get("toolchain_pins").is_none(), "{json}");
+        assert_eq!(
+            Verdict::from_json(json.to_string().as_bytes()).expect("old"),
+            v
+        );
+        v.toolchain_pins = vec![
+            ToolchainPin {
+                file: "rust-toolchain.toml".into(),
+                toolchain: "rust".into(),
+                wants: "1.80".into(),
+                have: Some("1.96.0".into()),
+                satisfied: PinSatisfied::Yes,
+                reason: String::new(),
+            },
+            ToolchainPin {
+                file: ".nvmrc".into(),
+                toolchain: "node".into(),
+                wants: "22".into(),
+                have: None,
+                satisfied: PinSatisfied::Unknown,
+                reason: "no toolchain image".into(),
+            },
+        ];
+        assert_eq!(
+            Verdict::from_cbor(&v.to_cbor().expect("cbor")).expect("cbor"),
+            v
+        );
+        let json = v.to_json_value();
+        assert_eq!(json["toolchain_pins"][0]["satisfied"], "yes", "{json}");
+        assert_eq!(json["toolchain_pins"][1]["have"], serde_json::Value::Null);
+        assert_eq!(json["toolchain_pins"][1]["satisfied"], "unknown");
+        assert_eq!(
+            Verdict::from_json(json.to_string().as_bytes()).expect("json"),
+            v
+        );
+        let bad = json.to_string().replace("\"unknown\"", "\"maybe\"");
+        assert!(Verdict::from_json(bad.as_bytes()).is_err());
     }
 
     #[test]

@@ -18,3 +18,4 @@ pub mod seccomp;
 pub mod spec;
 pub mod sys;
 pub mod test_time;
+pub mod toolchain_pins;

@@ -1,5 +1,6 @@
-//! The toolchain root filesystem of `fenced-run image build --toolchains`: Debian packages at exact versions,
-//! unpacked with `dpkg-deb` into a tree without running any maintainer script, made into an erofs image with
+//! The toolchain root filesystem of `fenced-run image build --toolchains`: Debian packages of [`RELEASE`] at
+//! exact versions (resolved and fetched through a private apt state whose source is derived from the machine's
+//! own Debian source, [`AptRoot`]), unpacked with `dpkg-deb` into a tree without running any maintainer script, made into an erofs image with
 //! fixed times, owner and UUID, and followed in the same file by a dm-verity hash tree with a fixed salt. The
 //! root hash goes on the image's kernel command line ([`cmdline_params`]), which every launch measurement covers;
 //! the guest agent sets the verity device up and the fence shows the file system as the sandbox's system
@@ -32,15 +33,67 @@ pub fn salt() -> String {
     hex::encode(Sha256::digest(b"fenced-run/v1/toolchain-verity-salt"))
 }
 
-/// The Debian packages each toolchain set asks for (their dependencies come with them).
+/// The Debian release every toolchain image is built from, whatever the machine runs: its stable toolchains
+/// (Rust >= 1.85 with the sparse index, Python >= 3.11, Node >= 20, Go >= 1.22) are what current projects need,
+/// and one release gives one coherent C library for all of them (docs/vm.md, "The toolchain image").
+pub const RELEASE: &str = "trixie";
+
+/// The Debian packages each toolchain set asks for (their dependencies come with them). `rustc-web` and
+/// `cargo-web` are Debian's current stable Rust (they install `/usr/bin/rustc` and `/usr/bin/cargo`).
 pub fn toolchain_packages(name: &str) -> Option<&'static [&'static str]> {
     Some(match name {
-        "rust" => &["rustc", "cargo"],
-        "python" => &["python3", "python3-pytest", "python3-venv"],
+        "rust" => &["rustc-web", "cargo-web"],
+        "python" => &["python3", "python3-pip", "python3-pytest", "python3-venv"],
         "node" => &["nodejs", "npm"],
-        "go" => &["golang"],
+        "go" => &["golang-go"],
         _ => return None,
     })
+}
+
+/// The file in the image that names each toolchain set's version (JSON: `{"rust": "1.96.0", ...}`), derived
+/// from the pinned packages by [`toolchain_versions`]; the fence reads it to say whether a repository's
+/// toolchain pins are satisfied (guest::fence::toolchain_pins reads the same path).
+pub const VERSIONS_FILE: &str = "usr/share/fenced-run/toolchains.json";
+
+/// The upstream part of a Debian version: no epoch, nothing from the first `+`, `-` or `~` on
+/// (`1.96.0+dfsg1-1~deb13u1+b1` -> `1.96.0`, `2:1.24~2` -> `1.24`).
+pub fn upstream_version(debian: &str) -> &str {
+    let v = debian.split_once(':').map_or(debian, |(_, v)| v);
+    v.split(['+', '-', '~']).next().unwrap_or(v)
+}
+
+/// Each toolchain set's version, from the package that carries it: `rustc-web` (or `rustc`), `python3`,
+/// `nodejs`, and Go's versioned compiler package `golang-1.NN-go` (whose version is the full release, where the
+/// `golang-go` metapackage's is only `1.NN`).
+pub fn toolchain_versions(
+    toolchains: &[String],
+    packages: &[DebPackage],
+) -> std::collections::BTreeMap<String, String> {
+    let find = |pred: &dyn Fn(&str) -> bool| {
+        packages
+            .iter()
+            .find(|p| pred(&p.name))
+            .map(|p| upstream_version(&p.version).to_string())
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for t in toolchains {
+        let v = match t.as_str() {
+            "rust" => find(&|n| n == "rustc-web").or_else(|| find(&|n| n == "rustc")),
+            "python" => find(&|n| n == "python3"),
+            "node" => find(&|n| n == "nodejs"),
+            "go" => find(&|n| {
+                n.strip_prefix("golang-1.")
+                    .and_then(|r| r.strip_suffix("-go"))
+                    .is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .or_else(|| find(&|n| n == "golang-go")),
+            _ => None,
+        };
+        if let Some(v) = v {
+            out.insert(t.clone(), v);
+        }
+    }
+    out
 }
 
 /// Packages every toolchain image holds: what builds and fetches need beside the toolchains.
@@ -130,22 +183,297 @@ pub fn requested_packages(toolchains: &[String]) -> Vec<&'static str> {
     pkgs
 }
 
-/// Resolves `packages` and everything they depend on (no recommends) with the machine's apt, as if nothing were
-/// installed: a simulated install against an empty dpkg status file. Returns the chosen versions, by name.
-pub fn resolve(packages: &[&str], work: &Path) -> Result<Vec<Pin>, RootfsError> {
-    let status = work.join("empty-dpkg-status");
-    std::fs::write(&status, b"").map_err(io_at(&status))?;
-    let out = Command::new("apt-get")
+/// The machine's apt sources, read to derive [`RELEASE`]'s source from.
+pub const MACHINE_SOURCES: &[&str] = &["/etc/apt/sources.list", "/etc/apt/sources.list.d"];
+
+/// One apt source: where, which suites and components, and the keyring options it had.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Source {
+    uris: String,
+    suites: Vec<String>,
+    components: String,
+    signed_by: Option<String>,
+}
+
+/// The suite of [`RELEASE`] that stands for the machine's `suite` of release `codename`: the release itself,
+/// its `-updates` and its `-security` suites (`bookworm-security` -> `trixie-security`); `None` for any other
+/// suite (backports, another release, another distribution).
+fn release_suite(suite: &str, codename: &str) -> Option<String> {
+    let rest = suite.strip_prefix(codename)?;
+    matches!(rest, "" | "-updates" | "-security").then(|| format!("{RELEASE}{rest}"))
+}
+
+/// The deb822 text of an apt source for [`RELEASE`] derived from the machine's sources: every `deb` source
+/// (deb822 `.sources` stanzas and one-line `.list` entries) with a suite of the machine's release `codename`
+/// (itself, `-updates`, `-security`) becomes one stanza with the same URIs, components and `Signed-By`, and its
+/// suites renamed to [`RELEASE`]'s. So the image comes from the mirror and keyring the machine already uses, and
+/// no mirror name is written anywhere. `files` are (name, text) pairs.
+pub fn derive_sources(files: &[(String, String)], codename: &str) -> Result<String, RootfsError> {
+    let mut sources = Vec::new();
+    for (name, text) in files {
+        if name.ends_with(".sources") {
+            // Stanzas end at a line that is empty or only white space.
+            let mut stanzas: Vec<Vec<&str>> = vec![Vec::new()];
+            for line in text.lines() {
+                match stanzas.last_mut() {
+                    Some(s) if !line.trim().is_empty() => s.push(line),
+                    _ => stanzas.push(Vec::new()),
+                }
+            }
+            for stanza in stanzas {
+                let mut fields = std::collections::BTreeMap::new();
+                let mut last: Option<String> = None;
+                for line in stanza {
+                    if line.starts_with('#') {
+                        continue;
+                    }
+                    if line.starts_with([' ', '\t']) {
+                        if let Some(k) = &last {
+                            let v: &mut String = fields.entry(k.clone()).or_default();
+                            v.push('\n');
+                            v.push_str(line);
+                        }
+                        continue;
+                    }
+                    if let Some((k, v)) = line.split_once(':') {
+                        let k = k.trim().to_ascii_lowercase();
+                        fields.insert(k.clone(), v.trim().to_string());
+                        last = Some(k);
+                    }
+                }
+                let get = |k: &str| fields.get(k).map(String::as_str).unwrap_or_default();
+                if !get("types").split_whitespace().any(|t| t == "deb")
+                    || get("enabled").eq_ignore_ascii_case("no")
+                {
+                    continue;
+                }
+                sources.push(Source {
+                    uris: get("uris").to_string(),
+                    suites: get("suites").split_whitespace().map(String::from).collect(),
+                    components: get("components").to_string(),
+                    signed_by: fields.get("signed-by").cloned(),
+                });
+            }
+        } else {
+            for line in text.lines() {
+                let line = line.split('#').next().unwrap_or_default().trim();
+                let Some(rest) = line.strip_prefix("deb ") else {
+                    continue;
+                };
+                let rest = rest.trim_start();
+                let (options, rest) = match rest.strip_prefix('[') {
+                    Some(r) => match r.split_once(']') {
+                        Some((o, r)) => (o, r),
+                        None => continue,
+                    },
+                    None => ("", rest),
+                };
+                let mut words = rest.split_whitespace();
+                let (Some(uri), Some(suite)) = (words.next(), words.next()) else {
+                    continue;
+                };
+                let signed_by = options
+                    .split_whitespace()
+                    .find_map(|o| o.strip_prefix("signed-by="))
+                    .map(String::from);
+                sources.push(Source {
+                    uris: uri.to_string(),
+                    suites: vec![suite.to_string()],
+                    components: words.collect::<Vec<_>>().join(" "),
+                    signed_by,
+                });
+            }
+        }
+    }
+    let mut out = String::new();
+    for s in sources {
+        let suites: Vec<String> = s
+            .suites
+            .iter()
+            .filter_map(|x| release_suite(x, codename))
+            .collect();
+        if suites.is_empty() || s.uris.is_empty() || s.components.is_empty() {
+            continue;
+        }
+        let stanza = format!(
+            "Types: deb\nURIs: {}\nSuites: {}\nComponents: {}\n{}",
+            s.uris,
+            suites.join(" "),
+            s.components,
+            s.signed_by
+                .map(|k| format!("Signed-By: {k}\n"))
+                .unwrap_or_default()
+        );
+        if !out.contains(&stanza) {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&stanza);
+        }
+    }
+    if out.is_empty() {
+        return Err(RootfsError::Resolve(format!(
+            "no apt source of the machine's Debian release {codename:?} (its own suite, -updates or -security) \
+             in {} to derive a {RELEASE} source from",
+            MACHINE_SOURCES.join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+/// The machine's release codename (`VERSION_CODENAME` of `/etc/os-release`).
+fn machine_codename() -> Result<String, RootfsError> {
+    let p = Path::new("/etc/os-release");
+    let text = std::fs::read_to_string(p).map_err(io_at(p))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("VERSION_CODENAME="))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            RootfsError::Resolve(
+                "/etc/os-release names no VERSION_CODENAME (is this a Debian machine?)".into(),
+            )
+        })
+}
+
+/// The machine's apt source files ([`MACHINE_SOURCES`]), as (name, text), in name order.
+fn machine_source_files() -> Result<Vec<(String, String)>, RootfsError> {
+    let mut files = Vec::new();
+    for p in MACHINE_SOURCES.iter().map(Path::new) {
+        if p.is_file() {
+            let text = std::fs::read_to_string(p).map_err(io_at(p))?;
+            files.push((p.display().to_string(), text));
+        } else if p.is_dir() {
+            let mut names: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(io_at(p))?
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|e| e.extension().is_some_and(|x| x == "list" || x == "sources"))
+                .collect();
+            names.sort();
+            for n in names {
+                let text = std::fs::read_to_string(&n).map_err(io_at(&n))?;
+                files.push((n.display().to_string(), text));
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// A private apt state for [`RELEASE`] (`DIR/sources.list.d/toolchains.sources`, `DIR/state`, `DIR/cache`, an
+/// empty dpkg status): the machine's own apt configuration, lists and preferences are neither read nor changed.
+#[derive(Clone, Debug)]
+pub struct AptRoot {
+    dir: PathBuf,
+}
+
+impl AptRoot {
+    /// Makes the state under `dir`, writes the derived source ([`derive_sources`]) and runs `apt-get update`.
+    /// When the update fails (no network) and an earlier update left lists for the same source, those are
+    /// used, and the failure is printed.
+    pub fn prepare(dir: &Path) -> Result<AptRoot, RootfsError> {
+        let root = AptRoot {
+            dir: dir.to_path_buf(),
+        };
+        for d in [
+            "sources.list.d",
+            "preferences.d",
+            "state/lists/partial",
+            "cache/archives/partial",
+        ] {
+            let p = dir.join(d);
+            std::fs::create_dir_all(&p).map_err(io_at(&p))?;
+        }
+        let sources = derive_sources(&machine_source_files()?, &machine_codename()?)?;
+        let file = dir.join("sources.list.d/toolchains.sources");
+        if std::fs::read_to_string(&file).ok().as_deref() != Some(sources.as_str()) {
+            // Lists of another source would be stale.
+            let lists = dir.join("state/lists");
+            std::fs::remove_dir_all(&lists).map_err(io_at(&lists))?;
+            std::fs::create_dir_all(lists.join("partial")).map_err(io_at(&lists))?;
+            std::fs::write(&file, &sources).map_err(io_at(&file))?;
+        }
+        for f in ["sources.list", "state/status"] {
+            let p = dir.join(f);
+            std::fs::write(&p, b"").map_err(io_at(&p))?;
+        }
+        let out = root
+            .apt("apt-get")
+            .args(["-q", "update"])
+            .output()
+            .map_err(spawn(
+                "apt-get update (the toolchain image's private apt state)",
+            ))?;
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            if !root.has_lists() {
+                return Err(RootfsError::Resolve(format!(
+                    "apt-get update of the {RELEASE} source in {} failed: {why}",
+                    dir.display()
+                )));
+            }
+            eprintln!(
+                "fenced-run: apt-get update of the {RELEASE} source failed ({why}); using the lists of an \
+                 earlier update in {}",
+                dir.display()
+            );
+        }
+        Ok(root)
+    }
+
+    fn has_lists(&self) -> bool {
+        std::fs::read_dir(self.dir.join("state/lists"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
+            })
+            .unwrap_or(false)
+    }
+
+    /// `tool` (`apt-get`) with the options that point it at this state only.
+    fn apt(&self, tool: &str) -> Command {
+        let d = &self.dir;
+        let mut c = Command::new(tool);
+        c.arg(format!("-oDir::State={}", d.join("state").display()))
+            .arg(format!(
+                "-oDir::State::status={}",
+                d.join("state/status").display()
+            ))
+            .arg(format!("-oDir::Cache={}", d.join("cache").display()))
+            .arg(format!(
+                "-oDir::Etc::SourceList={}",
+                d.join("sources.list").display()
+            ))
+            .arg(format!(
+                "-oDir::Etc::SourceParts={}",
+                d.join("sources.list.d").display()
+            ))
+            .arg(format!(
+                "-oDir::Etc::Preferences={}",
+                d.join("preferences").display()
+            ))
+            .arg(format!(
+                "-oDir::Etc::PreferencesParts={}",
+                d.join("preferences.d").display()
+            ))
+            .args(["-oDebug::NoLocking=1", "-oAPT::Default-Release="])
+            .env("LC_ALL", "C");
+        c
+    }
+}
+
+/// Resolves `packages` and everything they depend on (no recommends) with apt in `apt`'s state, as if nothing
+/// were installed: a simulated install against an empty dpkg status file. Returns the chosen versions, by name.
+pub fn resolve(packages: &[&str], apt: &AptRoot) -> Result<Vec<Pin>, RootfsError> {
+    let out = apt
+        .apt("apt-get")
         .args(["-s", "-q"])
-        .arg(format!("-oDir::State::status={}", status.display()))
         .args([
             "-oAPT::Install-Recommends=false",
             "-oAPT::Install-Suggests=false",
-            "-oDebug::NoLocking=1",
             "install",
         ])
         .args(packages)
-        .env("LC_ALL", "C")
         .output()
         .map_err(spawn("apt-get (resolving the toolchain packages)"))?;
     if !out.status.success() {
@@ -212,7 +540,11 @@ pub fn parse_simulation(text: &str) -> Result<Vec<Pin>, RootfsError> {
 
 /// Downloads every pinned package missing from `cache` with `apt-get download NAME=VERSION` (apt checks each
 /// against its index's hash) and returns each with its SHA-256 and path.
-pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>, RootfsError> {
+pub fn download(
+    pins: &[Pin],
+    apt: &AptRoot,
+    cache: &Path,
+) -> Result<Vec<(DebPackage, PathBuf)>, RootfsError> {
     std::fs::create_dir_all(cache).map_err(io_at(cache))?;
     let missing: Vec<String> = pins
         .iter()
@@ -220,7 +552,8 @@ pub fn download(pins: &[Pin], cache: &Path) -> Result<Vec<(DebPackage, PathBuf)>
         .map(|p| format!("{}={}", p.name, p.version))
         .collect();
     if !missing.is_empty() {
-        let out = Command::new("apt-get")
+        let out = apt
+            .apt("apt-get")
             .args(["download", "-q"])
             .args(&missing)
             .current_dir(cache)
@@ -361,6 +694,23 @@ fn fix_up(tree: &Path) -> Result<(), RootfsError> {
         std::fs::write(&p, bundle).map_err(io_at(&p))?;
     }
     Ok(())
+}
+
+/// Writes [`VERSIONS_FILE`] into the tree: each toolchain set's version ([`toolchain_versions`]), sorted
+/// JSON, so that its bytes follow from the packages alone.
+fn write_versions(
+    tree: &Path,
+    toolchains: &[String],
+    packages: &[DebPackage],
+) -> Result<(), RootfsError> {
+    let p = tree.join(VERSIONS_FILE);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d).map_err(io_at(d))?;
+    }
+    let mut json = serde_json::to_vec_pretty(&toolchain_versions(toolchains, packages))
+        .map_err(RootfsError::Record)?;
+    json.push(b'\n');
+    std::fs::write(&p, json).map_err(io_at(&p))
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), RootfsError> {
@@ -510,12 +860,9 @@ fn artifact_of(file: &str, path: &Path) -> Result<Artifact, RootfsError> {
 /// recorded SHA-256, it is kept as it is (the build is reproducible, so a rebuild would give the same bytes).
 pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, RootfsError> {
     std::fs::create_dir_all(out).map_err(io_at(out))?;
-    let work = tempfile::Builder::new()
-        .prefix(".toolchains-")
-        .tempdir_in(out)
-        .map_err(io_at(out))?;
-    let pins = resolve(&requested_packages(&opts.toolchains), work.path())?;
-    let debs = download(&pins, &opts.deb_cache)?;
+    let apt = AptRoot::prepare(&opts.deb_cache.join(format!("apt-{RELEASE}")))?;
+    let pins = resolve(&requested_packages(&opts.toolchains), &apt)?;
+    let debs = download(&pins, &apt, &opts.deb_cache)?;
     let packages: Vec<DebPackage> = debs.iter().map(|(p, _)| p.clone()).collect();
     let record = out.join("toolchains.json");
     let image = out.join(IMAGE_FILE);
@@ -527,7 +874,7 @@ pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, RootfsE
         if prev.packages == packages
             && prev.toolchains == opts.toolchains
             && prev.source_date_epoch == opts.source_date_epoch
-            && tree.is_dir()
+            && tree.join(VERSIONS_FILE).is_file()
             && artifact_of(IMAGE_FILE, &image).is_ok_and(|a| a == prev.image)
         {
             return Ok(prev);
@@ -536,6 +883,7 @@ pub fn build(opts: &RootfsOptions, out: &Path) -> Result<ToolchainImage, RootfsE
     let _ = std::fs::remove_file(&record);
     let paths: Vec<PathBuf> = debs.into_iter().map(|(_, p)| p).collect();
     unpack(&paths, &tree)?;
+    write_versions(&tree, &opts.toolchains, &packages)?;
     let data_blocks = make_erofs(&tree, &image, opts.source_date_epoch)?;
     let root_hash = append_hash_tree(&image, data_blocks)?;
     let img = ToolchainImage {
@@ -656,6 +1004,76 @@ mod tests {
         let e = parse_toolchains("rust,java").expect_err("java");
         assert!(e.contains("unknown toolchain \"java\""), "{e}");
         assert!(parse_toolchains("").is_err());
+    }
+
+    #[test]
+    fn the_release_source_is_derived_from_the_machines_debian_sources() {
+        let deb822 = "Types: deb\n# a comment\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\n\
+                      Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+                      Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\
+                      Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+                      Types: deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n";
+        let files = vec![
+            ("/etc/apt/sources.list.d/debian.sources".to_string(), deb822.to_string()),
+            (
+                "/etc/apt/sources.list.d/bpo.sources".to_string(),
+                "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm-backports\nComponents: main\n"
+                    .to_string(),
+            ),
+            (
+                "/etc/apt/sources.list.d/other.list".to_string(),
+                "deb [arch=amd64 signed-by=/k.gpg] http://other.example/apt bookworm main contrib # x\n\
+                 deb http://third.example/apt stable main\n# deb http://off.example/ bookworm main\n"
+                    .to_string(),
+            ),
+        ];
+        let text = derive_sources(&files, "bookworm").expect("derived");
+        assert_eq!(
+            text,
+            "Types: deb\nURIs: http://mirror.example/debian\nSuites: trixie trixie-updates\nComponents: main\n\
+             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+             Types: deb\nURIs: http://mirror.example/debian-security\nSuites: trixie-security\nComponents: main\n\
+             Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n\
+             Types: deb\nURIs: http://other.example/apt\nSuites: trixie\nComponents: main contrib\n\
+             Signed-By: /k.gpg\n"
+        );
+        // A machine of another release, or with only backports: nothing to derive from, and the error says so.
+        let e = derive_sources(&files[1..2], "bookworm").expect_err("backports only");
+        assert!(e.to_string().contains("\"bookworm\""), "{e}");
+        assert!(derive_sources(&files, "bullseye").is_err());
+    }
+
+    #[test]
+    fn toolchain_versions_come_from_the_pinned_packages() {
+        assert_eq!(upstream_version("1.96.0+dfsg1-1~deb13u1+b1"), "1.96.0");
+        assert_eq!(upstream_version("2:1.24~2"), "1.24");
+        assert_eq!(upstream_version("20.19.2+dfsg-1+deb13u3"), "20.19.2");
+        assert_eq!(upstream_version("3.13.5-1"), "3.13.5");
+        let deb = |name: &str, version: &str| DebPackage {
+            name: name.into(),
+            version: version.into(),
+            architecture: "amd64".into(),
+            sha256: "0".repeat(64),
+        };
+        let pkgs = [
+            deb("cargo-web", "1.96.0+dfsg1-1~deb13u1+b1"),
+            deb("golang-1.24-go", "1.24.4-1"),
+            deb("golang-1.24-src", "1.24.4-1"),
+            deb("golang-go", "2:1.24~2"),
+            deb("nodejs", "20.19.2+dfsg-1+deb13u3"),
+            deb("python3", "3.13.5-1"),
+            deb("python3-pytest", "8.3.5-2"),
+            deb("rustc-web", "1.96.0+dfsg1-1~deb13u1+b1"),
+        ];
+        let all: Vec<String> = ["go", "node", "python", "rust"].map(String::from).into();
+        let v = toolchain_versions(&all, &pkgs);
+        assert_eq!(
+            serde_json::to_string(&v).expect("json"),
+            r#"{"go":"1.24.4","node":"20.19.2","python":"3.13.5","rust":"1.96.0"}"#
+        );
+        // Only the sets asked for; a set whose package is missing is left out rather than guessed.
+        let v = toolchain_versions(&["rust".to_string()], &pkgs[2..4]);
+        assert!(v.is_empty(), "{v:?}");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use intake::job::Job;
 use output::tail_with_header;
 use phase::{absorb, PhaseCtx};
 use read_paths::resolve_read_paths;
-use record::{applied_limits, check_after_test, finding, restored};
+use record::{applied_limits, check_after_test, finding, restored, toolchain_pins};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -182,6 +182,7 @@ fn run_in(
             digest: Some(img.digest.clone()),
         });
     }
+    verdict.toolchain_pins = toolchain_pins(job, opts, &repo_dir);
     for note in &prepared.notes {
         verdict
             .findings

@@ -1,9 +1,10 @@
 //! What the verdict records of a run besides its phases: the fence's own findings, the limits applied and
 //! the changes to protected paths that were undone.
 
+use super::{RunOptions, ToolchainRoot};
 use crate::fence::protect::{Change, Protected};
 use attestation::verdict::{
-    AppliedLimits, Finding, Outcome, ProtectedRestore, Refusal, RlimitValue, Verdict,
+    AppliedLimits, Finding, Outcome, ProtectedRestore, Refusal, RlimitValue, ToolchainPin, Verdict,
 };
 use intake::job::Job;
 use std::collections::BTreeMap;
@@ -54,6 +55,21 @@ pub(super) fn restored(c: Change, by: &str) -> ProtectedRestore {
         change: c.kind.name().to_owned(),
         by: by.to_owned(),
     }
+}
+
+/// The repository's toolchain pins judged against the versions of the toolchain image the job runs on (each
+/// `unknown` when it runs on none): crate::fence::toolchain_pins.
+pub(super) fn toolchain_pins(
+    job: &Job,
+    opts: &RunOptions,
+    repo_dir: &std::path::Path,
+) -> Vec<ToolchainPin> {
+    use crate::fence::toolchain_pins::{image_versions, read_pins};
+    let image = ToolchainRoot::for_job(opts.toolchains.as_ref(), job)
+        .ok()
+        .flatten()
+        .map(|t| image_versions(&t.dir));
+    read_pins(repo_dir, image.as_ref())
 }
 
 /// After the test phase: hashes the protected paths of `repo` again and records that tree as
