@@ -23,3 +23,56 @@ pub fn verify_sim(verify: &str, evidence: &Path, measurement: &str) -> Output {
         .output()
         .expect("run verify-attestation")
 }
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+        || Path::new("/usr/sbin").join(name).is_file()
+}
+
+/// `Some(reason)` when the vm tier cannot run here: QEMU, the kernel (target/vm-kernel) or root missing, or one
+/// of `tools` (more programs the test needs, such as the toolchain image's `mkfs.erofs`) not on the PATH. The
+/// reason is printed on stderr as `skipped: ...`; with FENCED_RUN_REQUIRE_VM=1 a missing piece panics instead
+/// (as in vm_tier.rs).
+pub fn missing(tools: &[&str]) -> Option<String> {
+    let why = if !on_path("qemu-system-x86_64") {
+        Some("qemu-system-x86_64 is not installed (.ci/run installs it)".to_string())
+    } else if host::cli::image::default_kernel().is_none() {
+        Some("no kernel under target/vm-kernel (.ci/run extracts it)".to_string())
+    } else if !nix::unistd::geteuid().is_root() {
+        Some("not root (the image's agent build and the vm tests assume it)".to_string())
+    } else {
+        tools
+            .iter()
+            .find(|t| !on_path(t))
+            .map(|t| format!("{t} is not installed (.ci/run installs it)"))
+    };
+    if let Some(w) = &why {
+        if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
+            panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run: {w}");
+        }
+        eprintln!("skipped: vm tier: {w}");
+    }
+    why
+}
+
+/// `fenced-run image build [--toolchains T] --out OUT` with the binary `bin`; panics naming the build's
+/// stderr when it fails.
+pub fn build_image(bin: &str, toolchains: Option<&str>, out: &Path) {
+    let mut cmd = Command::new(bin);
+    cmd.args(["image", "build"]);
+    if let Some(t) = toolchains {
+        cmd.args(["--toolchains", t]);
+    }
+    let o = cmd
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("run fenced-run image build");
+    assert!(
+        o.status.success(),
+        "image build {toolchains:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

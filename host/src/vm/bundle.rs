@@ -213,6 +213,17 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
             let p = base.join(&rel);
             let m = std::fs::symlink_metadata(&p).map_err(io(&p))?;
             if m.is_dir() {
+                // The directory itself first: add_tree leaves its root out, and the guest's unpacking creates
+                // no missing parent of a directory entry (a repository whose first entry is `src/` was refused).
+                let mut h = tar::Header::new_gnu();
+                h.set_uid(0);
+                h.set_gid(0);
+                h.set_mtime(0);
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_size(0);
+                b.append_data(&mut h, &rel, std::io::empty())
+                    .map_err(io(&p))?;
                 add_tree(&mut b, &p, Path::new(&rel))?;
             } else {
                 let data = std::fs::read(&p).map_err(io(&p))?;
@@ -371,5 +382,33 @@ mod tests {
             matches!(e, PackError::RepositoryPathMissing { .. }),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_job_file_packs_its_repository_directory_before_what_is_in_it() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(d.path().join("repo/src")).expect("mkdir");
+        std::fs::write(d.path().join("repo/src/code.sh"), "echo\n").expect("write");
+        let job = d.path().join("job.toml");
+        std::fs::write(&job, "[repository]\npath = \"repo\"\n").expect("write");
+        let (kind, bytes) = pack(&job).expect("pack");
+        assert_eq!(kind, BundleKind::Tar);
+        let mut a = tar::Archive::new(bytes.as_slice());
+        let names: Vec<(String, tar::EntryType)> = a
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                (
+                    e.path().expect("path").to_string_lossy().into_owned(),
+                    e.header().entry_type(),
+                )
+            })
+            .collect();
+        let at = |n: &str| names.iter().position(|(p, _)| p.trim_end_matches('/') == n);
+        let repo = at("repo").unwrap_or_else(|| panic!("no repo entry: {names:?}"));
+        assert_eq!(names[repo].1, tar::EntryType::Directory, "{names:?}");
+        assert!(repo < at("repo/src").expect("repo/src"), "{names:?}");
+        assert!(at("repo/src") < at("repo/src/code.sh"), "{names:?}");
     }
 }
