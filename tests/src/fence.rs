@@ -360,3 +360,74 @@ pub fn read_area(target_tmp: &Path) -> tempfile::TempDir {
     .expect("chmod");
     d
 }
+
+/// `~/.cargo/bin/cargo` when it is rustup's proxy (rustup installed for this user).
+pub fn rustup_cargo_bin() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from)?;
+    let cargo = home.join(".cargo/bin/cargo");
+    let rustup = home.join(".cargo/bin/rustup");
+    (cargo.is_file() && rustup.is_file()).then_some(cargo)
+}
+
+/// The active rustup toolchain's directory (`~/.rustup/toolchains/NAME`), from `rustc --print sysroot`.
+pub fn rustup_toolchain() -> Option<PathBuf> {
+    let cargo = rustup_cargo_bin()?;
+    let rustc = cargo.with_file_name("rustc");
+    let o = std::process::Command::new(rustc)
+        .args(["--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    let home = std::env::var_os("HOME").map(PathBuf::from)?;
+    (o.status.success() && p.starts_with(home.join(".rustup/toolchains"))).then_some(p)
+}
+
+/// Whether every ancestor of `p` lets others through (mode o+x): the command's uid (65534 under a root
+/// runner) can then reach `p`.
+fn reachable_by_others(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.ancestors()
+        .skip(1)
+        .all(|a| fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// A rustup toolchain the sandbox's uid can read: the installed one where every directory above it lets
+/// others through, else the same toolchain placed (hard links where the file system allows, else a copy) in a
+/// [`read_area`] (the layout `RUSTUP_HOME=/opt/rustup` gives). Dropping it removes the placed copy.
+pub struct SandboxToolchain {
+    /// The toolchain's directory (its `bin` and `lib` go in `[sandbox] read`, the directory in the operator's).
+    pub dir: PathBuf,
+    _area: tempfile::TempDir,
+}
+
+/// The active rustup toolchain made reachable for the sandbox (see [`SandboxToolchain`]); `None` without one.
+pub fn rustup_toolchain_for_sandbox(target_tmp: &Path) -> Option<SandboxToolchain> {
+    let installed = rustup_toolchain()?;
+    let area = read_area(target_tmp);
+    if reachable_by_others(&installed) {
+        return Some(SandboxToolchain {
+            dir: installed,
+            _area: area,
+        });
+    }
+    let dest = area.path().join("rustup/toolchains");
+    fs::create_dir_all(&dest).expect("toolchains dir");
+    let cp = |flag: &str| {
+        std::process::Command::new("cp")
+            .arg(flag)
+            .arg(&installed)
+            .arg(&dest)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let name = installed.file_name()?.to_owned();
+    if !cp("-al") {
+        let _ = fs::remove_dir_all(dest.join(&name));
+        assert!(cp("-a"), "copy of the toolchain");
+    }
+    Some(SandboxToolchain {
+        dir: dest.join(name),
+        _area: area,
+    })
+}

@@ -259,14 +259,21 @@ pub fn conftest_attack() -> Attack {
 }
 
 /// The install phase's script (`install.sh`) planting start-up hooks in HOME: a `usercustomize.py` and a
-/// `.pth` in the user site (then running python, which runs them: `USERCUSTOMIZE-RAN`, `PTH-RAN`), `~/.npmrc`,
-/// `~/.gitconfig`, `~/.bashrc`, a pip cache file (`CACHE-CARRIED`) and a file in /var/tmp. (The scripts are
-/// repository files: intake refuses a job command that names a credential path such as ~/.npmrc.)
+/// `sitecustomize.py` and a `.pth` in the user site (then running python, which runs them: `USERCUSTOMIZE-RAN`,
+/// `SITECUSTOMIZE-RAN`, `PTH-RAN`), `~/.npmrc`, `~/.gitconfig`, `~/.bashrc`, `~/.profile`,
+/// `~/.cargo/config.toml` (a test runner), `~/.pytest.ini` (addopts), a pip cache file (`CACHE-CARRIED`) and a
+/// file in /var/tmp. (The scripts are repository files: intake refuses a job command that names a credential
+/// path such as ~/.npmrc.)
 pub const HOME_HOOKS_INSTALL: &str = "set -e\n\
      site=$(python3 -c 'import site; print(site.getusersitepackages())')\n\
      mkdir -p \"$site\" ~/.cache/pip\n\
      echo 'print(\"USERCUSTOMIZE-RAN\")' > \"$site/usercustomize.py\"\n\
      echo 'import sys; sys.stdout.write(\"PTH-RAN\\n\")' > \"$site/zz-hook.pth\"\n\
+     echo 'print(\"SITECUSTOMIZE-RAN\")' > \"$site/sitecustomize.py\"\n\
+     mkdir -p ~/.cargo\n\
+     printf '[target.x86_64-unknown-linux-gnu]\\nrunner = \"/work/repo/fake-runner\"\\n# CARGO-CONFIG-SEEN\\n' > ~/.cargo/config.toml\n\
+     printf '[pytest]\\naddopts = -p no:terminal\\n# PYTEST-INI-SEEN\\n' > ~/.pytest.ini\n\
+     echo 'echo PROFILE-SEEN' > ~/.profile\n\
      printf 'node-options=--require /work/repo/hook.js\\nmarker=NPMRC-SEEN\\n' > ~/.npmrc\n\
      printf '[core]\\n\\thooksPath = /work/repo/hooks\\n[marker]\\n\\tseen = GITCONFIG-SEEN\\n' > ~/.gitconfig\n\
      echo 'echo BASHRC-SEEN' > ~/.bashrc\n\
@@ -277,16 +284,20 @@ pub const HOME_HOOKS_INSTALL: &str = "set -e\n\
 /// The test phase's look at what the install phase left (`check.sh`, before the suite runs): python, the
 /// hooks' files, git's global configuration, the pip cache, /var/tmp.
 pub const HOME_HOOKS_CHECK: &str = "python3 -c 'print(\"python ran\")'\n\
-     cat ~/.npmrc ~/.gitconfig ~/.bashrc 2>/dev/null\n\
+     cat ~/.npmrc ~/.gitconfig ~/.bashrc ~/.profile ~/.cargo/config.toml ~/.pytest.ini 2>/dev/null\n\
      git config --global --get marker.seen\n\
      ls ~/.cache/pip\n\
      echo \"var-tmp: [$(ls -A /var/tmp)]\"\n\
      d=$(mktemp -d /var/tmp/t.XXXXXX) && echo var-tmp-writable && rmdir \"$d\"\n";
 
 /// The marker each hook of [`HOME_HOOKS_INSTALL`] prints where it is seen.
-pub const HOOK_MARKERS: [&str; 5] = [
+pub const HOOK_MARKERS: [&str; 9] = [
     "USERCUSTOMIZE-RAN",
+    "SITECUSTOMIZE-RAN",
     "PTH-RAN",
+    "CARGO-CONFIG-SEEN",
+    "PYTEST-INI-SEEN",
+    "PROFILE-SEEN",
     "NPMRC-SEEN",
     "GITCONFIG-SEEN",
     "BASHRC-SEEN",

@@ -160,7 +160,7 @@ fn a_toolchain_that_cannot_start_is_unavailable_not_failed() {
         c.assert_clean(&r, &[]);
     }
     // A real rustup proxy without a default toolchain, when rustup is installed here.
-    if let Some(cargo_bin) = rustup_cargo_bin() {
+    if let Some(cargo_bin) = fenced_run_tests::fence::rustup_cargo_bin() {
         let empty = tempfile::tempdir().expect("empty rustup home");
         let r = Command::new(&cargo_bin)
             .arg("--version")
@@ -176,74 +176,21 @@ fn a_toolchain_that_cannot_start_is_unavailable_not_failed() {
     }
 }
 
-/// `~/.cargo/bin/cargo` when it is rustup's proxy (rustup installed for this user).
-fn rustup_cargo_bin() -> Option<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let cargo = home.join(".cargo/bin/cargo");
-    let rustup = home.join(".cargo/bin/rustup");
-    (cargo.is_file() && rustup.is_file()).then_some(cargo)
-}
-
-/// The active rustup toolchain's directory (`~/.rustup/toolchains/NAME`), from `rustc --print sysroot`.
-fn rustup_toolchain() -> Option<PathBuf> {
-    let cargo = rustup_cargo_bin()?;
-    let rustc = cargo.with_file_name("rustc");
-    let o = Command::new(rustc)
-        .args(["--print", "sysroot"])
-        .env_remove("RUSTUP_TOOLCHAIN")
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    (o.status.success() && p.starts_with(home.join(".rustup/toolchains"))).then_some(p)
-}
-
-/// Whether every ancestor of `p` lets others through (mode o+x): the command's uid (65534 under a root
-/// runner) can then reach `p`.
-fn reachable_by_others(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    p.ancestors()
-        .skip(1)
-        .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
-}
-
 #[test]
 fn a_real_cargo_test_runs_in_the_fence_with_a_rustup_toolchain() {
     if skip() {
         return;
     }
-    let Some(installed) = rustup_toolchain() else {
-        attestation::vectors::skip_for(attestation::vectors::SkipKind::Toolchain, "no rustup-installed toolchain under ~/.rustup (the recipe of docs/job-file.md needs one)");
+    let Some(placed) = fenced_run_tests::fence::rustup_toolchain_for_sandbox(Path::new(env!(
+        "CARGO_TARGET_TMPDIR"
+    ))) else {
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Toolchain,
+            "no rustup-installed toolchain under ~/.rustup (the recipe of docs/job-file.md needs one)",
+        );
         return;
     };
-    // The command runs under its own uid; a toolchain under a private home (`/root` is 0700) is out of its
-    // reach, as docs/job-file.md says. The test then places the same toolchain (hard links where the file
-    // system allows, else a copy) in a directory others can reach, the layout `RUSTUP_HOME=/opt/rustup` gives.
-    let area = fenced_run_tests::fence::read_area(Path::new(env!("CARGO_TARGET_TMPDIR")));
-    let tc: PathBuf = if reachable_by_others(&installed) {
-        installed.clone()
-    } else {
-        let dest = area.path().join("rustup/toolchains");
-        std::fs::create_dir_all(&dest).expect("toolchains dir");
-        let linked = Command::new("cp")
-            .arg("-al")
-            .arg(&installed)
-            .arg(&dest)
-            .status()
-            .is_ok_and(|s| s.success());
-        let name = installed.file_name().expect("toolchain name");
-        if !linked {
-            let _ = std::fs::remove_dir_all(dest.join(name));
-            let st = Command::new("cp")
-                .arg("-a")
-                .arg(&installed)
-                .arg(&dest)
-                .status()
-                .expect("cp");
-            assert!(st.success(), "copy of the toolchain");
-        }
-        dest.join(name)
-    };
+    let tc = placed.dir.clone();
     let c = Case::new(BIN);
     c.repo_file(
         "Cargo.toml",
@@ -271,5 +218,5 @@ fn a_real_cargo_test_runs_in_the_fence_with_a_rustup_toolchain() {
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     assert_eq!(r.verdict["tests"]["passed"], 2, "{}", r.dump());
     c.assert_clean(&r, &[]);
-    drop(area);
+    drop(placed);
 }

@@ -299,3 +299,96 @@ fn a_protected_file_swapped_in_by_renaming_its_parent_makes_the_run_refused() {
         r.dump()
     );
 }
+
+/// The build script of the attack with real cargo: it tries to rewrite the protected test and to add one, and
+/// says what the kernel answered (`cargo:warning` lines reach the test phase's output).
+const CARGO_BUILD_RS: &str = "fn main() {\n\
+    let dir = std::path::PathBuf::from(std::env::var(\"CARGO_MANIFEST_DIR\").unwrap_or_default());\n\
+    let w = std::fs::write(dir.join(\"tests/it.rs\"), \"#[test]\\nfn adds() {}\\n#[test]\\nfn adds_one() {}\\n\");\n\
+    println!(\"cargo:warning=BUILD-RS-REWRITE {:?}\", w.err().and_then(|e| e.raw_os_error()));\n\
+    let n = std::fs::write(dir.join(\"tests/extra.rs\"), \"#[test]\\nfn extra() {}\\n\");\n\
+    println!(\"cargo:warning=BUILD-RS-NEW {:?}\", n.err().and_then(|e| e.raw_os_error()));\n\
+}\n";
+
+/// The issue's own case with real cargo: `protect = ["tests/**", "Cargo.toml"]`, a suite that fails 0/2, and a
+/// patch that only adds a `build.rs` rewriting `tests/it.rs` to pass. cargo compiles and runs the build script
+/// before it compiles the tests; both writes fail with EROFS on the read-only binds, the protected tests judge
+/// the patch (`tests_failed`, 0 passed, 2 failed), `inputs.test_tree` is the tree as received, and the verdict
+/// names `build.rs` as code that runs at test time.
+#[test]
+fn a_real_cargo_build_script_cannot_rewrite_the_protected_tests() {
+    if skip() {
+        return;
+    }
+    let Some(tc) = fenced_run_tests::fence::rustup_toolchain_for_sandbox(std::path::Path::new(
+        env!("CARGO_TARGET_TMPDIR"),
+    )) else {
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Toolchain,
+            "no rustup-installed toolchain under ~/.rustup (the build-script attack needs real cargo)",
+        );
+        return;
+    };
+    let cargo_toml =
+        "[package]\nname = \"tiny\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n";
+    let it = "#[test]\nfn adds() { assert_eq!(tiny::add(2, 2), 4); }\n\
+              #[test]\nfn adds_one() { assert_eq!(tiny::add(3, 1), 4); }\n";
+    let c = Case::new(BIN);
+    c.repo_file("Cargo.toml", cargo_toml);
+    // The bug the patch does not fix: add subtracts.
+    c.repo_file(
+        "src/lib.rs",
+        "pub fn add(a: u32, b: u32) -> u32 { a - b }\n",
+    );
+    c.repo_file("tests/it.rs", it);
+    std::fs::write(
+        c.path().join("fix.patch"),
+        new_files_patch(&[("build.rs", CARGO_BUILD_RS)]),
+    )
+    .expect("patch");
+    let extra = format!(
+        "[limits]\nmemory_mib = 2048\n[sandbox]\nread = [\"{}\", \"{}\"]\n",
+        tc.dir.join("bin").display(),
+        tc.dir.join("lib").display()
+    );
+    c.job(&protect::job_toml(
+        "cargo test --offline",
+        &["tests/**", "Cargo.toml"],
+        true,
+        None,
+        &extra,
+    ));
+    let operator = c.operator(&format!("[sandbox]\nread = [\"{}\"]\n", tc.dir.display()));
+    let r = c.run_with(
+        &["--operator-config", operator.to_str().expect("utf8")],
+        &[],
+    );
+    c.assert_clean(&r, &[]);
+    let tail = r.test_tail();
+    assert!(
+        tail.contains("BUILD-RS-REWRITE Some(30)") && tail.contains("BUILD-RS-NEW Some(30)"),
+        "the build script ran and both writes failed with EROFS: {}",
+        r.dump()
+    );
+    assert_judged_failed(&r);
+    assert_eq!(r.verdict["tests"]["passed"], 0, "{}", r.dump());
+    assert_eq!(r.verdict["tests"]["failed"], 2, "{}", r.dump());
+    assert_eq!(
+        r.verdict["inputs"]["test_tree"].as_str(),
+        Some(git_tree(&[("Cargo.toml", cargo_toml), ("tests/it.rs", it)]).as_str()),
+        "{}",
+        r.dump()
+    );
+    let flagged = r.verdict["findings"].as_array().is_some_and(|f| {
+        f.iter().any(|f| {
+            f["kind"] == "runs-at-test-time"
+                && f["detail"].as_str().is_some_and(|d| d.contains("build.rs"))
+        })
+    });
+    assert!(
+        flagged,
+        "build.rs is flagged for the reviewer: {}",
+        r.dump()
+    );
+    drop(tc);
+}
