@@ -399,12 +399,22 @@ fn tdx_register_pins_do_not_pin_snp_evidence() {
     );
 }
 
+/// One case of the tests-ran pins: the outcome, the counts (passed, failed), the flags, the failing check (or
+/// None) and the value the failure must say was seen.
+type PinCase<'a> = (
+    Outcome,
+    Option<(u64, u64)>,
+    Vec<&'a str>,
+    Option<&'a str>,
+    &'a str,
+);
+
 #[test]
 fn tests_ran_and_min_failed_pins_hold_and_fail_and_no_test_ran_is_said() {
     let dir = tempfile::tempdir().expect("tempdir");
     let nonce = hex::encode(NONCE);
     // (outcome, counts, flags, the failing check or None, the value the failure must say was seen)
-    let cases: Vec<(Outcome, Option<(u64, u64)>, Vec<&str>, Option<&str>, &str)> = vec![
+    let cases: Vec<PinCase> = vec![
         // An install that failed: tests_failed with no counts.
         (
             Outcome::TestsFailed,
