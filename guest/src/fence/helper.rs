@@ -502,20 +502,7 @@ fn bind(src: &Path, dst: &Path, flags: MsFlags) -> Result<(), String> {
     )
     .map_err(|e| errno(&format!("bind {} -> {}", src.display(), dst.display()), e))?;
     // Keep the flags the kernel locked on the source (in a user namespace they cannot be cleared).
-    let locked = nix::sys::statvfs::statvfs(dst)
-        .map(|s| s.flags())
-        .unwrap_or(nix::sys::statvfs::FsFlags::empty());
-    let mut keep = MsFlags::empty();
-    for (f, m) in [
-        (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-        (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-        (nix::sys::statvfs::FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
-    ] {
-        if locked.contains(f) {
-            keep |= m;
-        }
-    }
+    let keep = locked_flags(dst);
     mount(
         None::<&str>,
         dst,
@@ -595,19 +582,7 @@ fn bind_read_only_below(top: &Path, rel: &Path) -> Result<(), String> {
     // The same path again now reaches the new mount (the descriptor above still names the one below it).
     let bound = open_below_no_links(top, rel)?;
     let at = fd_path(&bound);
-    let locked = nix::sys::statvfs::statvfs(&at)
-        .map(|s| s.flags())
-        .unwrap_or(nix::sys::statvfs::FsFlags::empty());
-    let mut keep = MsFlags::empty();
-    for (f, m) in [
-        (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-        (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-    ] {
-        if locked.contains(f) {
-            keep |= m;
-        }
-    }
+    let keep = locked_flags(&at);
     mount(
         None::<&str>,
         &at,
@@ -621,6 +596,26 @@ fn bind_read_only_below(top: &Path, rel: &Path) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| errno(&format!("making {} read-only", shown.display()), e))
+}
+
+/// The mount flags set on the mount at `path` that a bind remount must keep (the kernel refuses to clear a
+/// flag it locked on a mount a user namespace inherited): noexec, nodev, nosuid, rdonly.
+fn locked_flags(path: &Path) -> MsFlags {
+    let locked = nix::sys::statvfs::statvfs(path)
+        .map(|s| s.flags())
+        .unwrap_or(nix::sys::statvfs::FsFlags::empty());
+    let mut keep = MsFlags::empty();
+    for (f, m) in [
+        (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (nix::sys::statvfs::FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+    ] {
+        if locked.contains(f) {
+            keep |= m;
+        }
+    }
+    keep
 }
 
 fn under(root: &Path, abs: &Path) -> PathBuf {
