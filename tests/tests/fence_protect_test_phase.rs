@@ -78,6 +78,17 @@ fn assert_judged_failed(r: &Ran) {
     assert!(r.verdict["refusal"].is_null(), "{}", r.dump());
 }
 
+/// The verdict flags `path` for the reviewer as code that runs at test time.
+fn assert_flagged(r: &Ran, path: &str) {
+    let flagged = r.verdict["findings"].as_array().is_some_and(|f| {
+        f.iter().any(|f| {
+            f["kind"] == "runs-at-test-time"
+                && f["detail"].as_str().is_some_and(|d| d.contains(path))
+        })
+    });
+    assert!(flagged, "{path} is flagged runs-at-test-time: {}", r.dump());
+}
+
 #[test]
 fn a_build_script_the_test_command_runs_first_cannot_touch_the_protected_tests() {
     if skip() {
@@ -169,6 +180,7 @@ fn an_npm_pretest_script_cannot_edit_the_protected_test_directory() {
     let r = run(&c, command, &["test/"], Some(&patch), None);
     assert_all_blocked(&r);
     assert_judged_failed(&r);
+    assert_flagged(&r, "package.json");
 }
 
 #[test]
@@ -203,6 +215,7 @@ fn a_root_conftest_cannot_rewrite_a_protected_test_file() {
     }
     assert!(tail.contains("2 failed"), "{}", r.dump());
     assert_judged_failed(&r);
+    assert_flagged(&r, "conftest.py");
 }
 
 #[test]
@@ -379,16 +392,6 @@ fn a_real_cargo_build_script_cannot_rewrite_the_protected_tests() {
         "{}",
         r.dump()
     );
-    let flagged = r.verdict["findings"].as_array().is_some_and(|f| {
-        f.iter().any(|f| {
-            f["kind"] == "runs-at-test-time"
-                && f["detail"].as_str().is_some_and(|d| d.contains("build.rs"))
-        })
-    });
-    assert!(
-        flagged,
-        "build.rs is flagged for the reviewer: {}",
-        r.dump()
-    );
+    assert_flagged(&r, "build.rs");
     drop(tc);
 }
