@@ -11,7 +11,10 @@ use sha2::{Digest, Sha384};
 fn bench(c: &mut Criterion) {
     let path = attestation::vectors::firmware("OVMF.amdsev-edk2-2025.02-8+deb13u1.fd");
     let Ok(bytes) = std::fs::read(&path) else {
-        println!("skipped: {} not found", path.display());
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("{} not found", path.display()),
+        );
         return;
     };
     let ovmf = snp::Ovmf::parse(bytes.clone()).expect("OVMF parses");

@@ -16,7 +16,10 @@ const NONCE: &str = "00112233445566778899aabbccddeeff";
 fn main() {
     // `cargo bench` passes --bench; nothing else is taken.
     if !is_root() {
-        println!("skipped: not root (the fence and a PostgreSQL owned by nobody need it)");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Root,
+            "not root (the fence and a PostgreSQL owned by nobody need it)",
+        );
         return;
     }
     let n: usize = std::env::var("POOL_BENCH_RUNS")

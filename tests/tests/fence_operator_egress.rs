@@ -4,22 +4,12 @@
 //! with `upstream_proxy`, allowed connections go through the operator's CONNECT proxy (this test's, on loopback,
 //! counting what it carries) and a name not on the allowlist never reaches it. The verdict records the settings.
 
-use fenced_run_tests::fence::{skip_reason, Case};
+use fenced_run_tests::fence::Case;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
-
-fn skipped() -> bool {
-    match skip_reason() {
-        Some(r) => {
-            eprintln!("skipped: {r}");
-            true
-        }
-        None => false,
-    }
-}
 
 /// A loopback HTTP server answering every request with `body`; returns its port.
 fn server(body: &'static str) -> u16 {
@@ -124,7 +114,7 @@ fn case(name: &str, port: u16, extra_allow: &str) -> Case {
 
 #[test]
 fn allow_networks_reach_a_loopback_server_only_when_the_operator_names_it() {
-    if skipped() {
+    if fenced_run_tests::fence::skip() {
         return;
     }
     let port = server("operator-egress-body-3307");
@@ -206,7 +196,7 @@ fn allow_networks_reach_a_loopback_server_only_when_the_operator_names_it() {
 
 #[test]
 fn the_upstream_proxy_carries_every_allowed_connection_and_nothing_else() {
-    if skipped() {
+    if fenced_run_tests::fence::skip() {
         return;
     }
     let port = server("upstream-body-6620");

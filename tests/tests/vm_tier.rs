@@ -20,30 +20,9 @@ fn demo_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/demo")
 }
 
-/// `Some(reason)` when the vm tier cannot run here.
+/// `Some(reason)` when the vm tier cannot run here (said on stderr and counted; a failure where it is required).
 fn missing() -> Option<String> {
-    let qemu = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
-        .unwrap_or(false);
-    let why = if !qemu {
-        Some("qemu-system-x86_64 is not installed (.ci/run installs it)".to_string())
-    } else if host::cli::image::default_kernel().is_none() {
-        Some("no kernel under target/vm-kernel (.ci/run extracts it)".to_string())
-    } else if !nix::unistd::geteuid().is_root() {
-        Some("not root (the fence in the guest needs nothing, but the image's agent build and tests assume it)".into())
-    } else {
-        None
-    };
-    if let Some(w) = &why {
-        if std::env::var_os("FENCED_RUN_REQUIRE_VM").is_some_and(|v| v == "1") {
-            panic!("FENCED_RUN_REQUIRE_VM=1 but the vm tier cannot run: {w}");
-        }
-        attestation::vectors::skip_for(
-            attestation::vectors::SkipKind::Vm,
-            &format!("vm tier: {w}"),
-        );
-    }
-    why
+    fenced_run_tests::vm::missing(&[])
 }
 
 fn build_image(out: &Path) -> std::process::Output {

@@ -129,7 +129,10 @@ fn ecdsa(c: &mut Criterion) {
 
 fn rsa_pss(c: &mut Criterion) {
     let Some(dir) = vector_dir() else {
-        println!("skipped: vector snp/genoa-v5-oak-oc not found");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            "vector snp/genoa-v5-oak-oc not found",
+        );
         return;
     };
     let ark_der = pem_der(&dir.join("ark.pem"));

@@ -34,7 +34,10 @@ fn vector_dir() -> Option<PathBuf> {
 
 fn real_report(c: &mut Criterion) {
     let Some(dir) = vector_dir() else {
-        println!("skipped: vector {VECTOR} not found");
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("vector {VECTOR} not found"),
+        );
         return;
     };
     let bytes = std::fs::read(dir.join("report.bin")).expect("report.bin");

@@ -18,7 +18,10 @@ fn vector() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        println!("skipped: no TDX vectors at {}", d.display());
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("no TDX vectors at {}", d.display()),
+        );
         None
     }
 }

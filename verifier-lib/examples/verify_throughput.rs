@@ -96,7 +96,10 @@ fn backends(n: u32) {
     });
     let dir = vectors().join("snp/genoa-v5-oak-oc");
     if !dir.is_dir() {
-        println!("skipped RSA-PSS: {} not found", dir.display());
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("RSA-PSS: {} not found", dir.display()),
+        );
         return;
     }
     use x509_parser::prelude::FromDer;
@@ -239,7 +242,10 @@ fn main() {
             black_box(verifier.snp(&input, &opts, &policy).expect("parse"));
         });
     } else {
-        println!("skipped: {} not found", dir.display());
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("{} not found", dir.display()),
+        );
     }
 
     // TDX: the real v4 quote with its collateral.
@@ -276,6 +282,9 @@ fn main() {
             },
         );
     } else {
-        println!("skipped: {} not found", dir.display());
+        attestation::vectors::skip_for(
+            attestation::vectors::SkipKind::Vectors,
+            &format!("{} not found", dir.display()),
+        );
     }
 }
