@@ -22,7 +22,7 @@ const BSP_EIP: u64 = 0xFFFF_FFF0;
 const FOOTER_ENTRY_LEN: usize = 18;
 
 /// Turns a textual GUID into the little-endian byte layout EFI stores on disk.
-const fn guid_le(s: &str) -> [u8; 16] {
+pub(crate) const fn guid_le(s: &str) -> [u8; 16] {
     const fn nib(c: u8) -> u8 {
         match c {
             b'0'..=b'9' => c - b'0',
@@ -531,7 +531,7 @@ pub struct Gctx {
 /// SNP page types of PAGE_INFO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-enum PageType {
+pub(crate) enum PageType {
     Normal = 1,
     Vmsa = 2,
     Zero = 3,
@@ -568,24 +568,62 @@ impl Gctx {
         self.ld = Sha384::digest(info).into();
     }
 
-    /// Measures whole pages of data starting at `gpa` (the caller guarantees page-multiple length).
-    fn normal_pages(&mut self, gpa: u64, data: &[u8]) {
-        for (i, page) in data.chunks_exact(PAGE).enumerate() {
-            let h: [u8; 48] = Sha384::digest(page).into();
-            self.update(PageType::Normal, gpa + (i * PAGE) as u64, &h);
+    /// Measures whole pages of data starting at `gpa` (the caller guarantees page-multiple length). The pages'
+    /// SHA-384s are independent of the chain, so a large image has them computed on two threads first.
+    pub(crate) fn normal_pages(&mut self, gpa: u64, data: &[u8]) {
+        for (i, h) in page_hashes(data).iter().enumerate() {
+            self.update(PageType::Normal, gpa + (i * PAGE) as u64, h);
         }
     }
 
-    fn empty_pages(&mut self, kind: PageType, gpa: u64, size: u32) {
+    pub(crate) fn empty_pages(&mut self, kind: PageType, gpa: u64, size: u32) {
         for i in 0..(size as u64 / PAGE as u64) {
             self.update(kind, gpa + i * PAGE as u64, &[0; LD_LEN]);
         }
     }
 
-    fn vmsa(&mut self, page: &[u8; PAGE]) {
-        let h: [u8; 48] = Sha384::digest(page).into();
-        self.update(PageType::Vmsa, VMSA_GPA, &h);
+    /// Measures one VMSA page (page type VMSA at the GPA the PSP records for it).
+    pub fn update_vmsa(&mut self, page: &[u8; PAGE]) {
+        self.update_vmsa_hash(&Sha384::digest(page).into());
     }
+
+    /// Measures one VMSA page given its SHA-384 (the explainer hashes each distinct VMSA once).
+    pub fn update_vmsa_hash(&mut self, page_sha384: &[u8; LD_LEN]) {
+        self.update(PageType::Vmsa, VMSA_GPA, page_sha384);
+    }
+
+    fn vmsa(&mut self, page: &[u8; PAGE]) {
+        self.update_vmsa(page);
+    }
+}
+
+/// Below this many bytes the pages are hashed on the calling thread (a thread costs more than it saves).
+const PARALLEL_MIN: usize = 256 * PAGE;
+
+/// The SHA-384 of every 4 KiB page of `data` (whole pages only), on up to two threads for large inputs.
+pub(crate) fn page_hashes(data: &[u8]) -> Vec<[u8; LD_LEN]> {
+    let hash_all = |d: &[u8]| -> Vec<[u8; LD_LEN]> {
+        d.chunks_exact(PAGE)
+            .map(|p| Sha384::digest(p).into())
+            .collect()
+    };
+    let pages = data.len() / PAGE;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    if data.len() < PARALLEL_MIN || threads < 2 {
+        return hash_all(data);
+    }
+    let split = (pages / 2) * PAGE;
+    let (a, b) = data.split_at(split);
+    std::thread::scope(|s| {
+        let second = s.spawn(|| hash_all(b));
+        let mut out = hash_all(a);
+        match second.join() {
+            Ok(rest) => out.extend(rest),
+            // The closure cannot panic short of an allocation failure; redo the half here rather than unwind.
+            Err(_) => out.extend(hash_all(b)),
+        }
+        out
+    })
 }
 
 /// The "OVMF hash": the digest after the OVMF image alone, which `--snp-ovmf-hash` starts from.
@@ -658,16 +696,7 @@ pub fn launch_digest(
     hashes: Option<&KernelHashes>,
     cfg: &SnpConfig,
 ) -> Result<LaunchDigest, OvmfError> {
-    let kernel_page = match hashes {
-        Some(h) => {
-            let offset = ovmf.kernel_hashes_offset()?;
-            Some(
-                h.page(offset)
-                    .ok_or_else(|| OvmfError::CannotMeasureKernel("hashes table offset".into()))?,
-            )
-        }
-        None => None,
-    };
+    let kernel_page = kernel_page(ovmf, hashes)?;
     let ap_eip = u64::from(ovmf.sev_es_reset_eip()?);
     if cfg.vcpus > 1 && ap_eip == 0 {
         return Err(OvmfError::NoApResetVector(cfg.vcpus));
@@ -676,27 +705,44 @@ pub fn launch_digest(
         Some(seed) => Gctx::new(seed),
         None => Gctx::new(ovmf_hash(ovmf)),
     };
+    measure_sections(&mut g, ovmf, kernel_page.as_deref(), cfg.vmm);
+    let bsp = vmsa_page(BSP_EIP, cfg);
+    let ap = vmsa_page(ap_eip, cfg);
+    for i in 0..cfg.vcpus {
+        g.vmsa(if i == 0 { &bsp } else { &ap });
+    }
+    Ok(g.ld())
+}
+
+/// Folds the SEV metadata sections of `ovmf` into `g` in file order (for EC2 the CPUID pages last); the
+/// SNP_KERNEL_HASHES section is `kernel_page` when given, else zero pages.
+pub(crate) fn measure_sections(
+    g: &mut Gctx,
+    ovmf: &Ovmf,
+    kernel_page: Option<&[u8]>,
+    vmm: VmmType,
+) {
     for s in ovmf.sections() {
         let gpa = u64::from(s.gpa);
         match s.kind {
-            SectionKind::SnpSecMem if cfg.vmm == VmmType::Gce => {
+            SectionKind::SnpSecMem if vmm == VmmType::Gce => {
                 g.empty_pages(PageType::Unmeasured, gpa, s.size)
             }
             SectionKind::SnpSecMem | SectionKind::SvsmCaa => {
                 g.empty_pages(PageType::Zero, gpa, s.size)
             }
             SectionKind::SnpSecrets => g.update(PageType::Secrets, gpa, &[0; LD_LEN]),
-            SectionKind::Cpuid if cfg.vmm != VmmType::Ec2 => {
+            SectionKind::Cpuid if vmm != VmmType::Ec2 => {
                 g.update(PageType::Cpuid, gpa, &[0; LD_LEN])
             }
             SectionKind::Cpuid => {}
-            SectionKind::SnpKernelHashes => match &kernel_page {
+            SectionKind::SnpKernelHashes => match kernel_page {
                 Some(page) => g.normal_pages(gpa, page),
                 None => g.empty_pages(PageType::Zero, gpa, s.size),
             },
         }
     }
-    if cfg.vmm == VmmType::Ec2 {
+    if vmm == VmmType::Ec2 {
         for s in ovmf
             .sections()
             .iter()
@@ -705,13 +751,36 @@ pub fn launch_digest(
             g.update(PageType::Cpuid, u64::from(s.gpa), &[0; LD_LEN]);
         }
     }
-    let bsp = vmsa_page(BSP_EIP, cfg);
-    let ap = vmsa_page(ap_eip, cfg);
-    for i in 0..cfg.vcpus {
-        g.vmsa(if i == 0 { &bsp } else { &ap });
-    }
-    Ok(g.ld())
 }
+
+/// The launch digest state after the OVMF image (or `cfg.ovmf_hash`) and the metadata sections, before any VMSA:
+/// the part every vCPU count and type shares. [`launch_digest`] is this followed by one VMSA per vCPU.
+pub fn launch_prefix(
+    ovmf: &Ovmf,
+    ovmf_digest: &LaunchDigest,
+    hashes: Option<&KernelHashes>,
+    vmm: VmmType,
+) -> Result<Gctx, OvmfError> {
+    let kernel_page = kernel_page(ovmf, hashes)?;
+    let mut g = Gctx::new(*ovmf_digest);
+    measure_sections(&mut g, ovmf, kernel_page.as_deref(), vmm);
+    Ok(g)
+}
+
+fn kernel_page(ovmf: &Ovmf, hashes: Option<&KernelHashes>) -> Result<Option<Vec<u8>>, OvmfError> {
+    match hashes {
+        Some(h) => {
+            let offset = ovmf.kernel_hashes_offset()?;
+            Ok(Some(h.page(offset).ok_or_else(|| {
+                OvmfError::CannotMeasureKernel("hashes table offset".into())
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The reset vector of the bootstrap processor (the BSP's VMSA starts there).
+pub const BSP_RESET_EIP: u64 = BSP_EIP;
 
 /// Why a measurement from files failed; every variant names the file.
 #[derive(Debug, thiserror::Error)]
