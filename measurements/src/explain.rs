@@ -19,7 +19,6 @@ use crate::snp::{self, KernelHashes, LaunchDigest, Ovmf, SnpConfig, VmmType};
 
 /// The measurement an input file carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Measured {
     /// An SEV-SNP launch digest, with the report it came from.
     Snp {

@@ -25,6 +25,9 @@ macro_rules! print {
     };
 }
 
+#[path = "../explain_cli.rs"]
+mod explain_cli;
+
 /// Expected SEV-SNP and TDX launch measurements, and the measurement sets auditors sign.
 #[derive(Parser, Debug)]
 #[command(name = "measure-guest", version)]
@@ -49,6 +52,8 @@ enum Cmd {
     Keygen(KeygenArgs),
     /// Check that at least K trusted auditors signed a set, and optionally that a measurement is in it.
     VerifySet(VerifySetArgs),
+    /// Which launch configuration produces the measurement of an evidence file, SNP report or TDX quote.
+    Explain(explain_cli::ExplainArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -199,12 +204,21 @@ struct TdxArgs {
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
 enum Mode {
-    /// The full launch digest.
+    /// SEV: SHA-256 of OVMF (and the SEV hashes table with --kernel).
+    #[value(name = "sev")]
+    Sev,
+    /// SEV-ES: SEV's digest continued over the VMSAs.
+    #[value(name = "seves")]
+    SevEs,
+    /// The full SEV-SNP launch digest.
     #[value(name = "snp")]
     Snp,
     /// Only the digest of the OVMF image (to pass later as --snp-ovmf-hash).
     #[value(name = "snp:ovmf-hash")]
     OvmfHash,
+    /// SEV-SNP with a Coconut SVSM below OVMF (needs --svsm and --vars-file or --vars-size).
+    #[value(name = "snp:svsm")]
+    Svsm,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -217,9 +231,12 @@ enum OutputFormat {
 
 #[derive(clap::Args, Debug)]
 struct SnpArgs {
-    /// What to compute.
+    /// What to compute: sev, seves, snp, snp:ovmf-hash or snp:svsm.
     #[arg(long, value_enum, default_value = "snp")]
     mode: Mode,
+    /// Print "Calculated <MODE> guest measurement: <value>" as sev-snp-measure -v does.
+    #[arg(short, long)]
+    verbose: bool,
     /// Number of guest vCPUs.
     #[arg(long, value_name = "N")]
     vcpus: Option<u32>,
@@ -253,15 +270,28 @@ struct SnpArgs {
     /// Kernel command line (with --kernel), measured exactly as given plus a NUL.
     #[arg(long, value_name = "CMDLINE", requires = "kernel")]
     append: Option<String>,
-    /// SEV_FEATURES of the VMSAs, 0x-hex or decimal (default 0x1).
-    #[arg(long, value_name = "VALUE", value_parser = parse_int::<u64>, default_value = "0x1")]
-    guest_features: u64,
+    /// SEV_FEATURES of the VMSAs, 0x-hex or decimal (default 0x1; modes seves and snp:svsm use 0 and 1).
+    #[arg(long, value_name = "VALUE", value_parser = parse_int::<u64>)]
+    guest_features: Option<u64>,
     /// Precomputed OVMF hash (hex, from --mode snp:ovmf-hash) to start from.
     #[arg(long, value_name = "HASH")]
     snp_ovmf_hash: Option<String>,
     /// Output encoding of the measurement.
     #[arg(long, value_enum, default_value = "hex")]
     output_format: OutputFormat,
+    /// Write the measured VMSA pages as vmsa0.bin, vmsa1.bin, ... into DIR (default: the current directory, as
+    /// sev-snp-measure's --dump-vmsa does); modes seves, snp and snp:svsm.
+    #[arg(long, value_name = "DIR", num_args = 0..=1, default_missing_value = ".")]
+    dump_vmsa: Option<PathBuf>,
+    /// The Coconut SVSM image (mode snp:svsm).
+    #[arg(long, value_name = "PATH")]
+    svsm: Option<PathBuf>,
+    /// Size in bytes of the OVMF variable store placed between the SVSM and OVMF (mode snp:svsm).
+    #[arg(long, value_name = "SIZE", value_parser = parse_int::<u64>, conflicts_with = "vars_file")]
+    vars_size: Option<u64>,
+    /// The OVMF_VARS file whose size places the SVSM (mode snp:svsm).
+    #[arg(long, value_name = "PATH")]
+    vars_file: Option<PathBuf>,
     /// Print a JSON object with the measurement and every parameter.
     #[arg(long)]
     json: bool,
@@ -292,8 +322,61 @@ fn encode(bytes: &[u8], f: OutputFormat) -> String {
     }
 }
 
+fn note(msg: &str) {
+    eprintln!("measure-guest: note: {}", escape(msg));
+}
+
+/// The vCPU signature and where it came from, with sev-snp-measure's precedence (family/model/stepping, then
+/// --vcpu-sig, then --vcpu-type); QEMU needs one, EC2 and GCE put 0x600 in RDX whatever it is.
+fn snp_vcpu_sig(a: &SnpArgs, mode: &str) -> Result<(u32, String), Fail> {
+    Ok(match (a.vcpu_family, a.vcpu_sig, &a.vcpu_type) {
+        (Some(f), _, _) => {
+            let (m, s) = (a.vcpu_model.unwrap_or(0), a.vcpu_stepping.unwrap_or(0));
+            (
+                snp::vcpu_sig(f, m, s),
+                format!("family {f} model {m} stepping {s}"),
+            )
+        }
+        (None, Some(sig), _) => (sig, "--vcpu-sig".to_owned()),
+        (None, None, Some(t)) => {
+            let sig = snp::vcpu_sig_for_type(t)
+                .ok_or_else(|| usage(format!("--vcpu-type {t:?}: unknown CPU type")))?;
+            (sig, t.clone())
+        }
+        (None, None, None) if a.vmm_type == snp::VmmType::Qemu => {
+            return Err(usage(format!(
+                "missing --vcpu-type or --vcpu-sig or --vcpu-family in mode {mode} with QEMU"
+            )))
+        }
+        (None, None, None) => (0, "none (not used by this VMM)".to_owned()),
+    })
+}
+
 fn run_snp(a: SnpArgs) -> Result<(), Fail> {
-    let ovmf = snp::load_ovmf(&a.ovmf).map_err(|e| usage(e.to_string()))?;
+    use measurements::snp_modes::{self, SevMode};
+    // The OVMF is read on this thread while another hashes the kernel and initrd (the two largest inputs).
+    let inputs = snp::SnpInputs {
+        ovmf: a.ovmf.clone(),
+        kernel: a.kernel.clone(),
+        initrd: a.initrd.clone(),
+        append: a.append.clone(),
+    };
+    let wants_hashes = !matches!(a.mode, Mode::OvmfHash | Mode::Svsm);
+    let (ovmf, hashes) = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            if wants_hashes {
+                snp::load_kernel_hashes(&inputs)
+            } else {
+                Ok(None)
+            }
+        });
+        let o = snp::load_ovmf(&a.ovmf);
+        let h = h
+            .join()
+            .unwrap_or_else(|_| snp::load_kernel_hashes(&inputs));
+        (o, h)
+    });
+    let ovmf = ovmf.map_err(|e| usage(e.to_string()))?;
     if a.mode == Mode::OvmfHash {
         let h = snp::ovmf_hash(&ovmf);
         if a.json {
@@ -309,59 +392,49 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
         }
         return Ok(());
     }
-    let vcpus = a
-        .vcpus
-        .ok_or_else(|| usage("--vcpus N is required in mode snp"))?;
-    if vcpus == 0 {
-        return Err(usage("--vcpus must be at least 1"));
+    let hashes = hashes.map_err(|e| usage(e.to_string()))?;
+    let (mode, mode_flag) = match a.mode {
+        Mode::Sev => (SevMode::Sev, "sev"),
+        Mode::SevEs => (SevMode::SevEs, "seves"),
+        Mode::Svsm => (SevMode::SnpSvsm, "snp:svsm"),
+        Mode::Snp | Mode::OvmfHash => (SevMode::Snp, "snp"),
+    };
+    if mode == SevMode::Sev && a.dump_vmsa.is_some() {
+        return Err(usage(
+            "--dump-vmsa: mode sev measures no VMSAs (modes seves, snp and snp:svsm do)",
+        ));
     }
-    let (vcpu_sig, vcpu_source) = match (a.vcpu_family, a.vcpu_sig, &a.vcpu_type) {
-        (Some(f), _, _) => {
-            let (m, s) = (a.vcpu_model.unwrap_or(0), a.vcpu_stepping.unwrap_or(0));
-            (
-                snp::vcpu_sig(f, m, s),
-                format!("family {f} model {m} stepping {s}"),
-            )
+    if a.snp_ovmf_hash.is_some() && mode != SevMode::Snp {
+        return Err(usage(format!(
+            "--snp-ovmf-hash works only with --mode snp, not {mode_flag}"
+        )));
+    }
+    if mode != SevMode::SnpSvsm
+        && (a.svsm.is_some() || a.vars_size.is_some() || a.vars_file.is_some())
+    {
+        note(&format!(
+            "--svsm, --vars-size and --vars-file are not used in mode {mode_flag}"
+        ));
+    }
+    if a.guest_features.is_some() && mode != SevMode::Snp {
+        note(&format!(
+            "--guest-features is not used in mode {mode_flag} (sev-snp-measure ignores it too)"
+        ));
+    }
+    let (vcpus, vcpu_sig, vcpu_source) = if mode == SevMode::Sev {
+        (0, 0, "none (mode sev)".to_owned())
+    } else {
+        let vcpus = a
+            .vcpus
+            .ok_or_else(|| usage(format!("--vcpus N is required in mode {mode_flag}")))?;
+        if vcpus == 0 {
+            return Err(usage("--vcpus must be at least 1"));
         }
-        (None, Some(sig), _) => (sig, "--vcpu-sig".to_owned()),
-        (None, None, Some(t)) => {
-            let sig = snp::vcpu_sig_for_type(t)
-                .ok_or_else(|| usage(format!("--vcpu-type {t:?}: unknown CPU type")))?;
-            (sig, t.clone())
-        }
-        (None, None, None) if a.vmm_type == snp::VmmType::Qemu => {
-            return Err(usage(
-                "missing --vcpu-type or --vcpu-sig or --vcpu-family in mode snp with QEMU",
-            ))
-        }
-        (None, None, None) => (0, "none (not used by this VMM)".to_owned()),
+        let (sig, src) = snp_vcpu_sig(&a, mode_flag)?;
+        (vcpus, sig, src)
     };
-    let ovmf_hash =
-        match &a.snp_ovmf_hash {
-            Some(h) => {
-                let v = hex::decode(h.trim())
-                    .map_err(|e| usage(format!("--snp-ovmf-hash: not hex: {e}")))?;
-                Some(<[u8; 48]>::try_from(v.as_slice()).map_err(|_| {
-                    usage(format!("--snp-ovmf-hash: {} bytes, expected 48", v.len()))
-                })?)
-            }
-            None => None,
-        };
-    let cfg = snp::SnpConfig {
-        vcpus,
-        vcpu_sig,
-        guest_features: a.guest_features,
-        vmm: a.vmm_type,
-        ovmf_hash,
-    };
-    let inputs = snp::SnpInputs {
-        ovmf: a.ovmf.clone(),
-        kernel: a.kernel.clone(),
-        initrd: a.initrd.clone(),
-        append: a.append.clone(),
-    };
-    let hashes = snp::load_kernel_hashes(&inputs).map_err(|e| usage(e.to_string()))?;
-    let ld = snp::launch_digest(&ovmf, hashes.as_ref(), &cfg).map_err(|source| {
+    let guest_features = a.guest_features.unwrap_or(1);
+    let ovmf_err = |source: snp::OvmfError| {
         usage(
             snp::SnpError::Ovmf {
                 path: a.ovmf.clone(),
@@ -369,17 +442,103 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
             }
             .to_string(),
         )
-    })?;
+    };
+    let cfg = snp::SnpConfig {
+        vcpus,
+        vcpu_sig,
+        guest_features,
+        vmm: a.vmm_type,
+        ovmf_hash: None,
+    };
+    let mut vars_size = None;
+    let (digest, vmsas): (Vec<u8>, Option<snp_modes::Vmsas>) = match mode {
+        SevMode::Sev => (
+            snp_modes::sev_digest(&ovmf, hashes.as_ref())
+                .map_err(ovmf_err)?
+                .to_vec(),
+            None,
+        ),
+        SevMode::SevEs => {
+            let (d, v) = snp_modes::seves_digest(&ovmf, hashes.as_ref(), &cfg).map_err(ovmf_err)?;
+            (d.to_vec(), Some(v))
+        }
+        SevMode::SnpSvsm => {
+            if a.vmm_type != snp::VmmType::Qemu {
+                return Err(usage(format!(
+                    "--vmm-type {}: mode snp:svsm is defined for QEMU only",
+                    a.vmm_type
+                )));
+            }
+            if a.kernel.is_some() {
+                note("--kernel, --initrd and --append are not measured in mode snp:svsm (sev-snp-measure ignores them too)");
+            }
+            let size = match (&a.vars_file, a.vars_size) {
+                (Some(f), _) => std::fs::metadata(f)
+                    .map_err(|e| usage(format!("--vars-file {}: {e}", f.display())))?
+                    .len(),
+                (None, Some(n)) if n > 0 => n,
+                (None, Some(_)) => {
+                    return Err(usage(
+                        "--vars-size 0: mode snp:svsm needs the size of the OVMF variable store",
+                    ))
+                }
+                (None, None) => {
+                    return Err(usage("mode snp:svsm requires --vars-size or --vars-file"))
+                }
+            };
+            vars_size = Some(size);
+            let svsm_path = a
+                .svsm
+                .as_ref()
+                .ok_or_else(|| usage("mode snp:svsm requires --svsm PATH"))?;
+            let svsm = snp::Ovmf::parse(read_file("--svsm", svsm_path)?)
+                .map_err(|e| usage(format!("--svsm {}: {e}", svsm_path.display())))?;
+            let (d, v) = snp_modes::svsm_digest(&ovmf, &svsm, size, vcpus, vcpu_sig)
+                .map_err(|e| usage(format!("--svsm {}: {e}", svsm_path.display())))?;
+            (d.to_vec(), Some(v))
+        }
+        _ => {
+            let ovmf_hash = match &a.snp_ovmf_hash {
+                Some(h) => {
+                    let v = hex::decode(h.trim())
+                        .map_err(|e| usage(format!("--snp-ovmf-hash: not hex: {e}")))?;
+                    <[u8; 48]>::try_from(v.as_slice()).map_err(|_| {
+                        usage(format!("--snp-ovmf-hash: {} bytes, expected 48", v.len()))
+                    })?
+                }
+                None => snp::ovmf_hash(&ovmf),
+            };
+            let cfg = snp::SnpConfig {
+                ovmf_hash: Some(ovmf_hash),
+                ..cfg
+            };
+            let ld = snp::launch_digest(&ovmf, hashes.as_ref(), &cfg).map_err(ovmf_err)?;
+            let vmsas = match &a.dump_vmsa {
+                Some(_) => Some(snp_modes::snp_vmsas(&ovmf, &cfg).map_err(ovmf_err)?),
+                None => None,
+            };
+            (ld.to_vec(), vmsas)
+        }
+    };
+    if let (Some(dir), Some(v)) = (&a.dump_vmsa, &vmsas) {
+        v.write_to(dir)
+            .map_err(|e| usage(format!("--dump-vmsa {}: {e}", dir.display())))?;
+    }
+    let measurement = encode(&digest, a.output_format);
     if a.json {
         let v = serde_json::json!({
-            "mode": "snp",
-            "measurement": encode(&ld, a.output_format),
+            "mode": mode_flag,
+            "measurement": measurement,
             "output_format": format!("{:?}", a.output_format).to_lowercase(),
             "vcpus": vcpus,
             "vcpu_sig": format!("{vcpu_sig:#x}"),
             "vcpu_from": vcpu_source,
             "vmm_type": a.vmm_type.to_string(),
-            "guest_features": format!("{:#x}", a.guest_features),
+            "guest_features": format!("{:#x}", match mode {
+                SevMode::Snp => guest_features,
+                SevMode::SnpSvsm => 1,
+                _ => 0,
+            }),
             "ovmf": a.ovmf.display().to_string(),
             "ovmf_hash_given": a.snp_ovmf_hash.is_some(),
             "kernel": a.kernel.as_ref().map(|p| p.display().to_string()),
@@ -390,10 +549,15 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
                 "initrd_sha256": hex::encode(h.initrd),
                 "cmdline_sha256": hex::encode(h.cmdline),
             })),
+            "svsm": a.svsm.as_ref().filter(|_| mode == SevMode::SnpSvsm).map(|p| p.display().to_string()),
+            "vars_size": vars_size,
+            "vmsa_dump_dir": a.dump_vmsa.as_ref().map(|p| p.display().to_string()),
         });
         println!("{}", json_safe(&format!("{v:#}")));
+    } else if a.verbose {
+        println!("Calculated {} guest measurement: {measurement}", mode.name());
     } else {
-        println!("{}", encode(&ld, a.output_format));
+        println!("{measurement}");
     }
     Ok(())
 }
@@ -973,9 +1137,12 @@ fn main() -> ExitCode {
         Cmd::Sign(a) => run_sign(a),
         Cmd::Keygen(a) => run_keygen(a),
         Cmd::VerifySet(a) => run_verify_set(a),
+        Cmd::Explain(a) => explain_cli::run(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
+        // The subcommand already said why (explain's answer with --json is its one JSON object).
+        Err(Fail(code, msg)) if msg.is_empty() => ExitCode::from(code),
         Err(Fail(code, msg)) => {
             if attestation::cli_io::json_requested(std::env::args_os().skip(1)) {
                 let check = if code == 1 { "check" } else { "input" };
