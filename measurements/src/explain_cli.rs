@@ -190,7 +190,8 @@ fn explain_snp(
     }
     let mut vcpu_types = explain::default_vcpu_types();
     let mut host_note = None;
-    if let Some(c) = report.and_then(|r| r.cpuid) {
+    // Version 2 reports (and masked ones) carry zeros: no CPUID to go by.
+    if let Some(c) = report.and_then(|r| r.cpuid).filter(|c| c.family != 0) {
         let sig = snp::vcpu_sig(
             u32::from(c.family),
             u32::from(c.model),
