@@ -448,3 +448,109 @@ fn real_vectors_are_read_and_answered_without_a_match() {
     }
     assert!(n > 10, "only {n} real reports");
 }
+
+/// A CCEL log: the Spec ID event (SHA-384 only), then `events` as (MR index, event type, digest).
+fn ccel(events: &[(u32, u32, [u8; 48])]) -> Vec<u8> {
+    let mut spec = b"Spec ID Event03\0".to_vec();
+    spec.extend_from_slice(&0u32.to_le_bytes());
+    spec.extend_from_slice(&[0, 2, 0, 2]);
+    spec.extend_from_slice(&1u32.to_le_bytes());
+    spec.extend_from_slice(&0x000Cu16.to_le_bytes());
+    spec.extend_from_slice(&48u16.to_le_bytes());
+    spec.push(0);
+    let mut l = Vec::new();
+    l.extend_from_slice(&0u32.to_le_bytes());
+    l.extend_from_slice(&3u32.to_le_bytes());
+    l.extend_from_slice(&[0; 20]);
+    l.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+    l.extend_from_slice(&spec);
+    for (mr, ty, d) in events {
+        l.extend_from_slice(&mr.to_le_bytes());
+        l.extend_from_slice(&ty.to_le_bytes());
+        l.extend_from_slice(&1u32.to_le_bytes());
+        l.extend_from_slice(&0x000Cu16.to_le_bytes());
+        l.extend_from_slice(d);
+        l.extend_from_slice(&4u32.to_le_bytes());
+        l.extend_from_slice(b"data");
+    }
+    l
+}
+
+#[test]
+fn tdx_names_the_first_differing_event_and_why() {
+    let Some(f) = fixture() else { return };
+    let quote = attestation::vectors::firmware("")
+        .join("../vectors/tdx/dcapqvl-v4-b0c06f-uptodate/quote.bin");
+    if !quote.exists() {
+        return skip_for(SkipKind::Vectors, "../shared/vectors/tdx quote not found");
+    }
+    let (a, k, k_patched, c, i, i_other) = ([1u8; 48], [2u8; 48], [3u8; 48], [4u8; 48], [5u8; 48], [6u8; 48]);
+    // The launch's log: RTMR1 (MR index 2) with the kernel as QEMU 10.1 patched it, RTMR2 (index 3) with
+    // another initrd.
+    let log = ccel(&[
+        (2, 0x8000_0001, a),
+        (2, 0x8000_0002, k_patched),
+        (3, 0x8000_0001, c),
+        (3, 0x8000_0001, i_other),
+    ]);
+    let log_path = f.dir.path().join("ccel.bin");
+    std::fs::write(&log_path, &log).expect("write log");
+    let replay = measurements::tdx::replay_rtmrs(&log).expect("replay");
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(f.image.join("manifest.json")).expect("read")).expect("json");
+    let ev = |r: u8, what: &str, d: [u8; 48]| {
+        serde_json::json!({"rtmr": r, "event_type": "EV_EVENT_TAG", "what": what, "digest": hex::encode(d)})
+    };
+    m["measurements"]["tdx"] = serde_json::json!({
+        "ovmf_sha256": "00",
+        "mrtd": hex::encode([0u8; 48]),
+        "rtmr_events": [
+            ev(1, "\"EFI_LOADER\" (TDVF)", a),
+            ev(1, "PE Authenticode SHA-384 of the kernel (TDVF's LoadImage)", k),
+            ev(2, "the command line", c),
+            ev(2, "SHA-384 of the initramfs", i),
+        ],
+        "rtmrs": [null, hex::encode([9u8; 48]), hex::encode([9u8; 48]), null],
+        "rtmr1_qemu_10_1": hex::encode(replay.rtmrs[1]),
+        "note": "test",
+    });
+    std::fs::write(f.image.join("manifest.json"), m.to_string()).expect("write manifest");
+    let amd = amdsev_ovmf().display().to_string();
+    let ans = explain(&f, &quote, &["--ovmf", &amd, "--event-log", &log_path.display().to_string()]);
+    assert_eq!(ans.code, Some(1), "{:#}", ans.json);
+    assert_eq!(ans.json["input"], "TDX quote");
+    // One MRTD row per OVMF given, and the quote (another firmware's) matches none.
+    let rows = ans.json["mrtd_per_ovmf"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0]["mrtd"].is_string() || rows[0]["error"].is_string(), "{rows:?}");
+    assert_ne!(rows[0]["matches"], true);
+    let d = ans.json["first_differing_events"].as_array().expect("events");
+    assert_eq!(d.len(), 2, "{d:?}");
+    assert_eq!((d[0]["rtmr"].as_u64(), d[0]["index"].as_u64()), (Some(1), Some(1)));
+    assert!(d[0]["why"].as_str().is_some_and(|w| w.contains("QEMU before 10.2")), "{d:?}");
+    assert!(d[0]["logged"].as_str().is_some_and(|w| w.contains(&hex::encode(k_patched))), "{d:?}");
+    assert_eq!((d[1]["rtmr"].as_u64(), d[1]["index"].as_u64()), (Some(2), Some(1)));
+    assert!(d[1]["why"].as_str().is_some_and(|w| w.contains("different digest")), "{d:?}");
+
+    // The same quote with MRTD set to the OVMF's and RTMR1/RTMR2 to the image's (QEMU 10.1 RTMR1): a match. The
+    // explainer reads, it does not verify the signature, so patching the body is enough (v4 quote: 48-byte
+    // header, MRTD at body offset 136, RTMR1 and RTMR2 at 376 and 424).
+    let ovmf = snp::load_ovmf(&amdsev_ovmf()).expect("ovmf");
+    let Ok(mrtd) = measurements::tdx::mrtd(&ovmf) else {
+        return skip_for(SkipKind::Vectors, "the shared OVMF has no TDVF metadata: the MRTD match is left out");
+    };
+    let mut q = std::fs::read(&quote).expect("quote");
+    q[48 + 136..48 + 184].copy_from_slice(&mrtd);
+    let (r1, r2) = ([0x11u8; 48], [0x22u8; 48]);
+    q[48 + 376..48 + 424].copy_from_slice(&r1);
+    q[48 + 424..48 + 472].copy_from_slice(&r2);
+    let patched = f.dir.path().join("quote-patched.bin");
+    std::fs::write(&patched, &q).expect("write");
+    m["measurements"]["tdx"]["rtmrs"] = serde_json::json!([null, hex::encode([9u8; 48]), hex::encode(r2), null]);
+    m["measurements"]["tdx"]["rtmr1_qemu_10_1"] = serde_json::json!(hex::encode(r1));
+    std::fs::write(f.image.join("manifest.json"), m.to_string()).expect("write manifest");
+    let ans = explain(&f, &patched, &["--ovmf", &amd]);
+    assert_eq!(ans.code, Some(0), "{:#}", ans.json);
+    assert_eq!(ans.json["mrtd_per_ovmf"][0]["matches"], true);
+    assert_eq!(ans.json["rtmr1_rtmr2_match_image"], true);
+}
