@@ -198,7 +198,9 @@ pub fn cmdline_variants(c: &str) -> Vec<(String, String)> {
     if !words.iter().any(|w| w.starts_with("console=")) {
         v.push((
             "with console=ttyS0 appended".into(),
-            format!("{} console=ttyS0", c.trim_end()).trim_start().to_owned(),
+            format!("{} console=ttyS0", c.trim_end())
+                .trim_start()
+                .to_owned(),
         ));
     }
     v.push((
@@ -424,14 +426,20 @@ pub fn differences(found: &SnpLaunch, expected: &ExpectedSnp) -> Vec<String> {
         ));
     }
     match &found.cmdline {
-        None => d.push("kernel hashes: off (firmware-only digest), the image boots with kernel-hashes=on".into()),
+        None => d.push(
+            "kernel hashes: off (firmware-only digest), the image boots with kernel-hashes=on"
+                .into(),
+        ),
         Some((label, value)) if label != "the image's command line" => d.push(format!(
             "command line: {label} ({value:?}), not the manifest's exactly"
         )),
         Some(_) => {}
     }
     if found.vmm != VmmType::Qemu {
-        d.push(format!("VMM: {}, the manifest's digests are for QEMU", found.vmm));
+        d.push(format!(
+            "VMM: {}, the manifest's digests are for QEMU",
+            found.vmm
+        ));
     }
     let expected_sig = snp::vcpu_sig_for_type(&expected.vcpu_type)
         .or_else(|| (expected.vcpu_type == "EPYC-Turin").then(|| snp::vcpu_sig(26, 0, 0)));
@@ -449,7 +457,10 @@ pub fn differences(found: &SnpLaunch, expected: &ExpectedSnp) -> Vec<String> {
         ));
     }
     if found.vcpus != expected.vcpus {
-        d.push(format!("vCPUs: {}, expected {}", found.vcpus, expected.vcpus));
+        d.push(format!(
+            "vCPUs: {}, expected {}",
+            found.vcpus, expected.vcpus
+        ));
     }
     d
 }
@@ -507,7 +518,9 @@ pub fn compare_rtmr_events(
                     e.sha384.map(hex::encode).unwrap_or_default(),
                 )
             });
-            let w = want.get(i).map(|e| (e.what.clone(), e.digest.to_ascii_lowercase()));
+            let w = want
+                .get(i)
+                .map(|e| (e.what.clone(), e.digest.to_ascii_lowercase()));
             let same = matches!((&l, &w), (Some(l), Some(w)) if l.2 == w.1);
             if same {
                 continue;
@@ -567,7 +580,9 @@ mod tests {
         let mut r = vec![0u8; 1184];
         r[0x90] = 7;
         match read_measured(&r).expect("report") {
-            (InputKind::SnpReport, Measured::Snp { measurement, .. }) => assert_eq!(measurement[0], 7),
+            (InputKind::SnpReport, Measured::Snp { measurement, .. }) => {
+                assert_eq!(measurement[0], 7)
+            }
             other => panic!("{other:?}"),
         }
     }

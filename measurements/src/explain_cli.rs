@@ -48,8 +48,8 @@ pub struct ExplainArgs {
 fn ovmf_files(a: &ExplainArgs) -> Result<Vec<PathBuf>, Fail> {
     let mut out = Vec::new();
     let fd_files = |dir: &Path, only_ovmf: bool| -> Result<Vec<PathBuf>, Fail> {
-        let rd = std::fs::read_dir(dir)
-            .map_err(|e| usage(format!("--ovmf {}: {e}", dir.display())))?;
+        let rd =
+            std::fs::read_dir(dir).map_err(|e| usage(format!("--ovmf {}: {e}", dir.display())))?;
         let mut v: Vec<PathBuf> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.is_file())
@@ -114,6 +114,9 @@ fn load_image(dir: &Path) -> Result<Image, Fail> {
     })
 }
 
+/// The manifest's expected launch nearest to a match, and how the match differs from it.
+type Nearest = Option<(ExpectedSnp, Vec<String>)>;
+
 fn launch_text(l: &SnpLaunch) -> String {
     let kernel = match &l.cmdline {
         None => "kernel hashes off".to_owned(),
@@ -150,8 +153,8 @@ fn launch_json(l: &SnpLaunch) -> serde_json::Value {
 /// Runs the subcommand: exit 0 when a configuration matches, 1 when none does.
 pub fn run(a: ExplainArgs) -> Result<(), Fail> {
     let bytes = read_file("input", &a.input)?;
-    let (kind, measured) = explain::read_measured(&bytes)
-        .map_err(|e| usage(format!("{}: {e}", a.input.display())))?;
+    let (kind, measured) =
+        explain::read_measured(&bytes).map_err(|e| usage(format!("{}: {e}", a.input.display())))?;
     let image = load_image(&a.image)?;
     match measured {
         Measured::Snp {
@@ -274,7 +277,7 @@ fn explain_snp(
     }
     not_searched.extend(unreadable.iter().cloned());
     not_searched.extend(out.unusable.iter().cloned());
-    let matches: Vec<(SnpLaunch, Option<(ExpectedSnp, Vec<String>)>)> = out
+    let matches: Vec<(SnpLaunch, Nearest)> = out
         .matches
         .iter()
         .map(|m| {
@@ -402,7 +405,9 @@ fn explain_tdx(
         mrtd_rows.push(row);
     }
     let tdxm = image.manifest.measurements.tdx.as_ref();
-    let hexeq = |a: &[u8; 48], b: Option<&String>| b.is_some_and(|b| b.eq_ignore_ascii_case(&hex::encode(a)));
+    let hexeq = |a: &[u8; 48], b: Option<&String>| {
+        b.is_some_and(|b| b.eq_ignore_ascii_case(&hex::encode(a)))
+    };
     let mut rtmr_ok = false;
     if let Some(t) = tdxm {
         let r1_102 = hexeq(&rtmr[1], t.rtmrs[1].as_ref());
@@ -441,14 +446,23 @@ fn explain_tdx(
         } else {
             format!(
                 "event log: does not replay to the quote's RTMR{}",
-                differ.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", RTMR")
+                differ
+                    .iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", RTMR")
             )
         });
         if let Some(t) = tdxm {
-            for d in explain::compare_rtmr_events(&replay, &t.rtmr_events, t.rtmr1_qemu_10_1.as_deref()) {
-                let logged = d.logged.as_ref().map_or("none".to_owned(), |(off, ty, dg)| {
-                    format!("{ty} at offset {off:#x}, digest {dg}")
-                });
+            for d in
+                explain::compare_rtmr_events(&replay, &t.rtmr_events, t.rtmr1_qemu_10_1.as_deref())
+            {
+                let logged = d
+                    .logged
+                    .as_ref()
+                    .map_or("none".to_owned(), |(off, ty, dg)| {
+                        format!("{ty} at offset {off:#x}, digest {dg}")
+                    });
                 let want = d.expected.as_ref().map_or("none".to_owned(), |(what, dg)| {
                     format!("{} ({dg})", escape(what))
                 });

@@ -298,7 +298,10 @@ mod tests {
         // a789a612-0597-4c4b-a49f-cbb1fe9d1ddd, first three fields little-endian.
         assert_eq!(SVSM_INFO_GUID[..4], [0x12, 0xa6, 0x89, 0xa7]);
         assert_eq!(SVSM_INFO_GUID[4..8], [0x97, 0x05, 0x4b, 0x4c]);
-        assert_eq!(SVSM_INFO_GUID[8..], [0xa4, 0x9f, 0xcb, 0xb1, 0xfe, 0x9d, 0x1d, 0xdd]);
+        assert_eq!(
+            SVSM_INFO_GUID[8..],
+            [0xa4, 0x9f, 0xcb, 0xb1, 0xfe, 0x9d, 0x1d, 0xdd]
+        );
     }
 
     #[test]

@@ -271,10 +271,18 @@ fn finds_known_configurations_and_names_what_differs() {
             vcpu_type: Some("EPYC-Rome"),
             features: "0x1",
             hashes: false,
-            differ: &["OVMF: /usr/share/ovmf/OVMF.fd", "kernel hashes: off", "vCPU type", "vCPUs: 4"],
+            differ: &[
+                "OVMF: /usr/share/ovmf/OVMF.fd",
+                "kernel hashes: off",
+                "vCPU type",
+                "vCPUs: 4",
+            ],
         });
     } else {
-        skip_for(SkipKind::Vectors, "Debian's OVMF.fd not found (apt package ovmf): its case left out");
+        skip_for(
+            SkipKind::Vectors,
+            "Debian's OVMF.fd not found (apt package ovmf): its case left out",
+        );
     }
     let mut ovmf_args = vec!["--ovmf", amd.as_str()];
     if f.debian.is_some() {
@@ -296,7 +304,11 @@ fn finds_known_configurations_and_names_what_differs() {
         let d = differences(&a);
         assert_eq!(d.len(), c.differ.len(), "{}: {d:?}", c.name);
         for want in c.differ {
-            assert!(d.iter().any(|x| x.contains(want)), "{}: {want:?} not in {d:?}", c.name);
+            assert!(
+                d.iter().any(|x| x.contains(want)),
+                "{}: {want:?} not in {d:?}",
+                c.name
+            );
         }
         assert_eq!(a.json["timed_out"], false);
     }
@@ -324,8 +336,14 @@ fn evidence_file_is_read_like_a_report() {
         .sign_report(psp.report_template(ld, [0; 64]))
         .expect("sign");
     let key = p384::ecdsa::SigningKey::from_slice(&Sha384::digest(b"explain")).expect("key");
-    let verdict = Verdict::new(Outcome::TestsPassed, Isolation::Vm, Inputs::default(), "test");
-    let ev = Evidence::seal(TeeLabel::SimSevSnp, report, certs, None, &key, &verdict).expect("seal");
+    let verdict = Verdict::new(
+        Outcome::TestsPassed,
+        Isolation::Vm,
+        Inputs::default(),
+        "test",
+    );
+    let ev =
+        Evidence::seal(TeeLabel::SimSevSnp, report, certs, None, &key, &verdict).expect("seal");
     let p = f.dir.path().join("evidence.cbor");
     std::fs::write(&p, ev.to_cbor().expect("cbor")).expect("write");
     let amd = amdsev_ovmf().display().to_string();
@@ -336,7 +354,9 @@ fn evidence_file_is_read_like_a_report() {
     // The sim Genoa's CPUID (family 0x19 model 0x11 stepping 1) is not EPYC-Genoa's QEMU signature (stepping
     // 0): it is tried as one more type.
     assert!(
-        a.json["searched"].as_str().is_some_and(|s| s.contains("host (the report's CPUID)")),
+        a.json["searched"]
+            .as_str()
+            .is_some_and(|s| s.contains("host (the report's CPUID)")),
         "{:#}",
         a.json
     );
@@ -364,7 +384,11 @@ fn near_misses_name_the_input_that_differs() {
     assert_eq!(a.json["expected"][0]["vcpus"], 2);
     assert_eq!(a.json["compared"], a.json["space"]);
     // Given the command line, it is found, and the difference is named.
-    let b = explain(&f, &input, &["--ovmf", &amd, "--max-vcpus", "16", "--cmdline", &other]);
+    let b = explain(
+        &f,
+        &input,
+        &["--ovmf", &amd, "--max-vcpus", "16", "--cmdline", &other],
+    );
     assert_eq!(b.code, Some(0), "{:#}", b.json);
     let d = differences(&b);
     assert_eq!(d.len(), 1, "{d:?}");
@@ -440,7 +464,9 @@ fn real_vectors_are_read_and_answered_without_a_match() {
     let mut n = 0;
     for e in rd.flatten() {
         let report = e.path().join("report.bin");
-        let Ok(bytes) = std::fs::read(&report) else { continue };
+        let Ok(bytes) = std::fs::read(&report) else {
+            continue;
+        };
         let a = explain(&f, &report, &["--ovmf", &amd, "--max-vcpus", "4"]);
         assert_eq!(a.code, Some(1), "{}: {:#}", report.display(), a.json);
         assert_eq!(a.json["measurement"], hex::encode(&bytes[0x90..0xC0]));
@@ -484,7 +510,9 @@ fn tdx_names_the_first_differing_event_and_why() {
     if !quote.exists() {
         return skip_for(SkipKind::Vectors, "../shared/vectors/tdx quote not found");
     }
-    let (a, k, k_patched, c, i, i_other) = ([1u8; 48], [2u8; 48], [3u8; 48], [4u8; 48], [5u8; 48], [6u8; 48]);
+    let (a, k, k_patched, c, i, i_other) = (
+        [1u8; 48], [2u8; 48], [3u8; 48], [4u8; 48], [5u8; 48], [6u8; 48],
+    );
     // The launch's log: RTMR1 (MR index 2) with the kernel as QEMU 10.1 patched it, RTMR2 (index 3) with
     // another initrd.
     let log = ccel(&[
@@ -497,10 +525,9 @@ fn tdx_names_the_first_differing_event_and_why() {
     std::fs::write(&log_path, &log).expect("write log");
     let replay = measurements::tdx::replay_rtmrs(&log).expect("replay");
     let mut m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(f.image.join("manifest.json")).expect("read")).expect("json");
-    let ev = |r: u8, what: &str, d: [u8; 48]| {
-        serde_json::json!({"rtmr": r, "event_type": "EV_EVENT_TAG", "what": what, "digest": hex::encode(d)})
-    };
+        serde_json::from_slice(&std::fs::read(f.image.join("manifest.json")).expect("read"))
+            .expect("json");
+    let ev = |r: u8, what: &str, d: [u8; 48]| serde_json::json!({"rtmr": r, "event_type": "EV_EVENT_TAG", "what": what, "digest": hex::encode(d)});
     m["measurements"]["tdx"] = serde_json::json!({
         "ovmf_sha256": "00",
         "mrtd": hex::encode([0u8; 48]),
@@ -516,28 +543,66 @@ fn tdx_names_the_first_differing_event_and_why() {
     });
     std::fs::write(f.image.join("manifest.json"), m.to_string()).expect("write manifest");
     let amd = amdsev_ovmf().display().to_string();
-    let ans = explain(&f, &quote, &["--ovmf", &amd, "--event-log", &log_path.display().to_string()]);
+    let ans = explain(
+        &f,
+        &quote,
+        &[
+            "--ovmf",
+            &amd,
+            "--event-log",
+            &log_path.display().to_string(),
+        ],
+    );
     assert_eq!(ans.code, Some(1), "{:#}", ans.json);
     assert_eq!(ans.json["input"], "TDX quote");
     // One MRTD row per OVMF given, and the quote (another firmware's) matches none.
     let rows = ans.json["mrtd_per_ovmf"].as_array().expect("rows");
     assert_eq!(rows.len(), 1, "{rows:?}");
-    assert!(rows[0]["mrtd"].is_string() || rows[0]["error"].is_string(), "{rows:?}");
+    assert!(
+        rows[0]["mrtd"].is_string() || rows[0]["error"].is_string(),
+        "{rows:?}"
+    );
     assert_ne!(rows[0]["matches"], true);
-    let d = ans.json["first_differing_events"].as_array().expect("events");
+    let d = ans.json["first_differing_events"]
+        .as_array()
+        .expect("events");
     assert_eq!(d.len(), 2, "{d:?}");
-    assert_eq!((d[0]["rtmr"].as_u64(), d[0]["index"].as_u64()), (Some(1), Some(1)));
-    assert!(d[0]["why"].as_str().is_some_and(|w| w.contains("QEMU before 10.2")), "{d:?}");
-    assert!(d[0]["logged"].as_str().is_some_and(|w| w.contains(&hex::encode(k_patched))), "{d:?}");
-    assert_eq!((d[1]["rtmr"].as_u64(), d[1]["index"].as_u64()), (Some(2), Some(1)));
-    assert!(d[1]["why"].as_str().is_some_and(|w| w.contains("different digest")), "{d:?}");
+    assert_eq!(
+        (d[0]["rtmr"].as_u64(), d[0]["index"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        d[0]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("QEMU before 10.2")),
+        "{d:?}"
+    );
+    assert!(
+        d[0]["logged"]
+            .as_str()
+            .is_some_and(|w| w.contains(&hex::encode(k_patched))),
+        "{d:?}"
+    );
+    assert_eq!(
+        (d[1]["rtmr"].as_u64(), d[1]["index"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(
+        d[1]["why"]
+            .as_str()
+            .is_some_and(|w| w.contains("different digest")),
+        "{d:?}"
+    );
 
     // The same quote with MRTD set to the OVMF's and RTMR1/RTMR2 to the image's (QEMU 10.1 RTMR1): a match. The
     // explainer reads, it does not verify the signature, so patching the body is enough (v4 quote: 48-byte
     // header, MRTD at body offset 136, RTMR1 and RTMR2 at 376 and 424).
     let ovmf = snp::load_ovmf(&amdsev_ovmf()).expect("ovmf");
     let Ok(mrtd) = measurements::tdx::mrtd(&ovmf) else {
-        return skip_for(SkipKind::Vectors, "the shared OVMF has no TDVF metadata: the MRTD match is left out");
+        return skip_for(
+            SkipKind::Vectors,
+            "the shared OVMF has no TDVF metadata: the MRTD match is left out",
+        );
     };
     let mut q = std::fs::read(&quote).expect("quote");
     q[48 + 136..48 + 184].copy_from_slice(&mrtd);
@@ -546,7 +611,8 @@ fn tdx_names_the_first_differing_event_and_why() {
     q[48 + 424..48 + 472].copy_from_slice(&r2);
     let patched = f.dir.path().join("quote-patched.bin");
     std::fs::write(&patched, &q).expect("write");
-    m["measurements"]["tdx"]["rtmrs"] = serde_json::json!([null, hex::encode([9u8; 48]), hex::encode(r2), null]);
+    m["measurements"]["tdx"]["rtmrs"] =
+        serde_json::json!([null, hex::encode([9u8; 48]), hex::encode(r2), null]);
     m["measurements"]["tdx"]["rtmr1_qemu_10_1"] = serde_json::json!(hex::encode(r1));
     std::fs::write(f.image.join("manifest.json"), m.to_string()).expect("write manifest");
     let ans = explain(&f, &patched, &["--ovmf", &amd]);

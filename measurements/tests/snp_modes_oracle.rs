@@ -187,29 +187,192 @@ fn every_mode_and_flag_matches_sev_snp_measure() {
     // SEV: firmware only, with kernel, initrd and command line; base64 and -v.
     add(&["--mode", "sev", "--ovmf", &o]);
     add(&["--mode", "sev", "--ovmf", &o, "--kernel", &k]);
-    add(&["--mode", "sev", "--ovmf", &o, "--kernel", &k, "--initrd", &i, "--append", "console=ttyS0 "]);
-    add(&["-v", "--mode", "sev", "--ovmf", &o, "--output-format", "base64"]);
+    add(&[
+        "--mode",
+        "sev",
+        "--ovmf",
+        &o,
+        "--kernel",
+        &k,
+        "--initrd",
+        &i,
+        "--append",
+        "console=ttyS0 ",
+    ]);
+    add(&[
+        "-v",
+        "--mode",
+        "sev",
+        "--ovmf",
+        &o,
+        "--output-format",
+        "base64",
+    ]);
     // SEV-ES: vCPU counts, types, VMMs, kernel.
     for vcpus in ["1", "2", "5"] {
-        for (t, vmm) in [("EPYC-v4", "QEMU"), ("EPYC-Milan", "QEMU"), ("EPYC-Genoa", "ec2"), ("EPYC-Rome", "gce")] {
-            add(&["--mode", "seves", "--vcpus", vcpus, "--vcpu-type", t, "--vmm-type", vmm, "--ovmf", &o]);
+        for (t, vmm) in [
+            ("EPYC-v4", "QEMU"),
+            ("EPYC-Milan", "QEMU"),
+            ("EPYC-Genoa", "ec2"),
+            ("EPYC-Rome", "gce"),
+        ] {
+            add(&[
+                "--mode",
+                "seves",
+                "--vcpus",
+                vcpus,
+                "--vcpu-type",
+                t,
+                "--vmm-type",
+                vmm,
+                "--ovmf",
+                &o,
+            ]);
         }
     }
-    add(&["--mode", "seves", "--vcpus", "2", "--vcpu-sig", "0xa10f10", "--ovmf", &o, "--kernel", &k, "--initrd", &i, "--append", "quiet"]);
-    add(&["--verbose", "--mode", "seves", "--vcpus", "3", "--vcpu-family", "25", "--vcpu-model", "1", "--vcpu-stepping", "1", "--ovmf", &o, "--output-format", "base64"]);
+    add(&[
+        "--mode",
+        "seves",
+        "--vcpus",
+        "2",
+        "--vcpu-sig",
+        "0xa10f10",
+        "--ovmf",
+        &o,
+        "--kernel",
+        &k,
+        "--initrd",
+        &i,
+        "--append",
+        "quiet",
+    ]);
+    add(&[
+        "--verbose",
+        "--mode",
+        "seves",
+        "--vcpus",
+        "3",
+        "--vcpu-family",
+        "25",
+        "--vcpu-model",
+        "1",
+        "--vcpu-stepping",
+        "1",
+        "--ovmf",
+        &o,
+        "--output-format",
+        "base64",
+    ]);
     // SEV-ES ignores --guest-features (SEV_FEATURES 0): the oracle shows it.
-    add(&["--mode", "seves", "--vcpus", "2", "--vcpu-type", "EPYC-Milan", "--guest-features", "0x21", "--ovmf", &o]);
+    add(&[
+        "--mode",
+        "seves",
+        "--vcpus",
+        "2",
+        "--vcpu-type",
+        "EPYC-Milan",
+        "--guest-features",
+        "0x21",
+        "--ovmf",
+        &o,
+    ]);
     // SNP with -v.
-    add(&["-v", "--mode", "snp", "--vcpus", "2", "--vcpu-type", "EPYC-Genoa", "--guest-features", "0x21", "--ovmf", &o, "--kernel", &k]);
+    add(&[
+        "-v",
+        "--mode",
+        "snp",
+        "--vcpus",
+        "2",
+        "--vcpu-type",
+        "EPYC-Genoa",
+        "--guest-features",
+        "0x21",
+        "--ovmf",
+        &o,
+        "--kernel",
+        &k,
+    ]);
     // SNP with an SVSM: vars file and sizes, vCPU counts and types, -v and base64.
     for vcpus in ["1", "2", "4"] {
-        add(&["--mode", "snp:svsm", "--vcpus", vcpus, "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--svsm", &s1, "--vars-file", OVMF_VARS]);
-        add(&["--mode", "snp:svsm", "--vcpus", vcpus, "--vcpu-type", "EPYC-Genoa", "--ovmf", &o, "--svsm", &s2, "--vars-size", "540672"]);
+        add(&[
+            "--mode",
+            "snp:svsm",
+            "--vcpus",
+            vcpus,
+            "--vcpu-type",
+            "EPYC-Milan",
+            "--ovmf",
+            &o,
+            "--svsm",
+            &s1,
+            "--vars-file",
+            OVMF_VARS,
+        ]);
+        add(&[
+            "--mode",
+            "snp:svsm",
+            "--vcpus",
+            vcpus,
+            "--vcpu-type",
+            "EPYC-Genoa",
+            "--ovmf",
+            &o,
+            "--svsm",
+            &s2,
+            "--vars-size",
+            "540672",
+        ]);
     }
-    add(&["--mode", "snp:svsm", "--vcpus", "2", "--vcpu-sig", "0x800f12", "--ovmf", &o, "--svsm", &s1, "--vars-size", "131072"]);
-    add(&["-v", "--mode", "snp:svsm", "--vcpus", "2", "--vcpu-type", "EPYC-v4", "--ovmf", &o, "--svsm", &s2, "--vars-file", OVMF_VARS, "--output-format", "base64"]);
+    add(&[
+        "--mode",
+        "snp:svsm",
+        "--vcpus",
+        "2",
+        "--vcpu-sig",
+        "0x800f12",
+        "--ovmf",
+        &o,
+        "--svsm",
+        &s1,
+        "--vars-size",
+        "131072",
+    ]);
+    add(&[
+        "-v",
+        "--mode",
+        "snp:svsm",
+        "--vcpus",
+        "2",
+        "--vcpu-type",
+        "EPYC-v4",
+        "--ovmf",
+        &o,
+        "--svsm",
+        &s2,
+        "--vars-file",
+        OVMF_VARS,
+        "--output-format",
+        "base64",
+    ]);
     // snp:svsm measures no kernel and no guest features (both tools ignore them).
-    add(&["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--svsm", &s1, "--vars-size", "4096", "--kernel", &k, "--guest-features", "0x21"]);
+    add(&[
+        "--mode",
+        "snp:svsm",
+        "--vcpus",
+        "1",
+        "--vcpu-type",
+        "EPYC-Milan",
+        "--ovmf",
+        &o,
+        "--svsm",
+        &s1,
+        "--vars-size",
+        "4096",
+        "--kernel",
+        &k,
+        "--guest-features",
+        "0x21",
+    ]);
     if !Path::new(OVMF_VARS).exists() {
         sets.retain(|s| !s.iter().any(|a| a == OVMF_VARS));
         skip_for(SkipKind::Vectors, "/usr/share/OVMF/OVMF_VARS_4M.fd not found (apt package ovmf); --vars-file cases left out");
@@ -218,8 +381,18 @@ fn every_mode_and_flag_matches_sev_snp_measure() {
     for flags in &sets {
         let theirs = run(Command::new(&inp.tool).args(flags));
         let mine = run(ours().args(flags));
-        assert_eq!(theirs.code, Some(0), "sev-snp-measure failed on {flags:?}: {}", theirs.stderr);
-        assert_eq!(mine.code, Some(0), "measure-guest failed on {flags:?}: {}", mine.stderr);
+        assert_eq!(
+            theirs.code,
+            Some(0),
+            "sev-snp-measure failed on {flags:?}: {}",
+            theirs.stderr
+        );
+        assert_eq!(
+            mine.code,
+            Some(0),
+            "measure-guest failed on {flags:?}: {}",
+            mine.stderr
+        );
         assert_eq!(mine.stdout, theirs.stdout, "output differs for {flags:?}");
         modes.insert(flags[flags.iter().position(|f| f == "--mode").expect("mode") + 1].clone());
     }
@@ -235,11 +408,62 @@ fn dump_vmsa_writes_the_same_files() {
     std::fs::write(&svsm, synthetic_svsm(16, 0x1230)).expect("write svsm");
     let (o, s) = (inp.ovmf.display().to_string(), svsm.display().to_string());
     let cases: Vec<Vec<&str>> = vec![
-        vec!["--mode", "snp", "--vcpus", "3", "--vcpu-type", "EPYC-Milan", "--guest-features", "0x21", "--ovmf", &o],
-        vec!["--mode", "snp", "--vcpus", "2", "--vmm-type", "ec2", "--ovmf", &o],
-        vec!["--mode", "snp", "--vcpus", "2", "--vmm-type", "gce", "--ovmf", &o],
-        vec!["--mode", "seves", "--vcpus", "4", "--vcpu-type", "EPYC-Genoa", "--ovmf", &o],
-        vec!["--mode", "snp:svsm", "--vcpus", "2", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--svsm", &s, "--vars-size", "540672"],
+        vec![
+            "--mode",
+            "snp",
+            "--vcpus",
+            "3",
+            "--vcpu-type",
+            "EPYC-Milan",
+            "--guest-features",
+            "0x21",
+            "--ovmf",
+            &o,
+        ],
+        vec![
+            "--mode",
+            "snp",
+            "--vcpus",
+            "2",
+            "--vmm-type",
+            "ec2",
+            "--ovmf",
+            &o,
+        ],
+        vec![
+            "--mode",
+            "snp",
+            "--vcpus",
+            "2",
+            "--vmm-type",
+            "gce",
+            "--ovmf",
+            &o,
+        ],
+        vec![
+            "--mode",
+            "seves",
+            "--vcpus",
+            "4",
+            "--vcpu-type",
+            "EPYC-Genoa",
+            "--ovmf",
+            &o,
+        ],
+        vec![
+            "--mode",
+            "snp:svsm",
+            "--vcpus",
+            "2",
+            "--vcpu-type",
+            "EPYC-Milan",
+            "--ovmf",
+            &o,
+            "--svsm",
+            &s,
+            "--vars-size",
+            "540672",
+        ],
     ];
     for (n, flags) in cases.iter().enumerate() {
         let theirs_dir = d.join(format!("theirs{n}"));
@@ -249,7 +473,10 @@ fn dump_vmsa_writes_the_same_files() {
             std::fs::create_dir(p).expect("mkdir");
         }
         // sev-snp-measure writes vmsa<N>.bin into its working directory.
-        let t = run(Command::new(&inp.tool).args(flags).arg("--dump-vmsa").current_dir(&theirs_dir));
+        let t = run(Command::new(&inp.tool)
+            .args(flags)
+            .arg("--dump-vmsa")
+            .current_dir(&theirs_dir));
         assert_eq!(t.code, Some(0), "{flags:?}: {}", t.stderr);
         let m = run(ours().args(flags).arg("--dump-vmsa").arg(&ours_dir));
         assert_eq!(m.code, Some(0), "{flags:?}: {}", m.stderr);
@@ -261,12 +488,20 @@ fn dump_vmsa_writes_the_same_files() {
         let vcpus: usize = flags[flags.iter().position(|f| *f == "--vcpus").expect("vcpus") + 1]
             .parse()
             .expect("n");
-        assert_eq!(want.len(), vcpus, "{flags:?}: oracle wrote {:?}", want.iter().map(|f| &f.0).collect::<Vec<_>>());
+        assert_eq!(
+            want.len(),
+            vcpus,
+            "{flags:?}: oracle wrote {:?}",
+            want.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
         for (got, name) in [(files(&ours_dir), "DIR"), (files(&cwd_dir), "cwd")] {
             assert_eq!(got.len(), want.len(), "{flags:?} ({name})");
             for ((gn, gb), (wn, wb)) in got.iter().zip(&want) {
                 assert_eq!(gn, wn, "{flags:?} ({name})");
-                assert!(gb == wb, "{flags:?} ({name}): {gn} differs from sev-snp-measure's");
+                assert!(
+                    gb == wb,
+                    "{flags:?} ({name}): {gn} differs from sev-snp-measure's"
+                );
             }
         }
     }
@@ -277,23 +512,155 @@ fn bad_input_names_the_flag() {
     let Some(inp) = inputs() else { return };
     let o = inp.ovmf.display().to_string();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--mode", "sev", "--ovmf", &o, "--dump-vmsa"], "--dump-vmsa"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--svsm", &o], "--vars-size or --vars-file"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--vars-size", "0", "--svsm", &o], "--vars-size 0"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--vars-size", "4096"], "--svsm"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vmm-type", "ec2", "--ovmf", &o, "--vars-size", "4096", "--svsm", &o], "--vmm-type"),
+        (
+            vec!["--mode", "sev", "--ovmf", &o, "--dump-vmsa"],
+            "--dump-vmsa",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--svsm",
+                &o,
+            ],
+            "--vars-size or --vars-file",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--vars-size",
+                "0",
+                "--svsm",
+                &o,
+            ],
+            "--vars-size 0",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--vars-size",
+                "4096",
+            ],
+            "--svsm",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vmm-type",
+                "ec2",
+                "--ovmf",
+                &o,
+                "--vars-size",
+                "4096",
+                "--svsm",
+                &o,
+            ],
+            "--vmm-type",
+        ),
         // The AmdSev OVMF has no SVSM_INFO entry: not an SVSM.
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--vars-size", "4096", "--svsm", &o], "SVSM_INFO"),
-        (vec!["--mode", "seves", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--snp-ovmf-hash", "00"], "--snp-ovmf-hash"),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--vars-size",
+                "4096",
+                "--svsm",
+                &o,
+            ],
+            "SVSM_INFO",
+        ),
+        (
+            vec![
+                "--mode",
+                "seves",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--snp-ovmf-hash",
+                "00",
+            ],
+            "--snp-ovmf-hash",
+        ),
         (vec!["--mode", "seves", "--ovmf", &o], "--vcpus"),
-        (vec!["--mode", "seves", "--vcpus", "1", "--ovmf", &o], "--vcpu-type"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--vars-file", "/nonexistent/vars.fd", "--svsm", &o], "--vars-file /nonexistent/vars.fd"),
-        (vec!["--mode", "snp:svsm", "--vcpus", "1", "--vcpu-type", "EPYC-Milan", "--ovmf", &o, "--vars-file", &o, "--vars-size", "4096"], "--vars-size"),
+        (
+            vec!["--mode", "seves", "--vcpus", "1", "--ovmf", &o],
+            "--vcpu-type",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--vars-file",
+                "/nonexistent/vars.fd",
+                "--svsm",
+                &o,
+            ],
+            "--vars-file /nonexistent/vars.fd",
+        ),
+        (
+            vec![
+                "--mode",
+                "snp:svsm",
+                "--vcpus",
+                "1",
+                "--vcpu-type",
+                "EPYC-Milan",
+                "--ovmf",
+                &o,
+                "--vars-file",
+                &o,
+                "--vars-size",
+                "4096",
+            ],
+            "--vars-size",
+        ),
     ];
     for (flags, want) in cases {
         let m = run(ours().args(&flags));
         assert_eq!(m.code, Some(2), "{flags:?}: {}{}", m.stdout, m.stderr);
-        assert!(m.stderr.contains(want), "{flags:?}: stderr {:?} does not name {want:?}", m.stderr);
+        assert!(
+            m.stderr.contains(want),
+            "{flags:?}: stderr {:?} does not name {want:?}",
+            m.stderr
+        );
         assert!(m.stdout.is_empty(), "{flags:?}");
     }
 }

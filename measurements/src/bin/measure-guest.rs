@@ -472,20 +472,19 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
             if a.kernel.is_some() {
                 note("--kernel, --initrd and --append are not measured in mode snp:svsm (sev-snp-measure ignores them too)");
             }
-            let size = match (&a.vars_file, a.vars_size) {
-                (Some(f), _) => std::fs::metadata(f)
-                    .map_err(|e| usage(format!("--vars-file {}: {e}", f.display())))?
-                    .len(),
-                (None, Some(n)) if n > 0 => n,
-                (None, Some(_)) => {
-                    return Err(usage(
+            let size =
+                match (&a.vars_file, a.vars_size) {
+                    (Some(f), _) => std::fs::metadata(f)
+                        .map_err(|e| usage(format!("--vars-file {}: {e}", f.display())))?
+                        .len(),
+                    (None, Some(n)) if n > 0 => n,
+                    (None, Some(_)) => return Err(usage(
                         "--vars-size 0: mode snp:svsm needs the size of the OVMF variable store",
-                    ))
-                }
-                (None, None) => {
-                    return Err(usage("mode snp:svsm requires --vars-size or --vars-file"))
-                }
-            };
+                    )),
+                    (None, None) => {
+                        return Err(usage("mode snp:svsm requires --vars-size or --vars-file"))
+                    }
+                };
             vars_size = Some(size);
             let svsm_path = a
                 .svsm
@@ -555,7 +554,10 @@ fn run_snp(a: SnpArgs) -> Result<(), Fail> {
         });
         println!("{}", json_safe(&format!("{v:#}")));
     } else if a.verbose {
-        println!("Calculated {} guest measurement: {measurement}", mode.name());
+        println!(
+            "Calculated {} guest measurement: {measurement}",
+            mode.name()
+        );
     } else {
         println!("{measurement}");
     }
