@@ -846,7 +846,7 @@ pub fn load_ovmf(path: &Path) -> Result<Ovmf, SnpError> {
     })
 }
 
-/// SHA-256 of a file, read in 256 KiB pieces into one buffer (a kernel or initrd is never held whole).
+/// SHA-256 of a file, read in 64 KiB pieces into one buffer (a kernel or initrd is never held whole).
 fn sha256_file(what: &'static str, path: &Path) -> Result<[u8; 32], SnpError> {
     use std::io::Read;
     let err = |source| SnpError::Read {
@@ -855,7 +855,7 @@ fn sha256_file(what: &'static str, path: &Path) -> Result<[u8; 32], SnpError> {
         source,
     };
     let mut f = std::fs::File::open(path).map_err(err)?;
-    let mut buf = vec![0u8; 256 << 10];
+    let mut buf = vec![0u8; 64 << 10];
     let mut h = Sha256::new();
     loop {
         match f.read(&mut buf) {
