@@ -234,8 +234,9 @@ fn explain_snp(
             eprint!("\rmeasure-guest explain: {done} of {total} configurations");
         }
     };
-    let deadline = started + Duration::from_secs(a.max_seconds);
-    let out = explain::search_snp(target, &space, Some(deadline), &mut progress);
+    // A bound too far to represent is no bound.
+    let deadline = started.checked_add(Duration::from_secs(a.max_seconds));
+    let out = explain::search_snp(target, &space, deadline, &mut progress);
     if tty {
         eprintln!();
     }

@@ -434,6 +434,21 @@ fn search_is_bounded_in_time() {
     assert_eq!(a.code, Some(1));
     assert_eq!(a.json["timed_out"], true, "{:#}", a.json);
     assert!(a.json["compared"].as_u64() < a.json["space"].as_u64());
+    // A bound past what time can represent is no bound, not a panic.
+    let b = explain(
+        &f,
+        &input,
+        &[
+            "--ovmf",
+            &amd,
+            "--max-seconds",
+            "18446744073709551615",
+            "--max-vcpus",
+            "2",
+        ],
+    );
+    assert_eq!(b.code, Some(1), "{}", b.stderr);
+    assert_eq!(b.json["timed_out"], false);
 }
 
 #[test]
