@@ -635,3 +635,52 @@ fn tdx_names_the_first_differing_event_and_why() {
     assert_eq!(ans.json["mrtd_per_ovmf"][0]["matches"], true);
     assert_eq!(ans.json["rtmr1_rtmr2_match_image"], true);
 }
+
+#[test]
+fn ovmf_from_a_directory_and_from_the_image_and_text_answer() {
+    let Some(f) = fixture() else { return };
+    let ld = digest(
+        &f.amdsev,
+        Some((&f.kernel[..], &f.initrd[..], CMDLINE)),
+        2,
+        "EPYC-Milan",
+        1,
+        VmmType::Qemu,
+    );
+    let input = report_file(f.dir.path(), "expected.bin", ld);
+    // A directory given with --ovmf: its *.fd files are tried.
+    let fw = f.dir.path().join("firmware");
+    std::fs::create_dir(&fw).expect("mkdir");
+    std::os::unix::fs::symlink(amdsev_ovmf(), fw.join("build-a.fd")).expect("symlink");
+    std::fs::write(fw.join("notes.txt"), b"not firmware").expect("write");
+    let a = explain(
+        &f,
+        &input,
+        &["--ovmf", &fw.display().to_string(), "--max-vcpus", "4"],
+    );
+    assert_eq!(a.code, Some(0), "{:#}", a.json);
+    assert!(a.json["matches"][0]["ovmf"]
+        .as_str()
+        .is_some_and(|o| o.ends_with("build-a.fd")));
+    // No --ovmf: the image directory's own OVMF*.fd; the text answer says MATCH and that the manifest expects it.
+    std::os::unix::fs::symlink(amdsev_ovmf(), f.image.join("OVMF.amdsev.fd")).expect("symlink");
+    let out = Command::new(env!("CARGO_BIN_EXE_measure-guest"))
+        .arg("explain")
+        .arg(&input)
+        .arg("--image")
+        .arg(&f.image)
+        .args(["--max-vcpus", "4"])
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("MATCH: OVMF ") && text.contains("OVMF.amdsev.fd"),
+        "{text}"
+    );
+    assert!(
+        text.contains("this is a launch the image's manifest expects"),
+        "{text}"
+    );
+    assert!(text.contains("2 vCPUs, vCPU type EPYC-Milan"), "{text}");
+}
