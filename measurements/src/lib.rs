@@ -2,6 +2,7 @@
 //! measurement sets. Everything here is computed from the artifacts alone, so that an auditor can rebuild
 //! a guest image and obtain, independently of any host, the values a genuine launch must report.
 
+pub mod identity;
 pub mod manifest;
 pub mod pe;
 pub mod set;

@@ -355,7 +355,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         }
     }
     let measurement_set = match &args.measurements {
-        Some(set) => match load_set(set, args) {
+        Some(set) => match load_set(set, args, at.unix_timestamp()) {
             Ok(t) => Some(std::sync::Arc::new(t)),
             Err((1, e)) => {
                 return Err(OptionsError::Rejected(
@@ -420,6 +420,11 @@ pub fn run(args: Args) -> ExitCode {
         baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();
         v.failures.extend(added);
+    }
+    if !v.simulated {
+        for f in &mut v.failures {
+            add_explain_command(f, &args.evidence);
+        }
     }
     if args.json {
         let mut j = output::evidence_json(&v, &opts);
@@ -498,6 +503,28 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
     })
 }
 
+/// A hardware launch measurement that is in no entry of the set: the failure also gives the command that
+/// answers which launch configuration produces it (`measure-guest explain`, with this evidence file).
+fn add_explain_command(f: &mut crate::Failure, evidence: &std::path::Path) {
+    if f.check != crate::evidence::checks::MEASUREMENT_SET || !f.detail.contains(" is not in measurement set ")
+    {
+        return;
+    }
+    let path = evidence.display().to_string();
+    let quoted = if path
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:=@".contains(c))
+    {
+        path
+    } else {
+        format!("'{}'", path.replace('\'', "'\\''"))
+    };
+    f.detail.push_str(&format!(
+        "; to see which launch configuration gives this measurement: measure-guest explain {quoted} --image DIR \
+         --ovmf FILE"
+    ));
+}
+
 /// The index of an RTMR pinned twice with different values, if any.
 fn duplicate_rtmr(pins: &[RtmrPin]) -> Option<usize> {
     pins.iter().enumerate().find_map(|(i, a)| {
@@ -513,6 +540,7 @@ fn duplicate_rtmr(pins: &[RtmrPin]) -> Option<usize> {
 fn load_set(
     set: &std::path::Path,
     args: &Args,
+    at: i64,
 ) -> Result<measurements::set::TrustedSet, (u8, String)> {
     use measurements::set::{SetError, TrustedSet};
     let signatures = if args.set_signature.is_empty() {
@@ -526,8 +554,11 @@ fn load_set(
         &args.auditor_key,
         args.auditors_required.unwrap_or(1) as usize,
     )
+    .and_then(|t| t.check_current(at).map(|()| t))
     .map_err(|e| match e {
-        SetError::NotEnoughAuditors { .. } => (1, e.to_string()),
+        SetError::NotEnoughAuditors { .. } | SetError::Expired { .. } | SetError::NoExpiry { .. } => {
+            (1, e.to_string())
+        }
         other => (2, other.to_string()),
     })
 }
