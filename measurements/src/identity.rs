@@ -872,4 +872,72 @@ mod tests {
             .expect("search")
             .is_none());
     }
+
+    #[test]
+    fn inconsistent_identity_entries_are_refused_naming_why() {
+        let fw = SnpFirmware {
+            ovmf_sha256: Hex([1; 32]),
+            ovmf_hash: Hex([2; 48]),
+            sev_es_reset_eip: HexU64(0x80b004),
+            sev_hashes_table: HexU64(0x80c000),
+            sections: vec![FirmwareSection {
+                kind: "SNP_KERNEL_HASHES".into(),
+                gpa: HexU64(0x80c000),
+                size: HexU64(0x1000),
+            }],
+        };
+        let cmdline = "console=ttyS0 fenced_run.toolchains=".to_owned() + &"ab".repeat(32);
+        let good = IdentityEntry {
+            kernel_sha256: Hex([3; 32]),
+            initramfs_sha256: Hex([4; 32]),
+            cmdline_sha256: Hex(crate::sim::cmdline_sha256(&cmdline)),
+            cmdline: Some(cmdline.clone()),
+            toolchain_root_hash: Some(Hex([0xab; 32])),
+            snp: Some(profiles(fw.clone(), "1-4")),
+            tdx: None,
+        };
+        good.check().expect("consistent");
+        let refused = |e: IdentityEntry, want: &str| {
+            let m = e.check().expect_err(want);
+            assert!(m.contains(want), "{m} (wanted {want:?})");
+        };
+        let mut e = good.clone();
+        e.cmdline = Some("other".into());
+        refused(e, "cmdline_sha256 is");
+        let mut e = good.clone();
+        e.toolchain_root_hash = Some(Hex([0xcd; 32]));
+        refused(e, "is not on the command line");
+        let mut e = good.clone();
+        e.snp = None;
+        refused(e, "admits no launch");
+        let mut e = good.clone();
+        e.tdx = Some(TdxProfiles { firmware: vec![] });
+        refused(e, "tdx: firmware must list at least one");
+        let with = |f: &dyn Fn(&mut SnpProfiles)| {
+            let mut e = good.clone();
+            if let Some(p) = e.snp.as_mut() {
+                f(p);
+            }
+            e
+        };
+        refused(with(&|p| p.vcpus.clear()), "must each list at least one");
+        refused(with(&|p| p.vcpu_types.clear()), "vmm QEMU needs at least one vcpu_types");
+        refused(with(&|p| p.vcpu_types = vec!["Pentium".into()]), "unknown vcpu_type \"Pentium\"");
+        refused(with(&|p| p.vmm = vec!["xen".into()]), "unknown VMM type");
+        refused(
+            with(&|p| p.ovmf[0].sev_es_reset_eip = HexU64(1 << 40)),
+            "sev_es_reset_eip 0x10000000000 does not fit in 32 bits",
+        );
+        refused(
+            with(&|p| p.ovmf[0].sections = vec![p.ovmf[0].sections[0].clone(); 65]),
+            "65 sections, at most 64",
+        );
+        refused(
+            with(&|p| p.ovmf[0].sections[0].size = HexU64(0x2000)),
+            "not one page",
+        );
+        // Non-QEMU VMMs count one type.
+        let p = with(&|p| p.vmm = vec!["QEMU".into(), "ec2".into()]).snp.expect("snp");
+        assert_eq!(p.count(), 4 * 2 + 4);
+    }
 }

@@ -230,14 +230,14 @@ fn an_expired_set_is_refused_naming_its_not_after() {
     let dir = tempfile::tempdir().expect("tempdir");
     let evidence = write_evidence(dir.path());
     let mut set = measurement_set(&[LAUNCHED]);
-    set.not_after = Some("2026-03-01T12:00:00Z".into());
+    set.not_after = Some("2027-03-01T12:00:00Z".into());
     let keys = publish(dir.path(), &set, &["alice"], &["alice"]);
     let (out, json) = verify_with(
         dir.path(),
         &evidence,
         &keys,
         1,
-        &["--at", "2026-02-01T00:00:00Z"],
+        &["--at", "2027-02-01T00:00:00Z"],
     );
     assert_eq!(out.status.code(), Some(0), "before not_after: {json}");
     let (out, json) = verify_with(
@@ -245,13 +245,13 @@ fn an_expired_set_is_refused_naming_its_not_after() {
         &evidence,
         &keys,
         1,
-        &["--at", "2026-03-01T12:00:01Z"],
+        &["--at", "2027-03-01T12:00:01Z"],
     );
     assert_eq!(out.status.code(), Some(1), "{json}");
     assert_eq!(failure_checks(&json), vec!["measurement-set".to_string()], "{json}");
     let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
     assert!(
-        detail.contains("expired: its not_after is 2026-03-01T12:00:00Z, the verification time is 2026-03-01T12:00:01Z"),
+        detail.contains("expired: its not_after is 2027-03-01T12:00:00Z, the verification time is 2027-03-01T12:00:01Z"),
         "{detail}"
     );
 }

@@ -423,7 +423,7 @@ pub fn run(args: Args) -> ExitCode {
     }
     if !v.simulated {
         for f in &mut v.failures {
-            add_explain_command(f, &args.evidence);
+            super::explain_hint::add_explain_command(f, &args.evidence);
         }
     }
     if args.json {
@@ -501,28 +501,6 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         expect_tests_ran: a.expect_tests_ran,
         min_failed: a.min_failed,
     })
-}
-
-/// A hardware launch measurement that is in no entry of the set: the failure also gives the command that
-/// answers which launch configuration produces it (`measure-guest explain`, with this evidence file).
-fn add_explain_command(f: &mut crate::Failure, evidence: &std::path::Path) {
-    if f.check != crate::evidence::checks::MEASUREMENT_SET || !f.detail.contains(" is not in measurement set ")
-    {
-        return;
-    }
-    let path = evidence.display().to_string();
-    let quoted = if path
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "/._-+,:=@".contains(c))
-    {
-        path
-    } else {
-        format!("'{}'", path.replace('\'', "'\\''"))
-    };
-    f.detail.push_str(&format!(
-        "; to see which launch configuration gives this measurement: measure-guest explain {quoted} --image DIR \
-         --ovmf FILE"
-    ));
 }
 
 /// The index of an RTMR pinned twice with different values, if any.
