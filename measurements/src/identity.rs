@@ -367,7 +367,9 @@ impl SnpProfiles {
             || self.guest_features.is_empty()
             || self.ovmf.is_empty()
         {
-            return Err("snp: vcpus, vmm, guest_features and ovmf must each list at least one".into());
+            return Err(
+                "snp: vcpus, vmm, guest_features and ovmf must each list at least one".into(),
+            );
         }
         let mut qemu = false;
         for v in &self.vmm {
@@ -546,7 +548,9 @@ pub(crate) fn write_toml(entries: &[IdentityEntry], t: &mut String) {
     if !entries.is_empty() {
         t.push_str("\n# Identity entries: an image (by the hashes of its kernel, initramfs and command line) and the launch\n");
         t.push_str("# profiles it admits; the verifier computes the expected SNP digest of each admitted profile, and\n");
-        t.push_str("# matches TDX quotes against each TDVF build's MRTD and the image's RTMR1/RTMR2.\n");
+        t.push_str(
+            "# matches TDX quotes against each TDVF build's MRTD and the image's RTMR1/RTMR2.\n",
+        );
     }
     for e in entries {
         t.push_str(&format!(
@@ -656,7 +660,12 @@ pub fn entry_for_image(
             let v = hex::decode(&t.root_hash)
                 .ok()
                 .and_then(|v| <[u8; 32]>::try_from(v).ok())
-                .ok_or_else(|| format!("{}: toolchains.root_hash is not 32 bytes of hex", dir.display()))?;
+                .ok_or_else(|| {
+                    format!(
+                        "{}: toolchains.root_hash is not 32 bytes of hex",
+                        dir.display()
+                    )
+                })?;
             Some(Hex(v))
         }
         None => None,
@@ -678,7 +687,9 @@ pub fn entry_for_image(
             let o = Ovmf::parse(bytes).map_err(|e| format!("OVMF {}: {e}", p.display()))?;
             let fw = SnpFirmware::of(&o, sha).map_err(|e| format!("OVMF {}: {e}", p.display()))?;
             // The stand-in must give the real file's digest.
-            let stand_in = fw.stand_in().map_err(|e| format!("OVMF {}: {e}", p.display()))?;
+            let stand_in = fw
+                .stand_in()
+                .map_err(|e| format!("OVMF {}: {e}", p.display()))?;
             let hashes = entry.kernel_hashes();
             let vmm = spec.vmm.first().copied().unwrap_or_default();
             let cfg = SnpConfig {
@@ -847,7 +858,10 @@ mod tests {
         let mut big = profiles(fw.clone(), "1-512");
         big.guest_features = (0..9).map(HexU64).collect();
         let e = big.check().expect_err("too many");
-        assert!(e.contains("admits 9216 launch profiles, more than the 8192"), "{e}");
+        assert!(
+            e.contains("admits 9216 launch profiles, more than the 8192"),
+            "{e}"
+        );
         let mut bad = fw.clone();
         bad.sections[0].kind = "BOGUS".into();
         let e = profiles(bad, "1").check().expect_err("kind");
@@ -866,7 +880,10 @@ mod tests {
         };
         let found = p.search(&hashes(), |ld| ld == &want).expect("search");
         let found = found.expect("found");
-        assert_eq!((found.vcpus, found.vcpu_type.as_deref()), (11, Some("EPYC-Genoa")));
+        assert_eq!(
+            (found.vcpus, found.vcpu_type.as_deref()),
+            (11, Some("EPYC-Genoa"))
+        );
         assert!(p
             .search(&hashes(), |ld| ld == &[0; 48])
             .expect("search")
@@ -921,8 +938,14 @@ mod tests {
             e
         };
         refused(with(&|p| p.vcpus.clear()), "must each list at least one");
-        refused(with(&|p| p.vcpu_types.clear()), "vmm QEMU needs at least one vcpu_types");
-        refused(with(&|p| p.vcpu_types = vec!["Pentium".into()]), "unknown vcpu_type \"Pentium\"");
+        refused(
+            with(&|p| p.vcpu_types.clear()),
+            "vmm QEMU needs at least one vcpu_types",
+        );
+        refused(
+            with(&|p| p.vcpu_types = vec!["Pentium".into()]),
+            "unknown vcpu_type \"Pentium\"",
+        );
         refused(with(&|p| p.vmm = vec!["xen".into()]), "unknown VMM type");
         refused(
             with(&|p| p.ovmf[0].sev_es_reset_eip = HexU64(1 << 40)),
@@ -937,7 +960,9 @@ mod tests {
             "not one page",
         );
         // Non-QEMU VMMs count one type.
-        let p = with(&|p| p.vmm = vec!["QEMU".into(), "ec2".into()]).snp.expect("snp");
+        let p = with(&|p| p.vmm = vec!["QEMU".into(), "ec2".into()])
+            .snp
+            .expect("snp");
         assert_eq!(p.count(), 4 * 2 + 4);
     }
 }

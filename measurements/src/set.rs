@@ -344,8 +344,14 @@ impl MeasurementSet {
                     .into(),
             );
         }
-        if self.snp.is_empty() && self.tdx.is_empty() && self.sim.is_empty() && self.identity.is_empty() {
-            return Err("the set has no entries (no [[snp]], [[tdx]], [[sim]] or [[identity]])".into());
+        if self.snp.is_empty()
+            && self.tdx.is_empty()
+            && self.sim.is_empty()
+            && self.identity.is_empty()
+        {
+            return Err(
+                "the set has no entries (no [[snp]], [[tdx]], [[sim]] or [[identity]])".into(),
+            );
         }
         for (i, e) in self.snp.iter().enumerate() {
             if e.vcpus == 0 {
@@ -983,7 +989,12 @@ impl TrustedSet {
     /// The SNP entry with this launch digest (any policy): a digest entry, or an identity entry's admitted
     /// profile whose computed digest it is (returned as an entry naming the profile).
     pub fn match_snp(&self, measurement: &[u8; 48]) -> Result<Cow<'_, SnpEntry>, NotInSet> {
-        if let Some(e) = self.set.snp.iter().find(|e| &e.measurement.0 == measurement) {
+        if let Some(e) = self
+            .set
+            .snp
+            .iter()
+            .find(|e| &e.measurement.0 == measurement)
+        {
             return Ok(Cow::Borrowed(e));
         }
         let identity = match self.match_snp_identity(measurement, None) {
@@ -1098,7 +1109,9 @@ impl TrustedSet {
             .filter_map(|(i, e)| {
                 let t = e.tdx.as_ref()?;
                 let why = match t.firmware.iter().find(|f| &f.mrtd.0 == mrtd) {
-                    Some(f) if f.rtmr2.0 != rtmrs[2] => "its RTMR2 (command line, initramfs) differs",
+                    Some(f) if f.rtmr2.0 != rtmrs[2] => {
+                        "its RTMR2 (command line, initramfs) differs"
+                    }
                     Some(_) => "its RTMR1 (kernel) differs for every admitted QEMU",
                     None => "no admitted TDVF build has this MRTD",
                 };
@@ -1395,18 +1408,35 @@ mod tests {
     fn not_after_is_required_signed_and_enforced() {
         let s = sample();
         let text = s.to_toml();
-        assert!(text.contains("not_after = \"2030-01-31T00:00:00Z\""), "{text}");
-        assert!(s.canonical_json().contains(r#""not_after":"2030-01-31T00:00:00Z""#));
+        assert!(
+            text.contains("not_after = \"2030-01-31T00:00:00Z\""),
+            "{text}"
+        );
+        assert!(s
+            .canonical_json()
+            .contains(r#""not_after":"2030-01-31T00:00:00Z""#));
         // Required in the current format, and must be RFC 3339.
-        let e = MeasurementSet::from_toml(&text.replace("not_after = \"2030-01-31T00:00:00Z\"\n", ""), Path::new("x.toml"))
-            .expect_err("no not_after");
+        let e = MeasurementSet::from_toml(
+            &text.replace("not_after = \"2030-01-31T00:00:00Z\"\n", ""),
+            Path::new("x.toml"),
+        )
+        .expect_err("no not_after");
         assert!(e.to_string().contains("not_after is missing"), "{e}");
-        let e = MeasurementSet::from_toml(&text.replace("2030-01-31T00:00:00Z", "next year"), Path::new("x.toml"))
-            .expect_err("not a date");
-        assert!(e.to_string().contains("not_after \"next year\": not an RFC 3339 date-time"), "{e}");
+        let e = MeasurementSet::from_toml(
+            &text.replace("2030-01-31T00:00:00Z", "next year"),
+            Path::new("x.toml"),
+        )
+        .expect_err("not a date");
+        assert!(
+            e.to_string()
+                .contains("not_after \"next year\": not an RFC 3339 date-time"),
+            "{e}"
+        );
         // Before, at and after not_after.
         let t = trusted(&s);
-        let at = parse_time("2030-01-31T00:00:00Z").expect("time").unix_timestamp();
+        let at = parse_time("2030-01-31T00:00:00Z")
+            .expect("time")
+            .unix_timestamp();
         assert!(t.check_current(at - 1).is_ok());
         assert!(t.check_current(at).is_ok());
         let e = t.check_current(at + 1).expect_err("expired");
@@ -1420,7 +1450,10 @@ mod tests {
         let sig = SignatureFile::sign(&s, &a, "a");
         let mut later = s.clone();
         later.not_after = Some("2031-01-31T00:00:00Z".into());
-        assert!(matches!(sig.verify(&later), Err(SignatureError::OtherSet { .. })));
+        assert!(matches!(
+            sig.verify(&later),
+            Err(SignatureError::OtherSet { .. })
+        ));
         assert!(sig.verify(&s).is_ok());
     }
 
@@ -1429,7 +1462,8 @@ mod tests {
         let mut s = sample();
         s.format = SET_FORMAT_V1.into();
         s.not_after = None;
-        let back = MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml")).expect("v1 parses");
+        let back =
+            MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml")).expect("v1 parses");
         assert_eq!(back, s);
         // The canonical form of a v1 set is as before (no not_after, no identity key), so its old
         // signatures still verify and the refusal below is about the expiry, not a signature mismatch.
@@ -1437,10 +1471,15 @@ mod tests {
         assert!(!c.contains("not_after") && !c.contains("identity"), "{c}");
         let e = trusted(&s).check_current(0).expect_err("no expiry");
         assert!(matches!(e, SetError::NoExpiry { .. }), "{e}");
-        assert!(e.to_string().contains("measure-guest renew --set SET --valid-days N"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("measure-guest renew --set SET --valid-days N"),
+            "{e}"
+        );
         // A v1 set cannot carry the new fields.
         s.not_after = Some("2030-01-31T00:00:00Z".into());
-        let e = MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml")).expect_err("v1 with not_after");
+        let e = MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml"))
+            .expect_err("v1 with not_after");
         assert!(e.to_string().contains("needs new signatures"), "{e}");
     }
 

@@ -268,7 +268,11 @@ fn sets_expire_and_the_signatures_cover_not_after() {
     assert_eq!(o.status.code(), Some(2), "conflicting flags");
     let o = pin(&["--not-after", "soon"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("--not-after \"soon\""), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("--not-after \"soon\""),
+        "{}",
+        text(&o.stderr)
+    );
     let o = pin(&["--not-after", "2030-01-01T00:00:00Z"]);
     assert!(o.status.success(), "{}", text(&o.stderr));
 
@@ -335,15 +339,30 @@ fn sets_expire_and_the_signatures_cover_not_after() {
     let o = verify("2029-12-31T23:59:59Z");
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        text(&o.stderr).contains("has no not_after") && text(&o.stderr).contains("measure-guest renew"),
+        text(&o.stderr).contains("has no not_after")
+            && text(&o.stderr).contains("measure-guest renew"),
         "{}",
         text(&o.stderr)
     );
-    let o = mg(&["renew", "--set", s(&set_path), "--not-after", "2031-01-01T00:00:00Z"]);
+    let o = mg(&[
+        "renew",
+        "--set",
+        s(&set_path),
+        "--not-after",
+        "2031-01-01T00:00:00Z",
+    ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains("must sign it again"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("must sign it again"),
+        "{}",
+        text(&o.stdout)
+    );
     let o = verify("2030-06-01T00:00:00Z");
-    assert_eq!(o.status.code(), Some(1), "the old signature is over the old form");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the old signature is over the old form"
+    );
     assert!(sign().status.success());
     let o = verify("2030-06-01T00:00:00Z");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));

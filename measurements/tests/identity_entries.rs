@@ -23,10 +23,7 @@ fn shared_ovmf() -> Option<(PathBuf, Ovmf)> {
     match std::fs::read(&p) {
         Ok(b) => Some((p, Ovmf::parse(b).expect("shared OVMF parses"))),
         Err(_) => {
-            attestation::vectors::skip(&format!(
-                "shared AmdSev OVMF not found at {}",
-                p.display()
-            ));
+            attestation::vectors::skip(&format!("shared AmdSev OVMF not found at {}", p.display()));
             None
         }
     }
@@ -82,8 +79,11 @@ fn trusted(dir: &Path, s: &MeasurementSet) -> TrustedSet {
     let reread = MeasurementSet::load(&path).expect("the set parses back");
     assert_eq!(&reread, s);
     let sig = dir.join("release.toml.auditor.sig");
-    std::fs::write(&sig, set::SignatureFile::sign(&reread, &key, "auditor").to_toml())
-        .expect("write sig");
+    std::fs::write(
+        &sig,
+        set::SignatureFile::sign(&reread, &key, "auditor").to_toml(),
+    )
+    .expect("write sig");
     TrustedSet::load(&path, &[&sig], &[&pk], 1).expect("1 of 1")
 }
 
@@ -127,7 +127,10 @@ fn an_identity_entry_admitting_1_to_16_vcpus_accepts_8_and_refuses_32() {
     let r32 = sim_report(dir.path(), thirty_two);
     let mut p = profiles;
     p.policy = HexU64(r8.policy.0);
-    let t = trusted(dir.path(), &set_of(vec![entry(Some(p), None)], "2099-01-01T00:00:00Z"));
+    let t = trusted(
+        dir.path(),
+        &set_of(vec![entry(Some(p), None)], "2099-01-01T00:00:00Z"),
+    );
 
     let m = t
         .match_snp_policy(&r8.measurement, r8.policy.0)
@@ -135,7 +138,10 @@ fn an_identity_entry_admitting_1_to_16_vcpus_accepts_8_and_refuses_32() {
     assert_eq!(m.vcpus, 8);
     assert_eq!(m.vcpu_type.as_deref(), Some("EPYC-Milan"));
     assert_eq!(m.measurement.0, eight);
-    assert!(m.to_string().contains("vcpus=8 vcpu_type=EPYC-Milan"), "{m}");
+    assert!(
+        m.to_string().contains("vcpus=8 vcpu_type=EPYC-Milan"),
+        "{m}"
+    );
 
     let e = t
         .match_snp_policy(&r32.measurement, r32.policy.0)
@@ -144,7 +150,9 @@ fn an_identity_entry_admitting_1_to_16_vcpus_accepts_8_and_refuses_32() {
     assert!(msg.contains(&hex::encode(thirty_two)), "{msg}");
     assert!(
         msg.contains("identity entry 1")
-            && msg.contains("none of its 32 launch profiles (vcpus 1-16, types EPYC-Milan/EPYC-Genoa"),
+            && msg.contains(
+                "none of its 32 launch profiles (vcpus 1-16, types EPYC-Milan/EPYC-Genoa"
+            ),
         "{msg}"
     );
     // Another policy than the entry requires is refused naming it.
@@ -180,17 +188,27 @@ fn a_tdx_quote_matches_a_tdvf_build_and_the_images_rtmrs() {
             rtmr2: Hex(rtmr2),
         }],
     };
-    let t = trusted(dir.path(), &set_of(vec![entry(None, Some(tdx))], "2099-01-01T00:00:00Z"));
+    let t = trusted(
+        dir.path(),
+        &set_of(vec![entry(None, Some(tdx))], "2099-01-01T00:00:00Z"),
+    );
     for r1 in [rtmr1, rtmr1_10_1] {
         let q = quote(r1);
         let e = t.match_tdx(&q.td().mrtd, &q.td().rtmr).expect("admitted");
-        assert_eq!((e.mrtd.0, e.rtmr1.map(|h| h.0), e.rtmr2.map(|h| h.0)), (mrtd, Some(r1), Some(rtmr2)));
+        assert_eq!(
+            (e.mrtd.0, e.rtmr1.map(|h| h.0), e.rtmr2.map(|h| h.0)),
+            (mrtd, Some(r1), Some(rtmr2))
+        );
     }
     let q = quote([0x01; 48]);
     let e = t
         .match_tdx(&q.td().mrtd, &q.td().rtmr)
         .expect_err("another kernel");
-    assert!(e.to_string().contains("identity entry 1") && e.to_string().contains("RTMR1 (kernel) differs"), "{e}");
+    assert!(
+        e.to_string().contains("identity entry 1")
+            && e.to_string().contains("RTMR1 (kernel) differs"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -205,14 +223,21 @@ fn an_expired_set_is_refused_naming_the_date() {
             rtmr2: Hex([3; 48]),
         }],
     };
-    let t = trusted(dir.path(), &set_of(vec![entry(None, Some(tdx))], "2026-03-01T12:00:00Z"));
-    let at = set::parse_time("2026-06-01T00:00:00Z").expect("time").unix_timestamp();
+    let t = trusted(
+        dir.path(),
+        &set_of(vec![entry(None, Some(tdx))], "2026-03-01T12:00:00Z"),
+    );
+    let at = set::parse_time("2026-06-01T00:00:00Z")
+        .expect("time")
+        .unix_timestamp();
     let e = t.check_current(at).expect_err("expired");
     assert!(
         e.to_string().contains("expired: its not_after is 2026-03-01T12:00:00Z, the verification time is 2026-06-01T00:00:00Z"),
         "{e}"
     );
-    let before = set::parse_time("2026-02-01T00:00:00Z").expect("time").unix_timestamp();
+    let before = set::parse_time("2026-02-01T00:00:00Z")
+        .expect("time")
+        .unix_timestamp();
     assert!(t.check_current(before).is_ok());
 }
 
@@ -266,7 +291,14 @@ fn measure_guest_identity_writes_an_entry_the_verifier_matches() {
         .arg(&img)
         .arg("--ovmf")
         .arg(&ovmf_path)
-        .args(["--vcpus", "1-16", "--vcpu-types", "EPYC-Milan", "--policy", "0x30000"])
+        .args([
+            "--vcpus",
+            "1-16",
+            "--vcpu-types",
+            "EPYC-Milan",
+            "--policy",
+            "0x30000",
+        ])
         .args(["--not-after", "2099-01-01T00:00:00Z", "--out"])
         .arg(&out)
         .output()
@@ -277,12 +309,21 @@ fn measure_guest_identity_writes_an_entry_the_verifier_matches() {
         String::from_utf8_lossy(&run.stderr)
     );
     let text = std::fs::read_to_string(&out).expect("read set");
-    assert!(text.contains("not_after = \"2099-01-01T00:00:00Z\""), "{text}");
-    assert!(text.contains("[[identity.snp.ovmf]]") && text.contains("vcpus = [\"1-16\"]"), "{text}");
+    assert!(
+        text.contains("not_after = \"2099-01-01T00:00:00Z\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("[[identity.snp.ovmf]]") && text.contains("vcpus = [\"1-16\"]"),
+        "{text}"
+    );
     let s = MeasurementSet::load(&out).expect("parses");
     let t = trusted(dir.path(), &s);
     let eight = snp::launch_digest(&ovmf, Some(&hashes()), &milan(8)).expect("digest");
-    assert_eq!(t.match_snp_policy(&eight, 0x30000).expect("admitted").vcpus, 8);
+    assert_eq!(
+        t.match_snp_policy(&eight, 0x30000).expect("admitted").vcpus,
+        8
+    );
     let seventeen = snp::launch_digest(&ovmf, Some(&hashes()), &milan(17)).expect("digest");
     assert!(t.match_snp_policy(&seventeen, 0x30000).is_err());
 
@@ -306,12 +347,18 @@ fn measure_guest_identity_writes_an_entry_the_verifier_matches() {
             .expect("run verify-set")
     };
     let ok = verify("2098-12-31T00:00:00Z");
-    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     assert!(String::from_utf8_lossy(&ok.stdout).contains("valid until 2099-01-01T00:00:00Z"));
     let late = verify("2099-01-02T00:00:00Z");
     assert_eq!(late.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&late.stderr).contains("expired: its not_after is 2099-01-01T00:00:00Z"),
+        String::from_utf8_lossy(&late.stderr)
+            .contains("expired: its not_after is 2099-01-01T00:00:00Z"),
         "{}",
         String::from_utf8_lossy(&late.stderr)
     );

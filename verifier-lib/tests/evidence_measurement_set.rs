@@ -248,7 +248,11 @@ fn an_expired_set_is_refused_naming_its_not_after() {
         &["--at", "2027-03-01T12:00:01Z"],
     );
     assert_eq!(out.status.code(), Some(1), "{json}");
-    assert_eq!(failure_checks(&json), vec!["measurement-set".to_string()], "{json}");
+    assert_eq!(
+        failure_checks(&json),
+        vec!["measurement-set".to_string()],
+        "{json}"
+    );
     let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("expired: its not_after is 2027-03-01T12:00:00Z, the verification time is 2027-03-01T12:00:01Z"),
@@ -266,7 +270,11 @@ fn a_set_without_not_after_is_refused_naming_the_fix() {
     let keys = publish(dir.path(), &set, &["alice"], &["alice"]);
     let (out, json) = verify(dir.path(), &evidence, &keys, 1);
     assert_eq!(out.status.code(), Some(1), "{json}");
-    assert_eq!(failure_checks(&json), vec!["measurement-set".to_string()], "{json}");
+    assert_eq!(
+        failure_checks(&json),
+        vec!["measurement-set".to_string()],
+        "{json}"
+    );
     let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("has no not_after") && detail.contains("measure-guest renew"),

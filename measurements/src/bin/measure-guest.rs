@@ -1079,7 +1079,9 @@ fn write_text(out: Option<&std::path::Path>, text: &str) -> Result<(), Fail> {
 fn run_identity(a: IdentityArgs) -> Result<(), Fail> {
     use measurements::identity::{entry_for_image, ProfileSpec, VcpuRange};
     if a.ovmf.is_empty() && a.tdvf.is_empty() {
-        return Err(usage("give at least one --ovmf (SEV-SNP) or --tdvf (TDX) build to admit"));
+        return Err(usage(
+            "give at least one --ovmf (SEV-SNP) or --tdvf (TDX) build to admit",
+        ));
     }
     let vcpus = a
         .vcpus
@@ -1110,9 +1112,10 @@ fn run_identity(a: IdentityArgs) -> Result<(), Fail> {
             (s, Some(p.clone()))
         }
         None => {
-            let version = a.release_version.clone().unwrap_or_else(|| {
-                format!("sha256-{}", &entry.initramfs_sha256.to_string()[..16])
-            });
+            let version = a
+                .release_version
+                .clone()
+                .unwrap_or_else(|| format!("sha256-{}", &entry.initramfs_sha256.to_string()[..16]));
             let s = MeasurementSet {
                 format: set::SET_FORMAT.to_owned(),
                 not_after: Some(a.expiry.not_after()?),

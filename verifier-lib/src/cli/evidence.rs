@@ -534,9 +534,9 @@ fn load_set(
     )
     .and_then(|t| t.check_current(at).map(|()| t))
     .map_err(|e| match e {
-        SetError::NotEnoughAuditors { .. } | SetError::Expired { .. } | SetError::NoExpiry { .. } => {
-            (1, e.to_string())
-        }
+        SetError::NotEnoughAuditors { .. }
+        | SetError::Expired { .. }
+        | SetError::NoExpiry { .. } => (1, e.to_string()),
         other => (2, other.to_string()),
     })
 }

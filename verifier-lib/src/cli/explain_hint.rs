@@ -6,7 +6,8 @@ use crate::Failure;
 use std::path::Path;
 
 /// What is appended to the failure, with the evidence path in `{}`.
-const HINT: &str = "; to see which launch configuration gives this measurement: measure-guest explain";
+const HINT: &str =
+    "; to see which launch configuration gives this measurement: measure-guest explain";
 
 /// Appends the command to a `measurement-set` failure saying the measurement is not in the set (not to one about
 /// signatures or expiry, and only once).
@@ -38,7 +39,8 @@ mod tests {
     fn not_in_set() -> Failure {
         Failure::new(
             MEASUREMENT_SET,
-            "measurement aa is not in measurement set g 1 (s.toml); nearest entry: snp vcpus=1".to_owned(),
+            "measurement aa is not in measurement set g 1 (s.toml); nearest entry: snp vcpus=1"
+                .to_owned(),
         )
     }
 
@@ -61,8 +63,9 @@ mod tests {
         let mut f = not_in_set();
         add_explain_command(&mut f, Path::new("my runs/it's $HOME.ev"));
         assert!(
-            f.detail
-                .ends_with("measure-guest explain 'my runs/it'\\''s $HOME.ev' --image DIR --ovmf FILE"),
+            f.detail.ends_with(
+                "measure-guest explain 'my runs/it'\\''s $HOME.ev' --image DIR --ovmf FILE"
+            ),
             "{}",
             f.detail
         );
@@ -73,9 +76,13 @@ mod tests {
         for f in [
             Failure::new(
                 MEASUREMENT_SET,
-                "measurement set g 1 (s.toml) expired: its not_after is 2026-01-01T00:00:00Z".to_owned(),
+                "measurement set g 1 (s.toml) expired: its not_after is 2026-01-01T00:00:00Z"
+                    .to_owned(),
             ),
-            Failure::new("nonce", "measurement aa is not in measurement set x".to_owned()),
+            Failure::new(
+                "nonce",
+                "measurement aa is not in measurement set x".to_owned(),
+            ),
         ] {
             let mut g = f.clone();
             add_explain_command(&mut g, Path::new("e.ev"));
