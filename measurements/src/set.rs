@@ -1245,6 +1245,91 @@ mod tests {
         }
     }
 
+    /// [`sample`] with an identity entry admitting SNP and TDX launches.
+    fn sample_with_identity() -> MeasurementSet {
+        use crate::identity::*;
+        let mut s = sample();
+        s.identity.push(IdentityEntry {
+            kernel_sha256: Hex([1; 32]),
+            initramfs_sha256: Hex([2; 32]),
+            cmdline_sha256: Hex(crate::sim::cmdline_sha256("console=ttyS0 \"quoted\"")),
+            cmdline: Some("console=ttyS0 \"quoted\"".into()),
+            toolchain_root_hash: None,
+            snp: Some(SnpProfiles {
+                vcpus: vec![
+                    VcpuRange { first: 1, last: 16 },
+                    VcpuRange {
+                        first: 32,
+                        last: 32,
+                    },
+                ],
+                vcpu_types: vec!["EPYC-Milan".into()],
+                vmm: vec!["QEMU".into(), "ec2".into()],
+                guest_features: vec![HexU64(1), HexU64(0x21)],
+                policy: HexU64(0x30000),
+                ovmf: vec![SnpFirmware {
+                    ovmf_sha256: Hex([3; 32]),
+                    ovmf_hash: Hex([4; 48]),
+                    sev_es_reset_eip: HexU64(0x80b004),
+                    sev_hashes_table: HexU64(0x810c00),
+                    sections: vec![
+                        FirmwareSection {
+                            kind: "SNP_SEC_MEM".into(),
+                            gpa: HexU64(0x800000),
+                            size: HexU64(0x9000),
+                        },
+                        FirmwareSection {
+                            kind: "SNP_KERNEL_HASHES".into(),
+                            gpa: HexU64(0x810000),
+                            size: HexU64(0x1000),
+                        },
+                    ],
+                }],
+            }),
+            tdx: Some(TdxProfiles {
+                firmware: vec![TdxFirmware {
+                    ovmf_sha256: Hex([5; 32]),
+                    mrtd: Hex([6; 48]),
+                    rtmr1: Hex([7; 48]),
+                    rtmr1_qemu_10_1: None,
+                    rtmr2: Hex([8; 48]),
+                }],
+            }),
+        });
+        s
+    }
+
+    #[test]
+    fn identity_entries_round_trip_and_are_signed() {
+        let s = sample_with_identity();
+        let text = s.to_toml();
+        let back = MeasurementSet::from_toml(&text, Path::new("set.toml")).expect("parse");
+        assert_eq!(back, s);
+        let c = s.canonical_json();
+        assert!(c.contains(r#""vcpus":["1-16","32"]"#), "{c}");
+        // Widening the admitted vCPU range after signing breaks the signature.
+        let a = generate_key();
+        let sig = SignatureFile::sign(&s, &a, "a");
+        let edited = MeasurementSet::from_toml(
+            &text.replace("vcpus = [\"1-16\", \"32\"]", "vcpus = [\"1-64\"]"),
+            Path::new("set.toml"),
+        )
+        .expect("edited parses");
+        assert!(matches!(
+            sig.verify(&edited),
+            Err(SignatureError::OtherSet { .. })
+        ));
+        // An identity entry is refused in an old-format set.
+        let e = MeasurementSet::from_toml(
+            &text
+                .replace(SET_FORMAT, SET_FORMAT_V1)
+                .replace("not_after = \"2030-01-31T00:00:00Z\"", ""),
+            Path::new("set.toml"),
+        )
+        .expect_err("v1 with identity");
+        assert!(e.to_string().contains("needs new signatures"), "{e}");
+    }
+
     #[test]
     fn toml_round_trips_and_canonical_form_is_stable() {
         let s = sample();
@@ -1508,8 +1593,8 @@ mod tests {
         }
 
         #[test]
-        fn edited_valid_sets_never_panic(pos in 0usize..3000, byte in proptest::num::u8::ANY) {
-            let mut b = sample().to_toml().into_bytes();
+        fn edited_valid_sets_never_panic(pos in 0usize..6000, byte in proptest::num::u8::ANY) {
+            let mut b = sample_with_identity().to_toml().into_bytes();
             if pos < b.len() { b[pos] = byte; }
             if let Ok(t) = String::from_utf8(b) {
                 if let Ok(s) = MeasurementSet::from_toml(&t, Path::new("p.toml")) {
