@@ -327,6 +327,45 @@ fn measure_guest_identity_writes_an_entry_the_verifier_matches() {
     let seventeen = snp::launch_digest(&ovmf, Some(&hashes()), &milan(17)).expect("digest");
     assert!(t.match_snp_policy(&seventeen, 0x30000).is_err());
 
+    // --add-to appends a second entry to a current-format set, and refuses an old-format one naming renew.
+    let add = |set: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_measure-guest"))
+            .args(["identity", "--image"])
+            .arg(&img)
+            .arg("--ovmf")
+            .arg(&ovmf_path)
+            .args(["--vcpus", "32", "--vcpu-types", "EPYC-Genoa", "--add-to"])
+            .arg(set)
+            .output()
+            .expect("run measure-guest")
+    };
+    let copy = dir.path().join("copy.toml");
+    std::fs::copy(&out, &copy).expect("copy");
+    let o = add(&copy);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("must sign it again"));
+    let two = MeasurementSet::load(&copy).expect("parses");
+    assert_eq!(two.identity.len(), 2);
+    assert_eq!(two.not_after, s.not_after);
+    let old = dir.path().join("old.toml");
+    let mut v1 = s.clone();
+    v1.format = set::SET_FORMAT_V1.into();
+    v1.not_after = None;
+    v1.identity.clear();
+    v1.sim.push(set::SimEntry {
+        tier: "process".into(),
+        measurement: Hex([1; 48]),
+        binary_sha256: None,
+    });
+    std::fs::write(&old, v1.to_toml()).expect("write");
+    let o = add(&old);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("measure-guest renew --set"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
     // `verify-set` refuses it once expired, naming the date.
     let key = set::generate_key();
     let pk = dir.path().join("a.pub");
