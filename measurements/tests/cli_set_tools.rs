@@ -266,6 +266,17 @@ fn sets_expire_and_the_signatures_cover_not_after() {
     assert!((179.9..=180.1).contains(&days), "{days} days");
     let o = pin(&["--valid-days", "30", "--not-after", "2030-01-01T00:00:00Z"]);
     assert_eq!(o.status.code(), Some(2), "conflicting flags");
+    let o = pin(&["--valid-days", "0"]);
+    assert_eq!(o.status.code(), Some(2), "zero days");
+    let o = pin(&["--valid-days", "30"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let days = (set::MeasurementSet::load(&set_path)
+        .expect("parses")
+        .not_after_unix()
+        .expect("not_after")
+        - now) as f64
+        / 86_400.0;
+    assert!((29.9..=30.1).contains(&days), "{days} days");
     let o = pin(&["--not-after", "soon"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
