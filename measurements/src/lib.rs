@@ -3,6 +3,7 @@
 //! a guest image and obtain, independently of any host, the values a genuine launch must report.
 
 pub mod explain;
+pub mod identity;
 pub mod manifest;
 pub mod pe;
 pub mod set;

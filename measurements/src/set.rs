@@ -2,6 +2,7 @@
 //! the launch measurements a genuine boot must report; its canonical encoding; detached Ed25519 auditor
 //! signatures (one file per auditor); and [`TrustedSet`], the k-of-n check the verifier runs before matching.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -10,8 +11,14 @@ use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use sha2::{Digest, Sha256};
 
-/// The `format` value of a measurement set file.
-pub const SET_FORMAT: &str = "fenced-run-measurement-set/1";
+/// The `format` value of a measurement set file: version 2 has a `not_after` (required) and may hold
+/// `[[identity]]` entries.
+pub const SET_FORMAT: &str = "fenced-run-measurement-set/2";
+/// The format of sets made before sets expired (no `not_after`, no identity entries): still parsed, so that
+/// their signatures can be checked and the verifier can refuse them naming the fix.
+pub const SET_FORMAT_V1: &str = "fenced-run-measurement-set/1";
+/// How long a new set is valid when `measure-guest` is not told otherwise.
+pub const DEFAULT_VALID_DAYS: u32 = 180;
 /// The `format` value of a detached signature file.
 pub const SIGNATURE_FORMAT: &str = "fenced-run-measurement-set-signature/1";
 /// Domain string prepended to the canonical JSON before signing.
@@ -161,8 +168,12 @@ pub struct SimEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeasurementSet {
-    /// Always [`SET_FORMAT`].
+    /// [`SET_FORMAT`] ([`SET_FORMAT_V1`] for an old set).
     pub format: String,
+    /// RFC 3339 date-time after which the set is refused (required in [`SET_FORMAT`], covered by the
+    /// signatures like every other field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
     /// The release.
     pub release: Release,
     /// Artifact hashes.
@@ -176,6 +187,9 @@ pub struct MeasurementSet {
     /// Simulated (`vm` tier) entries.
     #[serde(default)]
     pub sim: Vec<SimEntry>,
+    /// Identity entries: an image and the launch profiles it admits ([`crate::identity`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub identity: Vec<crate::identity::IdentityEntry>,
 }
 
 /// Why a set, a signature or a key could not be used.
@@ -197,6 +211,22 @@ pub enum SetError {
         path: PathBuf,
         /// What is wrong.
         message: String,
+    },
+    /// The set's `not_after` is before the verification time.
+    #[error("measurement set {set} expired: its not_after is {not_after}, the verification time is {at}; ask its auditors for a renewed set (`measure-guest renew`, then `measure-guest sign`)")]
+    Expired {
+        /// "name version (path)".
+        set: String,
+        /// The set's `not_after`, as written.
+        not_after: String,
+        /// The verification time (RFC 3339).
+        at: String,
+    },
+    /// An old-format set has no `not_after`, so it never expires: refused.
+    #[error("measurement set {set} has no not_after (format {SET_FORMAT_V1:?}, made before sets expired) and is refused: give it one with `measure-guest renew --set SET --valid-days N` (format {SET_FORMAT:?}) and have the auditors sign it again")]
+    NoExpiry {
+        /// "name version (path)".
+        set: String,
     },
     /// Fewer than k trusted auditors signed the set.
     #[error(
@@ -255,11 +285,35 @@ impl MeasurementSet {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.format != SET_FORMAT {
-            return Err(format!(
-                "format is {:?}, expected {SET_FORMAT:?}",
-                self.format
-            ));
+        match self.format.as_str() {
+            SET_FORMAT => match &self.not_after {
+                Some(t) => {
+                    parse_time(t).map_err(|e| format!("not_after {t:?}: {e}"))?;
+                }
+                None => {
+                    return Err(format!(
+                        "not_after is missing: every {SET_FORMAT:?} set has one (an RFC 3339 date-time such as \
+                         \"2027-01-31T00:00:00Z\")"
+                    ))
+                }
+            },
+            SET_FORMAT_V1 => {
+                if self.not_after.is_some() || !self.identity.is_empty() {
+                    return Err(format!(
+                        "format {SET_FORMAT_V1:?} has neither not_after nor identity entries: a set with them is \
+                         {SET_FORMAT:?} (and needs new signatures)"
+                    ));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "format is {other:?}, expected {SET_FORMAT:?}"
+                ))
+            }
+        }
+        for (i, e) in self.identity.iter().enumerate() {
+            e.check()
+                .map_err(|m| format!("identity entry {}: {m}", i + 1))?;
         }
         let a = &self.artifacts;
         if let Some(c) = &a.cmdline {
@@ -290,8 +344,14 @@ impl MeasurementSet {
                     .into(),
             );
         }
-        if self.snp.is_empty() && self.tdx.is_empty() && self.sim.is_empty() {
-            return Err("the set has no entries (no [[snp]], [[tdx]] or [[sim]])".into());
+        if self.snp.is_empty()
+            && self.tdx.is_empty()
+            && self.sim.is_empty()
+            && self.identity.is_empty()
+        {
+            return Err(
+                "the set has no entries (no [[snp]], [[tdx]], [[sim]] or [[identity]])".into(),
+            );
         }
         for (i, e) in self.snp.iter().enumerate() {
             if e.vcpus == 0 {
@@ -354,6 +414,14 @@ impl MeasurementSet {
         Sha256::digest(self.signing_message()).into()
     }
 
+    /// The `not_after` as a Unix time (`None` for an old set without one).
+    pub fn not_after_unix(&self) -> Option<i64> {
+        self.not_after
+            .as_deref()
+            .and_then(|t| parse_time(t).ok())
+            .map(|t| t.unix_timestamp())
+    }
+
     /// "name version".
     pub fn label(&self) -> String {
         format!("{} {}", self.release.name, self.release.version)
@@ -367,8 +435,15 @@ impl MeasurementSet {
         t.push_str("# must report. To review: rebuild the image reproducibly, run `measure-guest pin` with the same\n");
         t.push_str("# flags and compare. Auditors sign it with `measure-guest sign` (detached files, one per auditor).\n");
         t.push_str(&format!(
-            "format = {}\n\n[release]\nname = {}\nversion = {}\n\n",
+            "format = {}\n{}\n[release]\nname = {}\nversion = {}\n\n",
             q(&self.format),
+            match &self.not_after {
+                Some(t) => format!(
+                    "# The verifier refuses the set after this date-time (RFC 3339).\nnot_after = {}\n",
+                    q(t)
+                ),
+                None => String::new(),
+            },
             q(&self.release.name),
             q(&self.release.version)
         ));
@@ -437,8 +512,31 @@ impl MeasurementSet {
                 t.push_str(&format!("binary_sha256 = \"{h}\"\n"));
             }
         }
+        crate::identity::write_toml(&self.identity, &mut t);
         t
     }
+}
+
+/// Parses an RFC 3339 date-time.
+pub fn parse_time(s: &str) -> Result<time::OffsetDateTime, String> {
+    time::OffsetDateTime::parse(s.trim(), &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("not an RFC 3339 date-time: {e}"))
+}
+
+/// A Unix time as RFC 3339 (UTC).
+pub fn format_time(unix: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp(unix)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| format!("unix time {unix}"))
+}
+
+/// `now + days` as RFC 3339 (UTC, whole seconds): the `not_after` of a new set.
+pub fn not_after_in_days(now_unix: i64, days: u32) -> String {
+    format_time(now_unix.saturating_add(i64::from(days) * 86_400))
 }
 
 fn write_canonical(v: &serde_json::Value, out: &mut String) {
@@ -815,34 +913,116 @@ impl TrustedSet {
         }
     }
 
-    /// The SNP entry with this launch digest (any policy).
-    pub fn match_snp(&self, measurement: &[u8; 48]) -> Result<&SnpEntry, NotInSet> {
-        self.set
+    /// Refuses the set when the verification time `at_unix` is past its `not_after`, or when it has none (an
+    /// old-format set), naming the date and the fix.
+    pub fn check_current(&self, at_unix: i64) -> Result<(), SetError> {
+        let Some(text) = &self.set.not_after else {
+            return Err(SetError::NoExpiry { set: self.name() });
+        };
+        match self.set.not_after_unix() {
+            Some(t) if at_unix <= t => Ok(()),
+            _ => Err(SetError::Expired {
+                set: self.name(),
+                not_after: text.clone(),
+                at: format_time(at_unix),
+            }),
+        }
+    }
+
+    /// The identity entries' admitted SNP profile whose computed digest is `measurement` (of an entry that
+    /// requires `policy`, when given), as an [`SnpEntry`] naming the profile; or what the entries admit.
+    fn match_snp_identity(
+        &self,
+        measurement: &[u8; 48],
+        policy: Option<u64>,
+    ) -> Result<SnpEntry, String> {
+        let mut tried = Vec::new();
+        for (i, e) in self.set.identity.iter().enumerate() {
+            let Some(p) = &e.snp else { continue };
+            if policy.is_some_and(|want| want != p.policy.0) {
+                tried.push(format!(
+                    "identity entry {} requires policy {:#x}, the report's is {:#x}",
+                    i + 1,
+                    p.policy.0,
+                    policy.unwrap_or_default()
+                ));
+                continue;
+            }
+            match e.find_snp(measurement) {
+                Ok(Some(m)) => {
+                    let sig = m
+                        .vcpu_type
+                        .as_deref()
+                        .and_then(crate::snp::vcpu_sig_for_type)
+                        .map_or(0x600, u64::from);
+                    return Ok(SnpEntry {
+                        vcpus: m.vcpus,
+                        vcpu_type: m.vcpu_type,
+                        vcpu_sig: HexU64(sig),
+                        vmm: m.vmm.to_string(),
+                        guest_features: HexU64(m.guest_features),
+                        policy: p.policy,
+                        measurement: Hex(*measurement),
+                    });
+                }
+                Ok(None) => tried.push(format!(
+                    "identity entry {} ({}): none of its {} launch profiles ({}) gives this digest",
+                    i + 1,
+                    e.label(),
+                    p.count(),
+                    p.summary()
+                )),
+                Err(m) => tried.push(format!("identity entry {}: {m}", i + 1)),
+            }
+        }
+        Err(tried.join("; "))
+    }
+
+    fn with_identity_note(&self, nearest: String, identity: String) -> String {
+        if identity.is_empty() {
+            nearest
+        } else {
+            format!("{nearest}; {identity}")
+        }
+    }
+
+    /// The SNP entry with this launch digest (any policy): a digest entry, or an identity entry's admitted
+    /// profile whose computed digest it is (returned as an entry naming the profile).
+    pub fn match_snp(&self, measurement: &[u8; 48]) -> Result<Cow<'_, SnpEntry>, NotInSet> {
+        if let Some(e) = self
+            .set
             .snp
             .iter()
             .find(|e| &e.measurement.0 == measurement)
-            .ok_or_else(|| {
-                let nearest = match self.set.snp.first() {
-                    Some(e) if self.set.snp.len() == 1 => e.to_string(),
-                    Some(_) => format!(
-                        "none of its {} SNP entries ({})",
-                        self.set.snp.len(),
-                        self.set
-                            .snp
-                            .iter()
-                            .map(|e| format!(
-                                "vcpus={} {} {}",
-                                e.vcpus,
-                                e.vcpu_type.as_deref().unwrap_or("-"),
-                                e.vmm
-                            ))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                    None => "the set has no SNP entries".to_owned(),
-                };
-                self.not_in_set(measurement, nearest)
-            })
+        {
+            return Ok(Cow::Borrowed(e));
+        }
+        let identity = match self.match_snp_identity(measurement, None) {
+            Ok(e) => return Ok(Cow::Owned(e)),
+            Err(why) => why,
+        };
+        let nearest = match self.set.snp.first() {
+            Some(e) if self.set.snp.len() == 1 => e.to_string(),
+            Some(_) => format!(
+                "none of its {} SNP entries ({})",
+                self.set.snp.len(),
+                self.set
+                    .snp
+                    .iter()
+                    .map(|e| format!(
+                        "vcpus={} {} {}",
+                        e.vcpus,
+                        e.vcpu_type.as_deref().unwrap_or("-"),
+                        e.vmm
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None if !identity.is_empty() => String::new(),
+            None => "the set has no SNP entries".to_owned(),
+        };
+        let n = self.with_identity_note(nearest, identity);
+        Err(self.not_in_set(measurement, n.trim_start_matches("; ").to_owned()))
     }
 
     /// The SNP entry with this launch digest whose required guest policy is `policy`; a digest that matches
@@ -851,15 +1031,19 @@ impl TrustedSet {
         &self,
         measurement: &[u8; 48],
         policy: u64,
-    ) -> Result<&SnpEntry, NotInSet> {
+    ) -> Result<Cow<'_, SnpEntry>, NotInSet> {
         if let Some(e) = self
             .set
             .snp
             .iter()
             .find(|e| &e.measurement.0 == measurement && e.policy.0 == policy)
         {
-            return Ok(e);
+            return Ok(Cow::Borrowed(e));
         }
+        let identity = match self.match_snp_identity(measurement, Some(policy)) {
+            Ok(e) => return Ok(Cow::Owned(e)),
+            Err(why) => why,
+        };
         match self
             .set
             .snp
@@ -870,13 +1054,23 @@ impl TrustedSet {
                 measurement,
                 format!("{e} (same measurement, but the report's policy is {policy:#x})"),
             )),
-            None => self.match_snp(measurement),
+            None => match self.match_snp(measurement) {
+                // A digest of an identity profile that requires another policy.
+                Ok(_) => Err(self.not_in_set(measurement, identity)),
+                Err(e) => Err(e),
+            },
         }
     }
 
     /// The TDX entry with this MRTD whose given RTMRs all equal `rtmrs` (of several, the one that lists the
     /// most RTMRs).
-    pub fn match_tdx(&self, mrtd: &[u8; 48], rtmrs: &[[u8; 48]; 4]) -> Result<&TdxEntry, NotInSet> {
+    /// An identity entry's TDVF build and image RTMRs that the quote matches are returned as an entry pinning
+    /// MRTD, RTMR1 and RTMR2.
+    pub fn match_tdx(
+        &self,
+        mrtd: &[u8; 48],
+        rtmrs: &[[u8; 48]; 4],
+    ) -> Result<Cow<'_, TdxEntry>, NotInSet> {
         let fits = |e: &TdxEntry| {
             e.rtmrs()
                 .iter()
@@ -891,8 +1085,39 @@ impl TrustedSet {
             .filter(|e| &e.mrtd.0 == mrtd && fits(e))
             .max_by_key(|e| e.rtmrs().iter().filter(|r| r.is_some()).count())
         {
-            return Ok(e);
+            return Ok(Cow::Borrowed(e));
         }
+        if self
+            .set
+            .identity
+            .iter()
+            .any(|e| e.find_tdx(mrtd, rtmrs).is_some())
+        {
+            return Ok(Cow::Owned(TdxEntry {
+                mrtd: Hex(*mrtd),
+                rtmr0: None,
+                rtmr1: Some(Hex(rtmrs[1])),
+                rtmr2: Some(Hex(rtmrs[2])),
+                rtmr3: None,
+            }));
+        }
+        let identity: Vec<String> = self
+            .set
+            .identity
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                let t = e.tdx.as_ref()?;
+                let why = match t.firmware.iter().find(|f| &f.mrtd.0 == mrtd) {
+                    Some(f) if f.rtmr2.0 != rtmrs[2] => {
+                        "its RTMR2 (command line, initramfs) differs"
+                    }
+                    Some(_) => "its RTMR1 (kernel) differs for every admitted QEMU",
+                    None => "no admitted TDVF build has this MRTD",
+                };
+                Some(format!("identity entry {} ({}): {why}", i + 1, e.label()))
+            })
+            .collect();
         let nearest = match self.set.tdx.iter().find(|e| &e.mrtd.0 == mrtd) {
             Some(e) => {
                 let differ: Vec<String> = e
@@ -915,10 +1140,12 @@ impl TrustedSet {
                     e.mrtd,
                     self.set.tdx.len()
                 ),
+                None if !identity.is_empty() => String::new(),
                 None => "the set has no TDX entries".to_owned(),
             },
         };
-        Err(self.not_in_set(mrtd, nearest))
+        let n = self.with_identity_note(nearest, identity.join("; "));
+        Err(self.not_in_set(mrtd, n.trim_start_matches("; ").to_owned()))
     }
 
     /// The sim entry (any tier) with this measurement.
@@ -969,6 +1196,7 @@ mod tests {
     pub(crate) fn sample() -> MeasurementSet {
         MeasurementSet {
             format: SET_FORMAT.into(),
+            not_after: Some("2030-01-31T00:00:00Z".into()),
             release: Release {
                 name: "fenced-run-guest".into(),
                 version: "1.0.0".into(),
@@ -1013,7 +1241,93 @@ mod tests {
                 measurement: Hex([0xee; 48]),
                 binary_sha256: None,
             }],
+            identity: Vec::new(),
         }
+    }
+
+    /// [`sample`] with an identity entry admitting SNP and TDX launches.
+    fn sample_with_identity() -> MeasurementSet {
+        use crate::identity::*;
+        let mut s = sample();
+        s.identity.push(IdentityEntry {
+            kernel_sha256: Hex([1; 32]),
+            initramfs_sha256: Hex([2; 32]),
+            cmdline_sha256: Hex(crate::sim::cmdline_sha256("console=ttyS0 \"quoted\"")),
+            cmdline: Some("console=ttyS0 \"quoted\"".into()),
+            toolchain_root_hash: None,
+            snp: Some(SnpProfiles {
+                vcpus: vec![
+                    VcpuRange { first: 1, last: 16 },
+                    VcpuRange {
+                        first: 32,
+                        last: 32,
+                    },
+                ],
+                vcpu_types: vec!["EPYC-Milan".into()],
+                vmm: vec!["QEMU".into(), "ec2".into()],
+                guest_features: vec![HexU64(1), HexU64(0x21)],
+                policy: HexU64(0x30000),
+                ovmf: vec![SnpFirmware {
+                    ovmf_sha256: Hex([3; 32]),
+                    ovmf_hash: Hex([4; 48]),
+                    sev_es_reset_eip: HexU64(0x80b004),
+                    sev_hashes_table: HexU64(0x810c00),
+                    sections: vec![
+                        FirmwareSection {
+                            kind: "SNP_SEC_MEM".into(),
+                            gpa: HexU64(0x800000),
+                            size: HexU64(0x9000),
+                        },
+                        FirmwareSection {
+                            kind: "SNP_KERNEL_HASHES".into(),
+                            gpa: HexU64(0x810000),
+                            size: HexU64(0x1000),
+                        },
+                    ],
+                }],
+            }),
+            tdx: Some(TdxProfiles {
+                firmware: vec![TdxFirmware {
+                    ovmf_sha256: Hex([5; 32]),
+                    mrtd: Hex([6; 48]),
+                    rtmr1: Hex([7; 48]),
+                    rtmr1_qemu_10_1: None,
+                    rtmr2: Hex([8; 48]),
+                }],
+            }),
+        });
+        s
+    }
+
+    #[test]
+    fn identity_entries_round_trip_and_are_signed() {
+        let s = sample_with_identity();
+        let text = s.to_toml();
+        let back = MeasurementSet::from_toml(&text, Path::new("set.toml")).expect("parse");
+        assert_eq!(back, s);
+        let c = s.canonical_json();
+        assert!(c.contains(r#""vcpus":["1-16","32"]"#), "{c}");
+        // Widening the admitted vCPU range after signing breaks the signature.
+        let a = generate_key();
+        let sig = SignatureFile::sign(&s, &a, "a");
+        let edited = MeasurementSet::from_toml(
+            &text.replace("vcpus = [\"1-16\", \"32\"]", "vcpus = [\"1-64\"]"),
+            Path::new("set.toml"),
+        )
+        .expect("edited parses");
+        assert!(matches!(
+            sig.verify(&edited),
+            Err(SignatureError::OtherSet { .. })
+        ));
+        // An identity entry is refused in an old-format set.
+        let e = MeasurementSet::from_toml(
+            &text
+                .replace(SET_FORMAT, SET_FORMAT_V1)
+                .replace("not_after = \"2030-01-31T00:00:00Z\"", ""),
+            Path::new("set.toml"),
+        )
+        .expect_err("v1 with identity");
+        assert!(e.to_string().contains("needs new signatures"), "{e}");
     }
 
     #[test]
@@ -1162,6 +1476,98 @@ mod tests {
         assert!(t.match_sim(&[0xef; 48]).is_err());
     }
 
+    fn trusted(set: &MeasurementSet) -> TrustedSet {
+        let a = generate_key();
+        TrustedSet::from_parts(
+            set.clone(),
+            Path::new("s.toml"),
+            &sigs(set, &[&a]),
+            &[a.verifying_key()],
+            1,
+            vec![],
+        )
+        .expect("trusted")
+    }
+
+    #[test]
+    fn not_after_is_required_signed_and_enforced() {
+        let s = sample();
+        let text = s.to_toml();
+        assert!(
+            text.contains("not_after = \"2030-01-31T00:00:00Z\""),
+            "{text}"
+        );
+        assert!(s
+            .canonical_json()
+            .contains(r#""not_after":"2030-01-31T00:00:00Z""#));
+        // Required in the current format, and must be RFC 3339.
+        let e = MeasurementSet::from_toml(
+            &text.replace("not_after = \"2030-01-31T00:00:00Z\"\n", ""),
+            Path::new("x.toml"),
+        )
+        .expect_err("no not_after");
+        assert!(e.to_string().contains("not_after is missing"), "{e}");
+        let e = MeasurementSet::from_toml(
+            &text.replace("2030-01-31T00:00:00Z", "next year"),
+            Path::new("x.toml"),
+        )
+        .expect_err("not a date");
+        assert!(
+            e.to_string()
+                .contains("not_after \"next year\": not an RFC 3339 date-time"),
+            "{e}"
+        );
+        // Before, at and after not_after.
+        let t = trusted(&s);
+        let at = parse_time("2030-01-31T00:00:00Z")
+            .expect("time")
+            .unix_timestamp();
+        assert!(t.check_current(at - 1).is_ok());
+        assert!(t.check_current(at).is_ok());
+        let e = t.check_current(at + 1).expect_err("expired");
+        assert!(matches!(e, SetError::Expired { .. }), "{e}");
+        assert!(
+            e.to_string().contains("expired: its not_after is 2030-01-31T00:00:00Z, the verification time is 2030-01-31T00:00:01Z"),
+            "{e}"
+        );
+        // Moving not_after after signing breaks every signature.
+        let a = generate_key();
+        let sig = SignatureFile::sign(&s, &a, "a");
+        let mut later = s.clone();
+        later.not_after = Some("2031-01-31T00:00:00Z".into());
+        assert!(matches!(
+            sig.verify(&later),
+            Err(SignatureError::OtherSet { .. })
+        ));
+        assert!(sig.verify(&s).is_ok());
+    }
+
+    #[test]
+    fn an_old_format_set_parses_but_is_refused_naming_the_fix() {
+        let mut s = sample();
+        s.format = SET_FORMAT_V1.into();
+        s.not_after = None;
+        let back =
+            MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml")).expect("v1 parses");
+        assert_eq!(back, s);
+        // The canonical form of a v1 set is as before (no not_after, no identity key), so its old
+        // signatures still verify and the refusal below is about the expiry, not a signature mismatch.
+        let c = s.canonical_json();
+        assert!(!c.contains("not_after") && !c.contains("identity"), "{c}");
+        let e = trusted(&s).check_current(0).expect_err("no expiry");
+        assert!(matches!(e, SetError::NoExpiry { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("measure-guest renew --set SET --valid-days N"),
+            "{e}"
+        );
+        // A v1 set cannot carry the new fields.
+        s.not_after = Some("2030-01-31T00:00:00Z".into());
+        let e = MeasurementSet::from_toml(&s.to_toml(), Path::new("old.toml"))
+            .expect_err("v1 with not_after");
+        assert!(e.to_string().contains("needs new signatures"), "{e}");
+    }
+
     #[test]
     fn keys_round_trip_through_pem_files() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1187,8 +1593,8 @@ mod tests {
         }
 
         #[test]
-        fn edited_valid_sets_never_panic(pos in 0usize..3000, byte in proptest::num::u8::ANY) {
-            let mut b = sample().to_toml().into_bytes();
+        fn edited_valid_sets_never_panic(pos in 0usize..6000, byte in proptest::num::u8::ANY) {
+            let mut b = sample_with_identity().to_toml().into_bytes();
             if pos < b.len() { b[pos] = byte; }
             if let Ok(t) = String::from_utf8(b) {
                 if let Ok(s) = MeasurementSet::from_toml(&t, Path::new("p.toml")) {

@@ -230,3 +230,151 @@ fn sign_refuses_to_overwrite_and_verify_set_finds_signatures_and_names_trusted_k
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
+
+/// `pin` gives every new set a not_after (180 days by default, or `--valid-days`/`--not-after`); the signatures
+/// cover it, so moving it breaks them; `renew` gives an old-format set one (the current format) and its auditors
+/// sign again; `verify-set --at` refuses a set past its not_after, naming the date.
+#[test]
+fn sets_expire_and_the_signatures_cover_not_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let bin = d.join("fenced-run");
+    std::fs::write(&bin, b"\x7fELF a process-tier binary").expect("write");
+    let set_path = d.join("release.toml");
+    let pin = |extra: &[&str]| {
+        let mut args = vec![
+            "pin",
+            "--release-version",
+            "1",
+            "--process-binary",
+            s(&bin),
+            "--out",
+            s(&set_path),
+        ];
+        args.extend_from_slice(extra);
+        mg(&args)
+    };
+    let o = pin(&[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs() as i64;
+    let default = set::MeasurementSet::load(&set_path).expect("parses");
+    assert_eq!(default.format, set::SET_FORMAT);
+    let days = (default.not_after_unix().expect("not_after") - now) as f64 / 86_400.0;
+    assert!((179.9..=180.1).contains(&days), "{days} days");
+    let o = pin(&["--valid-days", "30", "--not-after", "2030-01-01T00:00:00Z"]);
+    assert_eq!(o.status.code(), Some(2), "conflicting flags");
+    let o = pin(&["--valid-days", "0"]);
+    assert_eq!(o.status.code(), Some(2), "zero days");
+    let o = pin(&["--valid-days", "30"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let days = (set::MeasurementSet::load(&set_path)
+        .expect("parses")
+        .not_after_unix()
+        .expect("not_after")
+        - now) as f64
+        / 86_400.0;
+    assert!((29.9..=30.1).contains(&days), "{days} days");
+    let o = pin(&["--not-after", "soon"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o.stderr).contains("--not-after \"soon\""),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = pin(&["--not-after", "2030-01-01T00:00:00Z"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+
+    let o = mg(&["keygen", "--out", s(&d.join("alice"))]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let sign = || {
+        mg(&[
+            "sign",
+            "--key",
+            s(&d.join("alice.key")),
+            "--set",
+            s(&set_path),
+            "--auditor",
+            "alice",
+            "--force",
+        ])
+    };
+    assert!(sign().status.success());
+    let verify = |at: &str| {
+        mg(&[
+            "verify-set",
+            "--set",
+            s(&set_path),
+            "--auditor-key",
+            s(&d.join("alice.pub")),
+            "--at",
+            at,
+        ])
+    };
+    let o = verify("2029-12-31T23:59:59Z");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = verify("2030-01-01T00:00:01Z");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("expired: its not_after is 2030-01-01T00:00:00Z"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // Moving not_after after signing: the signature no longer counts.
+    let signed = std::fs::read_to_string(&set_path).expect("read");
+    std::fs::write(
+        &set_path,
+        signed.replace("2030-01-01T00:00:00Z", "2040-01-01T00:00:00Z"),
+    )
+    .expect("write");
+    let o = verify("2029-12-31T23:59:59Z");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("signed a different set"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    // An old-format set (no not_after) is refused naming the fix; renew gives it one, then it needs signing.
+    let old = signed
+        .replace(set::SET_FORMAT, set::SET_FORMAT_V1)
+        .lines()
+        .filter(|l| !l.starts_with("not_after") && !l.contains("refuses the set after"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::write(&set_path, old).expect("write");
+    assert!(sign().status.success());
+    let o = verify("2029-12-31T23:59:59Z");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("has no not_after")
+            && text(&o.stderr).contains("measure-guest renew"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = mg(&[
+        "renew",
+        "--set",
+        s(&set_path),
+        "--not-after",
+        "2031-01-01T00:00:00Z",
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("must sign it again"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = verify("2030-06-01T00:00:00Z");
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the old signature is over the old form"
+    );
+    assert!(sign().status.success());
+    let o = verify("2030-06-01T00:00:00Z");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}

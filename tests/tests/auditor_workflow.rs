@@ -2,7 +2,7 @@
 //! exact `fenced-run` binary, `pin --process-binary`, two auditors' `keygen` and `sign`, `fenced-run demo
 //! --evidence --nonce`, then `verify-attestation evidence --measurements SET --auditor-key A --auditor-key B
 //! --auditors-required 2 --expect-outcome tests_passed --nonce N`: accepted with both signatures, rejected with
-//! one, and rejected when the set pins another binary.
+//! one, when the set's not_after has passed, and when the set pins another binary.
 
 use fenced_run_tests::fence::skip;
 use std::path::Path;
@@ -168,6 +168,54 @@ fn auditors_pin_the_process_binary_and_the_founder_verifies_the_demo() {
     let (code, json) = verify(d, &set_path, "00000000000000000000000000000000");
     assert_eq!(code, Some(1), "{json}");
     assert!(checks(&json).contains(&"nonce".to_string()), "{json}");
+
+    // The same binary pinned in a set whose not_after has passed (both signatures present): refused, naming
+    // the date.
+    let expired = d.join("expired.toml");
+    ok(
+        "pin expired",
+        &run(
+            MEASURE_GUEST,
+            &[
+                "pin",
+                "--name",
+                "fenced-run-process",
+                "--release-version",
+                "0.0.9",
+                "--process-binary",
+                FENCED_RUN,
+                "--not-after",
+                "2000-01-01T00:00:00Z",
+                "--out",
+                s(&expired),
+            ],
+        ),
+    );
+    for who in ["alice", "bob"] {
+        ok(
+            "sign expired",
+            &run(
+                MEASURE_GUEST,
+                &[
+                    "sign",
+                    "--key",
+                    s(&d.join(format!("{who}.key"))),
+                    "--set",
+                    s(&expired),
+                    "--auditor",
+                    who,
+                ],
+            ),
+        );
+    }
+    let (code, json) = verify(d, &expired, NONCE);
+    assert_eq!(code, Some(1), "{json}");
+    assert_eq!(checks(&json), ["measurement-set"], "{json}");
+    let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("expired: its not_after is 2000-01-01T00:00:00Z"),
+        "{detail}"
+    );
 
     // One signature only: the set is not trusted, the evidence is rejected naming the set.
     std::fs::remove_file(d.join("release.toml.bob.sig")).expect("remove bob's signature");

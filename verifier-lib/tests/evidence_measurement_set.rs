@@ -42,6 +42,7 @@ fn write_evidence(dir: &Path) -> PathBuf {
 fn measurement_set(sim: &[[u8; 48]]) -> MeasurementSet {
     MeasurementSet {
         format: set::SET_FORMAT.to_string(),
+        not_after: Some("2099-01-01T00:00:00Z".into()),
         release: Release {
             name: "fenced-run-guest".into(),
             version: "0.1.0-test".into(),
@@ -64,6 +65,7 @@ fn measurement_set(sim: &[[u8; 48]]) -> MeasurementSet {
                 binary_sha256: None,
             })
             .collect(),
+        identity: Vec::new(),
     }
 }
 
@@ -87,6 +89,16 @@ fn publish(dir: &Path, set: &MeasurementSet, auditors: &[&str], signing: &[&str]
 }
 
 fn verify(dir: &Path, evidence: &Path, keys: &[PathBuf], k: u32) -> (Output, serde_json::Value) {
+    verify_with(dir, evidence, keys, k, &[])
+}
+
+fn verify_with(
+    dir: &Path,
+    evidence: &Path,
+    keys: &[PathBuf],
+    k: u32,
+    extra: &[&str],
+) -> (Output, serde_json::Value) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_verify-attestation"));
     cmd.args([
         "evidence",
@@ -102,6 +114,7 @@ fn verify(dir: &Path, evidence: &Path, keys: &[PathBuf], k: u32) -> (Output, ser
     for key in keys {
         cmd.arg("--auditor-key").arg(key);
     }
+    cmd.args(extra);
     let out = cmd.output().expect("run verify-attestation");
     let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -209,5 +222,62 @@ fn a_set_edited_after_signing_is_rejected() {
         failure_checks(&json),
         vec!["measurement-set".to_string()],
         "{json}"
+    );
+}
+
+#[test]
+fn an_expired_set_is_refused_naming_its_not_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let evidence = write_evidence(dir.path());
+    let mut set = measurement_set(&[LAUNCHED]);
+    set.not_after = Some("2027-03-01T12:00:00Z".into());
+    let keys = publish(dir.path(), &set, &["alice"], &["alice"]);
+    let (out, json) = verify_with(
+        dir.path(),
+        &evidence,
+        &keys,
+        1,
+        &["--at", "2027-02-01T00:00:00Z"],
+    );
+    assert_eq!(out.status.code(), Some(0), "before not_after: {json}");
+    let (out, json) = verify_with(
+        dir.path(),
+        &evidence,
+        &keys,
+        1,
+        &["--at", "2027-03-01T12:00:01Z"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(
+        failure_checks(&json),
+        vec!["measurement-set".to_string()],
+        "{json}"
+    );
+    let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("expired: its not_after is 2027-03-01T12:00:00Z, the verification time is 2027-03-01T12:00:01Z"),
+        "{detail}"
+    );
+}
+
+#[test]
+fn a_set_without_not_after_is_refused_naming_the_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let evidence = write_evidence(dir.path());
+    let mut set = measurement_set(&[LAUNCHED]);
+    set.format = set::SET_FORMAT_V1.into();
+    set.not_after = None;
+    let keys = publish(dir.path(), &set, &["alice"], &["alice"]);
+    let (out, json) = verify(dir.path(), &evidence, &keys, 1);
+    assert_eq!(out.status.code(), Some(1), "{json}");
+    assert_eq!(
+        failure_checks(&json),
+        vec!["measurement-set".to_string()],
+        "{json}"
+    );
+    let detail = json["failures"][0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("has no not_after") && detail.contains("measure-guest renew"),
+        "{detail}"
     );
 }

@@ -233,6 +233,7 @@ fn publish(dir: &Path, set: &MeasurementSet) -> PathBuf {
 fn tdx_set(tdx: bool, sim: bool) -> MeasurementSet {
     MeasurementSet {
         format: set::SET_FORMAT.into(),
+        not_after: Some("2099-01-01T00:00:00Z".into()),
         release: Release {
             name: "fenced-run-guest".into(),
             version: "0.1.0-tdx".into(),
@@ -271,6 +272,7 @@ fn tdx_set(tdx: bool, sim: bool) -> MeasurementSet {
                 binary_sha256: None,
             }]
         },
+        identity: Vec::new(),
     }
 }
 

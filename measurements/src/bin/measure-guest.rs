@@ -54,6 +54,99 @@ enum Cmd {
     VerifySet(VerifySetArgs),
     /// Which launch configuration produces the measurement of an evidence file, SNP report or TDX quote.
     Explain(explain_cli::ExplainArgs),
+    /// Write an identity entry (an image and the launch profiles it admits) into a new or an existing set.
+    Identity(IdentityArgs),
+    /// Give a set a new not_after (an old-format set gets the current format); its signatures must be made again.
+    Renew(RenewArgs),
+}
+
+/// When a new set expires: `--not-after DATE` or `--valid-days N` from now.
+#[derive(clap::Args, Debug, Clone)]
+struct ExpiryArgs {
+    /// The set's not_after (RFC 3339 date-time, e.g. 2027-01-31T00:00:00Z).
+    #[arg(long, value_name = "DATE", conflicts_with = "valid_days")]
+    not_after: Option<String>,
+    /// Days from now until the set expires (default 180).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=3660))]
+    valid_days: Option<u32>,
+}
+
+impl ExpiryArgs {
+    fn not_after(&self) -> Result<String, Fail> {
+        match &self.not_after {
+            Some(t) => {
+                set::parse_time(t).map_err(|e| usage(format!("--not-after {t:?}: {e}")))?;
+                Ok(t.trim().to_owned())
+            }
+            None => Ok(set::not_after_in_days(
+                now_unix(),
+                self.valid_days.unwrap_or(set::DEFAULT_VALID_DAYS),
+            )),
+        }
+    }
+}
+
+fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[derive(clap::Args, Debug)]
+struct IdentityArgs {
+    /// The guest image directory (`fenced-run image build --out DIR`); its files are checked against its manifest.
+    #[arg(long, value_name = "DIR")]
+    image: PathBuf,
+    /// An SEV-SNP OVMF build to admit (repeatable): the entry records its OVMF hash and SEV metadata.
+    #[arg(long, value_name = "FILE")]
+    ovmf: Vec<PathBuf>,
+    /// A TDX OVMF (TDVF) build to admit (repeatable): the entry records its MRTD and the image's RTMR1/RTMR2.
+    #[arg(long, value_name = "FILE")]
+    tdvf: Vec<PathBuf>,
+    /// vCPU counts to admit (comma-separated counts or ranges, e.g. 1-16,32).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    vcpus: Vec<String>,
+    /// vCPU types to admit (QEMU).
+    #[arg(long, value_delimiter = ',', default_value = "EPYC-Milan,EPYC-Genoa")]
+    vcpu_types: Vec<String>,
+    /// VMM types to admit.
+    #[arg(long, value_delimiter = ',', default_value = "QEMU")]
+    vmm: Vec<snp::VmmType>,
+    /// Guest features to admit.
+    #[arg(long, value_delimiter = ',', value_parser = parse_int::<u64>, default_value = "0x1")]
+    guest_features: Vec<u64>,
+    /// The guest policy an SNP report must carry.
+    #[arg(long, value_parser = parse_int::<u64>, default_value = "0x30000")]
+    policy: u64,
+    /// Also admit QEMU 10.1's RTMR1 (it patches the kernel's setup header before TDVF measures it).
+    #[arg(long)]
+    tdx_qemu_10_1: bool,
+    /// Add the entry to this set (rewritten in place; its signatures must be made again).
+    #[arg(long, value_name = "SET", conflicts_with_all = ["out", "release_version", "not_after", "valid_days"])]
+    add_to: Option<PathBuf>,
+    /// Write a new set holding the entry here (stdout when neither this nor --add-to is given).
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+    /// Release name of a new set.
+    #[arg(long, default_value = "fenced-run-guest")]
+    name: String,
+    /// Release version of a new set (default: `sha256-` and 16 hex digits of the initramfs's SHA-256).
+    #[arg(long = "release-version", value_name = "VERSION")]
+    release_version: Option<String>,
+    #[command(flatten)]
+    expiry: ExpiryArgs,
+}
+
+#[derive(clap::Args, Debug)]
+struct RenewArgs {
+    /// The set to renew (rewritten in place unless --out is given).
+    #[arg(long, value_name = "PATH")]
+    set: PathBuf,
+    /// Where to write the renewed set.
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    expiry: ExpiryArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -133,6 +226,8 @@ struct PinArgs {
     /// Where to write the set (stdout when absent).
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+    #[command(flatten)]
+    expiry: ExpiryArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -182,6 +277,9 @@ struct VerifySetArgs {
     /// The guest policy the SNP report carries (checked against the entry's required policy).
     #[arg(long, value_parser = parse_int::<u64>, requires = "snp_measurement")]
     snp_policy: Option<u64>,
+    /// The time to check the set's not_after against (RFC 3339; default now).
+    #[arg(long, value_name = "DATE")]
+    at: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -844,6 +942,7 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
     });
     Ok(MeasurementSet {
         format: set::SET_FORMAT.to_owned(),
+        not_after: Some(a.expiry.not_after()?),
         release: set::Release {
             name: a.name.clone(),
             version,
@@ -852,6 +951,7 @@ fn pin_image(a: &PinArgs, dir: &std::path::Path) -> Result<MeasurementSet, Fail>
         snp: snp_entries,
         tdx: tdx_entries,
         sim: sim_entries,
+        identity: Vec::new(),
     })
 }
 
@@ -997,6 +1097,7 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
     }
     let measurement_set = MeasurementSet {
         format: set::SET_FORMAT.to_owned(),
+        not_after: Some(a.expiry.not_after()?),
         release: set::Release {
             name: a.name.clone(),
             version: a.release_version.clone().unwrap_or_default(),
@@ -1005,6 +1106,7 @@ fn run_pin(a: PinArgs) -> Result<(), Fail> {
         snp: snp_entries,
         tdx: tdx_entries,
         sim: sim_entries,
+        identity: Vec::new(),
     };
     write_set(&a, &measurement_set)
 }
@@ -1108,6 +1210,16 @@ fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
     for p in &t.problems {
         println!("note: {}", shown(p));
     }
+    let at = match &a.at {
+        Some(s) => set::parse_time(s)
+            .map_err(|e| usage(format!("--at {s:?}: {e}")))?
+            .unix_timestamp(),
+        None => now_unix(),
+    };
+    t.check_current(at).map_err(|e| Fail(1, e.to_string()))?;
+    if let Some(n) = &t.set.not_after {
+        println!("valid until {}", escape(n));
+    }
     if let Some(m) = &a.snp_measurement {
         let m = hex48("--snp-measurement", m)?;
         let r = match a.snp_policy {
@@ -1117,6 +1229,106 @@ fn run_verify_set(a: VerifySetArgs) -> Result<(), Fail> {
         let e = r.map_err(|e| Fail(1, e.to_string()))?;
         println!("in set: {}", shown(e));
     }
+    Ok(())
+}
+
+fn write_text(out: Option<&std::path::Path>, text: &str) -> Result<(), Fail> {
+    match out {
+        Some(p) => std::fs::write(p, text).map_err(|e| usage(format!("{}: {e}", p.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn run_identity(a: IdentityArgs) -> Result<(), Fail> {
+    use measurements::identity::{entry_for_image, ProfileSpec, VcpuRange};
+    if a.ovmf.is_empty() && a.tdvf.is_empty() {
+        return Err(usage(
+            "give at least one --ovmf (SEV-SNP) or --tdvf (TDX) build to admit",
+        ));
+    }
+    let vcpus = a
+        .vcpus
+        .iter()
+        .map(|r| VcpuRange::parse(r).map_err(|e| usage(format!("--vcpus: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let spec = ProfileSpec {
+        vcpus,
+        vcpu_types: a.vcpu_types.clone(),
+        vmm: a.vmm.clone(),
+        guest_features: a.guest_features.clone(),
+        policy: a.policy,
+        tdx_qemu_10_1: a.tdx_qemu_10_1,
+    };
+    let entry = entry_for_image(&a.image, &a.ovmf, &a.tdvf, &spec).map_err(usage)?;
+    let (s, out) = match &a.add_to {
+        Some(p) => {
+            let mut s = MeasurementSet::load(p).map_err(|e| usage(e.to_string()))?;
+            if s.format != set::SET_FORMAT {
+                return Err(usage(format!(
+                    "{}: format {}; give it a not_after first with `measure-guest renew --set {}`",
+                    p.display(),
+                    escape(&s.format),
+                    p.display()
+                )));
+            }
+            s.identity.push(entry);
+            (s, Some(p.clone()))
+        }
+        None => {
+            let version = a
+                .release_version
+                .clone()
+                .unwrap_or_else(|| format!("sha256-{}", &entry.initramfs_sha256.to_string()[..16]));
+            let s = MeasurementSet {
+                format: set::SET_FORMAT.to_owned(),
+                not_after: Some(a.expiry.not_after()?),
+                release: set::Release {
+                    name: a.name.clone(),
+                    version,
+                },
+                artifacts: set::Artifacts {
+                    kernel_sha256: Some(entry.kernel_sha256),
+                    initramfs_sha256: Some(entry.initramfs_sha256),
+                    cmdline: entry.cmdline.clone(),
+                    cmdline_sha256: Some(entry.cmdline_sha256),
+                    ovmf_sha256: None,
+                    tdvf_sha256: None,
+                },
+                snp: Vec::new(),
+                tdx: Vec::new(),
+                sim: Vec::new(),
+                identity: vec![entry],
+            };
+            (s, a.out.clone())
+        }
+    };
+    // What is written must parse back to the same set (the checks of a loaded set apply).
+    let text = s.to_toml();
+    MeasurementSet::from_toml(&text, std::path::Path::new("<new set>"))
+        .map_err(|e| usage(e.to_string()))?;
+    write_text(out.as_deref(), &text)?;
+    if a.add_to.is_some() {
+        eprintln!("measure-guest identity: the set changed: its auditors must sign it again");
+    }
+    Ok(())
+}
+
+fn run_renew(a: RenewArgs) -> Result<(), Fail> {
+    let mut s = MeasurementSet::load(&a.set).map_err(|e| usage(e.to_string()))?;
+    s.format = set::SET_FORMAT.to_owned();
+    s.not_after = Some(a.expiry.not_after()?);
+    let out = a.out.clone().unwrap_or_else(|| a.set.clone());
+    write_text(Some(&out), &s.to_toml())?;
+    println!(
+        "{}: {} valid until {} (set_sha256 {}); its auditors must sign it again",
+        shown(out.display()),
+        escape(&s.label()),
+        escape(s.not_after.as_deref().unwrap_or("-")),
+        hex::encode(s.digest())
+    );
     Ok(())
 }
 
@@ -1140,6 +1352,8 @@ fn main() -> ExitCode {
         Cmd::Keygen(a) => run_keygen(a),
         Cmd::VerifySet(a) => run_verify_set(a),
         Cmd::Explain(a) => explain_cli::run(a),
+        Cmd::Identity(a) => run_identity(a),
+        Cmd::Renew(a) => run_renew(a),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

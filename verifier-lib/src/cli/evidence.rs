@@ -355,7 +355,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         }
     }
     let measurement_set = match &args.measurements {
-        Some(set) => match load_set(set, args) {
+        Some(set) => match load_set(set, args, at.unix_timestamp()) {
             Ok(t) => Some(std::sync::Arc::new(t)),
             Err((1, e)) => {
                 return Err(OptionsError::Rejected(
@@ -420,6 +420,11 @@ pub fn run(args: Args) -> ExitCode {
         baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();
         v.failures.extend(added);
+    }
+    if !v.simulated {
+        for f in &mut v.failures {
+            super::explain_hint::add_explain_command(f, &args.evidence);
+        }
     }
     if args.json {
         let mut j = output::evidence_json(&v, &opts);
@@ -513,6 +518,7 @@ fn duplicate_rtmr(pins: &[RtmrPin]) -> Option<usize> {
 fn load_set(
     set: &std::path::Path,
     args: &Args,
+    at: i64,
 ) -> Result<measurements::set::TrustedSet, (u8, String)> {
     use measurements::set::{SetError, TrustedSet};
     let signatures = if args.set_signature.is_empty() {
@@ -526,8 +532,11 @@ fn load_set(
         &args.auditor_key,
         args.auditors_required.unwrap_or(1) as usize,
     )
+    .and_then(|t| t.check_current(at).map(|()| t))
     .map_err(|e| match e {
-        SetError::NotEnoughAuditors { .. } => (1, e.to_string()),
+        SetError::NotEnoughAuditors { .. }
+        | SetError::Expired { .. }
+        | SetError::NoExpiry { .. } => (1, e.to_string()),
         other => (2, other.to_string()),
     })
 }

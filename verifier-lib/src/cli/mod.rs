@@ -14,6 +14,7 @@ macro_rules! print {
 
 pub mod app;
 pub mod evidence;
+mod explain_hint;
 pub mod fetch;
 pub mod kind;
 pub mod policy_file;
