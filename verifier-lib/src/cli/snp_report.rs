@@ -226,6 +226,43 @@ pub fn apply_baseline(
     })
 }
 
+/// Prints a refusal of the collateral: exit 1 a rejection (`collateral-unsigned`), exit 2 unusable input.
+pub(crate) fn refusal_exit(json: bool, (exit, check, why): super::fetch::Refusal) -> ExitCode {
+    if exit == 1 {
+        rejected(json, check, why)
+    } else {
+        unusable(json, check, why)
+    }
+}
+
+/// The flags that conflict with one another (exit 2), then, with auditor keys named, the collateral inputs that
+/// cannot carry an auditor's signature (`collateral-unsigned`, exit 1): `--certs DIR`, `--crl FILE`, a
+/// `--tcb-baseline` file.
+fn refuse_unsigned_inputs(args: &Args) -> Result<(), super::fetch::Refusal> {
+    let c = &args.collateral_args;
+    c.check_usage()?;
+    if let (Some(dir), true) = (&args.certs, c.wants_cache_or_network()) {
+        return Err((
+            2,
+            "usage",
+            format!(
+                "--certs {} with {}: the certificates would come from the directory and the {} would go \
+                 unused; give one of them",
+                dir.display(),
+                if c.online { "--online" } else { "--cache" },
+                if c.online { "network" } else { "cache" }
+            ),
+        ));
+    }
+    if let Some(dir) = &args.certs {
+        c.refuse_unsigned(&format!("the certificates in --certs {}", dir.display()))?;
+    }
+    if let Some(p) = &args.crl {
+        c.refuse_unsigned(&format!("the CRL file --crl {}", p.display()))?;
+    }
+    c.refuse_unsigned_baseline()
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let bytes = match super::read_main_input(
@@ -247,6 +284,9 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    if let Err(refusal) = refuse_unsigned_inputs(&args) {
+        return refusal_exit(args.json, refusal);
+    }
     let at_s = super::at_or_now(args.at).unix_timestamp();
     let mut source_crl = None;
     let mut collateral_note = serde_json::Value::Null;

@@ -397,7 +397,15 @@ pub fn run(args: Args) -> ExitCode {
         at,
     ) {
         Ok(Some((b, n))) => (Some(b), n),
-        Ok(None) => (None, serde_json::Value::Null),
+        Ok(None) => {
+            if let Err((_, check, why)) = args
+                .collateral_args
+                .refuse_unsigned("no collateral (none was given)")
+            {
+                return super::snp_report::rejected(args.json, check, why);
+            }
+            (None, serde_json::Value::Null)
+        }
         Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
         Err((_, check, why)) => return unusable(args.json, check, why),
     };
