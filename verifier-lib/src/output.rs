@@ -689,9 +689,8 @@ pub fn claim_of_check(check: &str) -> &'static str {
 }
 
 /// The failures of one claim, as `check: detail` joined.
-fn failures_of(v: &EvidenceVerification, claim: &str) -> Option<String> {
-    let f: Vec<String> = v
-        .failures
+fn failures_of(failures: &[crate::Failure], claim: &str) -> Option<String> {
+    let f: Vec<String> = failures
         .iter()
         .filter(|f| claim_of_check(&f.check) == claim)
         .map(|f| f.to_string())
@@ -728,6 +727,10 @@ pub fn collateral_anchor(note: &serde_json::Value) -> String {
                 .unwrap_or_default()
         ),
         "online" => "fetched (--online)".to_owned(),
+        "certs" => format!(
+            "the --certs directory {}",
+            note["dir"].as_str().unwrap_or("(unnamed)")
+        ),
         _ => "carried in the evidence (the host's)".to_owned(),
     };
     let urls = string_list(note, "urls");
@@ -786,30 +789,68 @@ fn set_entry(v: &EvidenceVerification, opts: &EvidenceOptions) -> Option<String>
     ))
 }
 
-/// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for
-/// each held claim the anchor that backed it.
-pub fn evidence_claims(
-    v: &EvidenceVerification,
-    opts: &EvidenceOptions,
-    ctx: &ClaimContext,
-) -> Vec<Claim> {
-    use ClaimStatus::{Failed, Held, NotPinned};
-    let claim = |claim, status, anchor: Option<String>, detail: String| Claim {
+/// The verified report a set of claims is about.
+#[derive(Clone, Copy, Debug)]
+pub enum ClaimReport<'a> {
+    /// An SEV-SNP report.
+    Snp(&'a SnpVerification),
+    /// A TDX quote.
+    Tdx(&'a crate::tdx::TdxVerification),
+    /// No report was verified.
+    Unverified,
+}
+
+/// What the report's claims (chain, TCB, policy, measurement, collateral) are judged from.
+#[derive(Clone, Debug)]
+pub struct ReportClaims<'a> {
+    /// The report.
+    pub report: ClaimReport<'a>,
+    /// Every failure of the verification.
+    pub failures: &'a [crate::Failure],
+    /// Whether a CRL was checked (SEV-SNP).
+    pub crl: bool,
+    /// Whether `--min-tcb` was given (SEV-SNP).
+    pub min_tcb: bool,
+    /// The registers compared with a pin (empty: none).
+    pub pinned_registers: &'a [String],
+    /// The measurement-set entry matched, in words, when a set pinned the measurement.
+    pub set_entry: Option<String>,
+    /// `--any-measurement`.
+    pub any_measurement: bool,
+}
+
+fn make_claim(
+    claim: &'static str,
+    status: ClaimStatus,
+    anchor: Option<String>,
+    detail: String,
+) -> Claim {
+    Claim {
         claim,
         status,
-        anchor: if status == Held { anchor } else { None },
+        anchor: if status == ClaimStatus::Held {
+            anchor
+        } else {
+            None
+        },
         detail,
-    };
-    let failed = |name: &'static str| failures_of(v, name).map(|d| claim(name, Failed, None, d));
-    let mut out = Vec::new();
-    let unverified = matches!(v.report, ReportVerification::Unverified);
+    }
+}
+
+/// The claims about the report itself: `chain`, `tcb`, `policy`, `measurement` and `collateral`, in that order.
+pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
+    use ClaimStatus::{Failed, Held, NotPinned};
+    let claim = make_claim;
+    let failed =
+        |name: &'static str| failures_of(r.failures, name).map(|d| claim(name, Failed, None, d));
+    let unverified = matches!(r.report, ClaimReport::Unverified);
 
     // chain: which root, through which intermediate.
-    out.push(failed("chain").unwrap_or_else(|| {
-        let (anchor, detail) = match &v.report {
-            ReportVerification::Snp(s) => {
+    let chain = failed("chain").unwrap_or_else(|| {
+        let (anchor, detail) = match r.report {
+            ClaimReport::Snp(s) => {
                 let vlek = s.report.key_info.signing_key == attestation::snp::SigningKey::Vlek;
-                let crl = if opts.chain.crl.is_some() {
+                let crl = if r.crl {
                     "revocation checked against the CRL"
                 } else {
                     "no CRL: revocation not checked"
@@ -826,7 +867,7 @@ pub fn evidence_claims(
                     ),
                 }
             }
-            ReportVerification::Tdx(t) => match t.authenticity.root {
+            ClaimReport::Tdx(t) => match t.authenticity.root {
                 Some(crate::tdx::Root::Intel) => (
                     format!(
                         "{} (pinned) -> PCK CA -> PCK certificate{}",
@@ -843,21 +884,20 @@ pub fn evidence_claims(
                     "SIMULATED: proves nothing about hardware".into(),
                 ),
             },
-            _ => (String::new(), String::new()),
+            ClaimReport::Unverified => (String::new(), String::new()),
         };
         if unverified {
             claim("chain", Failed, None, "the report was not verified".into())
         } else {
             claim("chain", Held, Some(anchor), detail)
         }
-    }));
+    });
 
     // tcb: SEV-SNP against the founder's floors (else not pinned); TDX against the TCB Info, always.
-    out.push(failed("tcb").unwrap_or_else(|| match &v.report {
-        ReportVerification::Snp(s) => {
+    let tcb = failed("tcb").unwrap_or_else(|| match r.report {
+        ClaimReport::Snp(s) => {
             let tcb = tcb_row(s.report.reported_tcb, s.product());
-            let min_tcb = opts.policy.min_tcb != Default::default();
-            match (&ctx.tcb_baseline, min_tcb) {
+            match (&ctx.tcb_baseline, r.min_tcb) {
                 (Some(b), _) => claim(
                     "tcb",
                     Held,
@@ -881,7 +921,7 @@ pub fn evidence_claims(
                 ),
             }
         }
-        ReportVerification::Tdx(t) => match (t.tcb_status(), &t.collateral_used) {
+        ClaimReport::Tdx(t) => match (t.tcb_status(), &t.collateral_used) {
             (Some(st), Some(c)) => claim(
                 "tcb",
                 Held,
@@ -901,11 +941,11 @@ pub fn evidence_claims(
                 "the TCB status was not evaluated".into(),
             ),
         },
-        _ => claim("tcb", Failed, None, "the report was not verified".into()),
-    }));
+        ClaimReport::Unverified => claim("tcb", Failed, None, "the report was not verified".into()),
+    });
 
     // policy: the guest policy (defaults, flags, --policy FILE).
-    out.push(failed("policy").unwrap_or_else(|| {
+    let policy = failed("policy").unwrap_or_else(|| {
         let anchor = match &ctx.policy_file {
             Some(f) => format!("--policy {f} and the policy flags"),
             None => "the default policy and the policy flags".into(),
@@ -920,35 +960,141 @@ pub fn evidence_claims(
                 "debug, migration, SMT, ABI, VMPL and the other policy checks held".into(),
             )
         }
-    }));
+    });
 
     // measurement: which set entry, or which flags.
-    out.push(failed("measurement").unwrap_or_else(|| {
-        if v.pinned_registers.is_empty() {
+    let measurement = failed("measurement").unwrap_or_else(|| {
+        if r.pinned_registers.is_empty() {
             return claim(
                 "measurement",
                 NotPinned,
                 None,
-                if opts.any_measurement {
+                if r.any_measurement {
                     "--any-measurement: any guest code could have produced this verdict".into()
                 } else {
                     "no launch measurement pinned".into()
                 },
             );
         }
-        let anchor = set_entry(v, opts).unwrap_or_else(|| {
+        let anchor = r.set_entry.clone().unwrap_or_else(|| {
             format!(
                 "the founder's flags (--measurement, --mrtd, --rtmr) on {}",
-                v.pinned_registers.join(", ")
+                r.pinned_registers.join(", ")
             )
         });
         claim(
             "measurement",
             Held,
             Some(anchor),
-            format!("compared: {}", v.pinned_registers.join(", ")),
+            format!("compared: {}", r.pinned_registers.join(", ")),
         )
-    }));
+    });
+
+    // collateral: its source and URLs, and the auditors who signed it.
+    let collateral = failed("collateral").unwrap_or_else(|| {
+        let anchor = collateral_anchor(&ctx.collateral_source);
+        let signed = !string_list(&ctx.collateral_source, "auditor_keys").is_empty();
+        claim(
+            "collateral",
+            Held,
+            Some(anchor),
+            if signed {
+                "the collateral is signed by the auditors required (--collateral-auditor-key)".into()
+            } else {
+                "verified under the vendor's keys only; no auditor key was named (--collateral-auditor-key)"
+                    .into()
+            },
+        )
+    });
+    [chain, tcb, policy, measurement, collateral]
+}
+
+/// The claims of `snp-report`: chain, TCB, policy, measurement, collateral.
+pub fn snp_claims(
+    v: &SnpVerification,
+    opts: &ChainOptions,
+    policy: &crate::snp::Policy,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    let pinned: Vec<String> = if policy.measurements.is_empty() {
+        Vec::new()
+    } else {
+        vec!["measurement".into()]
+    };
+    report_claims(
+        &ReportClaims {
+            report: ClaimReport::Snp(v),
+            failures: &v.failures,
+            crl: opts.crl.is_some(),
+            min_tcb: policy.min_tcb != Default::default(),
+            pinned_registers: &pinned,
+            set_entry: None,
+            any_measurement: false,
+        },
+        ctx,
+    )
+    .into()
+}
+
+/// The claims of `tdx-quote`: chain, TCB, policy, measurement, collateral.
+pub fn tdx_claims(
+    v: &crate::tdx::TdxVerification,
+    policy: &crate::tdx::Policy,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    let mut pinned: Vec<String> = Vec::new();
+    if !policy.mrtd.is_empty() {
+        pinned.push("mrtd".into());
+    }
+    for (i, r) in policy.rtmr.iter().enumerate() {
+        if r.is_some() {
+            pinned.push(format!("rtmr{i}"));
+        }
+    }
+    report_claims(
+        &ReportClaims {
+            report: ClaimReport::Tdx(v),
+            failures: &v.failures,
+            crl: true,
+            min_tcb: false,
+            pinned_registers: &pinned,
+            set_entry: None,
+            any_measurement: false,
+        },
+        ctx,
+    )
+    .into()
+}
+
+/// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for
+/// each held claim the anchor that backed it.
+pub fn evidence_claims(
+    v: &EvidenceVerification,
+    opts: &EvidenceOptions,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    use ClaimStatus::{Failed, Held, NotPinned};
+    let claim = make_claim;
+    let failed =
+        |name: &'static str| failures_of(&v.failures, name).map(|d| claim(name, Failed, None, d));
+    let report = match &v.report {
+        ReportVerification::Snp(s) => ClaimReport::Snp(s),
+        ReportVerification::Tdx(t) => ClaimReport::Tdx(t),
+        _ => ClaimReport::Unverified,
+    };
+    let [chain, tcb, policy, measurement, collateral] = report_claims(
+        &ReportClaims {
+            report,
+            failures: &v.failures,
+            crl: opts.chain.crl.is_some(),
+            min_tcb: opts.policy.min_tcb != Default::default(),
+            pinned_registers: &v.pinned_registers,
+            set_entry: set_entry(v, opts),
+            any_measurement: opts.any_measurement,
+        },
+        ctx,
+    );
+    let mut out = vec![chain, tcb, policy, measurement];
 
     // key binding and the verdict signature: anchored in the report the chain verified.
     out.push(failed("key binding").unwrap_or_else(|| {
@@ -996,7 +1142,7 @@ pub fn evidence_claims(
             None,
             "no --pool-attempt: the nonce was compared as given, not as a pool attempt's".into(),
         ),
-        Some(n) if v.nonce_checked && failures_of(v, "nonce").is_none() => claim(
+        Some(n) if v.nonce_checked && failures_of(&v.failures, "nonce").is_none() => claim(
             "pool attempt",
             Held,
             Some(format!(
@@ -1020,7 +1166,7 @@ pub fn evidence_claims(
             .unwrap_or_else(|| "unknown (no verified verdict)".into())
     };
     let pin_claim = |name: &'static str, checks: &[&str], flag: &str, seen: String| {
-        if let Some(d) = failures_of(v, name) {
+        if let Some(d) = failures_of(&v.failures, name) {
             return claim(name, Failed, None, d);
         }
         let held: Vec<&crate::evidence::PinCheck> = v
@@ -1096,22 +1242,7 @@ pub fn evidence_claims(
         seen(|d| Some(d.isolation.to_string())),
     ));
 
-    // collateral: its source and URLs, and the auditors who signed it.
-    out.push(failed("collateral").unwrap_or_else(|| {
-        let anchor = collateral_anchor(&ctx.collateral_source);
-        let signed = !string_list(&ctx.collateral_source, "auditor_keys").is_empty();
-        claim(
-            "collateral",
-            Held,
-            Some(anchor),
-            if signed {
-                "the collateral is signed by the auditors required (--collateral-auditor-key)".into()
-            } else {
-                "verified under the vendor's keys only; no auditor key was named (--collateral-auditor-key)"
-                    .into()
-            },
-        )
-    }));
+    out.push(collateral);
     out
 }
 

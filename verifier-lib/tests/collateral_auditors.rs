@@ -446,7 +446,12 @@ fn snp_every_collateral_source_needs_the_auditors_once_keys_are_named() {
     let crl = crl_path.to_str().expect("utf8").to_string();
     let crl_flags: Vec<&str> = vec!["--crl", &crl];
     let baseline_path = f.path("baseline.toml");
-    std::fs::write(&baseline_path, "version = \"test\"\n").expect("write");
+    // A baseline with no floor: every TCB is at or above it.
+    std::fs::write(
+        &baseline_path,
+        "format = \"fenced-run-snp-tcb-baseline-v1\"\nversion = \"test\"\n",
+    )
+    .expect("write");
     let baseline = baseline_path.to_str().expect("utf8").to_string();
     let baseline_flags: Vec<&str> = vec!["--tcb-baseline", &baseline];
     let sources: [(&str, &str, &[&str]); 5] = [
@@ -458,12 +463,12 @@ fn snp_every_collateral_source_needs_the_auditors_once_keys_are_named() {
     ];
     for (name, ev, flags) in sources {
         let (code, j, all) = f.verify(ev, flags);
+        assert_eq!(code, 0, "{name}: {all}");
+        assert_eq!(claim(&j, "collateral")["status"], "held", "{name}: {all}");
         if name == "baseline file" {
-            // The file may not parse as a baseline; what matters is that with keys it is refused unread.
-            assert_ne!(code, 1, "{name}: {all}");
-        } else {
-            assert_eq!(code, 0, "{name}: {all}");
-            assert_eq!(claim(&j, "collateral")["status"], "held", "{name}: {all}");
+            let tcb = claim(&j, "tcb");
+            assert_eq!(tcb["status"], "held", "{all}");
+            assert_eq!(tcb["anchor"], format!("TCB baseline {baseline}"), "{all}");
         }
         let hits = f.srv.total_hits();
         let mut with_key = flags.to_vec();
@@ -939,4 +944,139 @@ fn the_url_recorded_is_the_one_that_served_the_bytes_after_a_redirect() {
             .is_some_and(|u| u.iter().any(|u| u == mirror.as_str())),
         "{out}"
     );
+}
+
+/// The chain claim names the vendor root by product (AMD ARK-Milan/Genoa and the ASK or ASVK, Intel's root), on
+/// real vectors, in `snp-report` and `tdx-quote` as in `evidence`; an expired chain is a failed claim, no anchor.
+#[test]
+fn the_chain_claim_names_the_vendor_root_by_product() {
+    let Some(v) = collateral_common::vectors() else {
+        return;
+    };
+    let snp = |name: &str, at: Option<&str>| {
+        let d = v.join("snp").join(name);
+        let r = d.join("report.bin");
+        let mut args = vec![
+            "snp-report".to_string(),
+            r.display().to_string(),
+            "--certs".into(),
+            d.display().to_string(),
+            "--json".into(),
+        ];
+        if let Some(at) = at {
+            args.extend(["--at".into(), at.into()]);
+        }
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        json_run(&a)
+    };
+    for (name, want) in [
+        (
+            "milan-v3-oak-oc-release",
+            "AMD ARK-Milan (pinned key, DER SHA-256 69d063b45344d26a...) -> ASK-Milan -> VCEK",
+        ),
+        (
+            "genoa-v3-yaxi",
+            "AMD ARK-Genoa (pinned key, DER SHA-256 4c6598d19c18719c...) -> ASK-Genoa -> VCEK",
+        ),
+    ] {
+        let (code, j, all) = snp(name, None);
+        assert_eq!(code, 0, "{name}: {all}");
+        let c = claim(&j, "chain");
+        assert_eq!(
+            (c["status"].as_str(), c["anchor"].as_str()),
+            (Some("held"), Some(want)),
+            "{all}"
+        );
+        assert!(
+            claim(&j, "collateral")["anchor"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("the --certs directory ")),
+            "{all}"
+        );
+        assert_eq!(claim(&j, "measurement")["status"], "not pinned", "{all}");
+        assert_eq!(claim(&j, "tcb")["status"], "not pinned", "{all}");
+        let (code, j, all) = {
+            let d = v.join("snp").join(name);
+            json_run(&[
+                "snp-report",
+                d.join("report.bin").to_str().expect("utf8"),
+                "--certs",
+                d.to_str().expect("utf8"),
+                "--tcb-baseline",
+                "builtin",
+                "--json",
+            ])
+        };
+        assert!(code == 0 || code == 1, "{all}");
+        let tcb = claim(&j, "tcb");
+        if code == 0 {
+            assert_eq!(tcb["anchor"], "TCB baseline builtin", "{all}");
+        } else {
+            assert_eq!(tcb["status"], "failed", "{all}");
+        }
+    }
+    // A VLEK chain names the ASVK; at a time its VLEK had expired the claim fails and names no anchor.
+    let (code, j, all) = snp(
+        "milan-v2-vlek-aws-constellation-2024",
+        Some("2024-09-01T00:00:00Z"),
+    );
+    assert_eq!(code, 0, "{all}");
+    assert!(
+        claim(&j, "chain")["anchor"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("AMD ARK-Milan") && a.ends_with("-> ASVK-Milan -> VLEK")),
+        "{all}"
+    );
+    let (code, j, all) = snp(
+        "milan-v2-vlek-aws-constellation-2024",
+        Some("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(code, 1, "{all}");
+    let c = claim(&j, "chain");
+    assert_eq!(c["status"], "failed", "{all}");
+    assert!(
+        c["anchor"].is_null()
+            && c["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("cert-validity")),
+        "{c}"
+    );
+
+    // tdx-quote: Intel's root, and the TCB Info the TCB claim rests on.
+    let d = v.join("tdx/dcapqvl-v4-b0c06f-uptodate");
+    let tv = collateral_common::tdx_vector(&v, "dcapqvl-v4-b0c06f-uptodate");
+    let at = tv.reference_time.to_string();
+    let (code, j, all) = json_run(&[
+        "tdx-quote",
+        d.join("quote.bin").to_str().expect("utf8"),
+        "--collateral",
+        d.join("collateral.json").to_str().expect("utf8"),
+        "--at",
+        &at,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{all}");
+    assert!(
+        claim(&j, "chain")["anchor"]
+            .as_str()
+            .is_some_and(|a| a
+                .starts_with("Intel SGX Root CA (pinned) -> PCK CA -> PCK certificate (FMSPC ")),
+        "{all}"
+    );
+    assert!(
+        claim(&j, "tcb")["anchor"].as_str().is_some_and(|a| a
+            .contains("tcbEvaluationDataNumber 17")
+            && a.contains("bare collateral file")),
+        "{all}"
+    );
+    let (code, out, _) = cli(&[
+        "tdx-quote",
+        d.join("quote.bin").to_str().expect("utf8"),
+        "--collateral",
+        d.join("collateral.json").to_str().expect("utf8"),
+        "--at",
+        &at,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("claim chain ") && l.contains("held (anchor: Intel SGX Root CA")), "{out}");
 }
