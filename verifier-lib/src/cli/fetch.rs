@@ -678,19 +678,16 @@ impl CollateralArgs {
 
     /// TDX `collateral.json` for a quote from the cache (offline) or PCS (`--online`), the URLs that served its
     /// parts (after redirects), and the cache directory used, if any.
-    pub fn tdx_from_sources(
-        &self,
-        quote: &[u8],
-        now: i64,
-    ) -> Result<(Vec<u8>, Vec<String>, Option<PathBuf>), FetchError> {
+    pub fn tdx_from_sources(&self, quote: &[u8], now: i64) -> Result<TdxFromSources, FetchError> {
         let s = self.source.resolve().map_err(FetchError::Input)?;
         let needs = QuoteNeeds::of_quote(quote)?;
         let dir = s.cache.as_ref().map(|c| c.dir().to_path_buf());
         if self.online {
-            return s
-                .pcs()
-                .for_quote(&needs, now)
-                .map(|f| (f.json, f.sources, dir));
+            return s.pcs().for_quote(&needs, now).map(|f| TdxFromSources {
+                json: f.json,
+                urls: f.sources,
+                cache: dir,
+            });
         }
         let cache = s.cache.as_ref().ok_or_else(|| {
             FetchError::Input("--no-cache without --online leaves no collateral source".into())
@@ -705,7 +702,11 @@ impl CollateralArgs {
         let json = e
             .part("collateral.json")
             .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks collateral.json")))?;
-        Ok((json, e.sources, dir))
+        Ok(TdxFromSources {
+            json,
+            urls: e.sources,
+            cache: dir,
+        })
     }
 
     /// Loads the TCB baseline, if given.
@@ -718,6 +719,16 @@ impl CollateralArgs {
             })
             .transpose()
     }
+}
+
+/// TDX collateral from the cache or PCS ([`CollateralArgs::tdx_from_sources`]).
+pub struct TdxFromSources {
+    /// `collateral.json` bytes.
+    pub json: Vec<u8>,
+    /// The URLs that served its parts (after redirects).
+    pub urls: Vec<String>,
+    /// The cache directory used, if any.
+    pub cache: Option<PathBuf>,
 }
 
 /// The `collateral_source` note of a bundle: its file, the founder's names and the key ids of the auditors whose
@@ -793,10 +804,13 @@ pub fn tdx_collateral(
     } else {
         "collateral from the cache (--cache)"
     })?;
-    let (json, urls, dir) = args
+    let got = args
         .tdx_from_sources(quote, now)
         .map_err(|e| (2, e.check(), e.to_string()))?;
-    Ok(Some((json, sources_note(args.online, urls, dir))))
+    Ok(Some((
+        got.json,
+        sources_note(args.online, got.urls, got.cache),
+    )))
 }
 
 /// SEV-SNP collateral from outside the input: the certificates, the CRL when one came with them, and a note
