@@ -929,7 +929,11 @@ pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
                     "TCB Info (tcbEvaluationDataNumber {}, issued {}) signed under the {}, from {}",
                     c.tcb_evaluation_data_number,
                     c.tcb_info_issue_date,
-                    crate::anchors::INTEL_ROOT,
+                    if t.simulated {
+                        "simulated root (not Intel's)"
+                    } else {
+                        crate::anchors::INTEL_ROOT
+                    },
                     collateral_anchor(&ctx.collateral_source)
                 )),
                 format!("TCB status {} is accepted", st.name()),
@@ -1179,7 +1183,7 @@ pub fn evidence_claims(
                 name,
                 NotPinned,
                 None,
-                format!("not pinned ({flag}): the verdict records {seen}"),
+                format!("no {flag}: the verdict records {seen}"),
             )
         } else {
             claim(

@@ -712,6 +712,18 @@ fn a_founder_who_pins_nothing_sees_every_not_pinned_row() {
         );
     }
     assert!(j["pool_attempt"].is_null(), "{all}");
+    // A sim chain's TCB Info is not said to be under Intel's root.
+    assert!(
+        claim(&j, "tcb")["anchor"]
+            .as_str()
+            .is_some_and(|a| a.contains("signed under the simulated root (not Intel's)")),
+        "{all}"
+    );
+    assert_eq!(
+        claim(&j, "commit")["detail"],
+        "no --commit: the verdict records none",
+        "{all}"
+    );
     assert!(
         j["notes"].as_array().is_some_and(|n| n.iter().any(|n| n
             .as_str()
