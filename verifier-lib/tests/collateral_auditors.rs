@@ -653,6 +653,30 @@ fn the_collateral_flags_usage_errors_are_exit_2_and_name_the_flags() {
     );
     let (code, _, err) = cli(&["snp-report", "r.bin", "--certs", "d", "--online"]);
     assert_eq!(code, 2, "{err}");
+    // --collateral FILE with --cache DIR: the cache would go unread.
+    let coll = dir.path().join("c.json");
+    std::fs::write(&coll, "{}").expect("write");
+    let (code, j, all) = json_run(&[
+        "evidence",
+        &ev,
+        "--any-measurement",
+        "--no-nonce",
+        "--allow-simulated",
+        "--json",
+        "--collateral",
+        coll.to_str().expect("utf8"),
+        "--cache",
+        dir.path().to_str().expect("utf8"),
+    ]);
+    assert_eq!(code, 2, "{all}");
+    assert!(
+        j["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--collateral")
+                && d.contains("--cache")
+                && d.contains("unread")),
+        "{all}"
+    );
 }
 
 /// Nothing pinned about the run: every claim of the run is `not pinned`, in the table and the JSON, and a note

@@ -568,6 +568,24 @@ impl CollateralArgs {
         self.collateral_auditors_required.unwrap_or(1)
     }
 
+    /// `--collateral FILE` with `--cache DIR`: the file would be used and the cache go unread without a word, so
+    /// it is a usage error (exit 2), as `--collateral FILE --online` is the parser's.
+    pub fn check_collateral_flag(&self, flag: Option<&Path>) -> Result<(), Refusal> {
+        match (flag, &self.source.cache) {
+            (Some(f), Some(c)) => Err((
+                2,
+                "usage",
+                format!(
+                    "--collateral {} with --cache {}: the collateral would come from the file and the cache would \
+                     go unread; give one of them",
+                    f.display(),
+                    c.display()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The usage errors of the auditor flags the parser cannot see (exit 2): more signatures required than
     /// keys named (`--collateral-auditors-required` without any key is the parser's usage error).
     pub fn check_usage(&self) -> Result<(), Refusal> {
@@ -771,6 +789,7 @@ pub fn tdx_collateral(
     now: i64,
 ) -> Result<Option<(Vec<u8>, serde_json::Value)>, Refusal> {
     args.check_usage()?;
+    args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
         let bytes =
             super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
@@ -839,6 +858,7 @@ pub fn snp_collateral(
     now: i64,
 ) -> Result<Option<SnpCollateral>, Refusal> {
     args.check_usage()?;
+    args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
         let bytes =
             super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
