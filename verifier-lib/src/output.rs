@@ -734,7 +734,13 @@ pub fn collateral_anchor(note: &serde_json::Value) -> String {
         _ => "carried in the evidence (the host's)".to_owned(),
     };
     let urls = string_list(note, "urls");
-    if !urls.is_empty() {
+    if !urls.is_empty() && source == "bundle" {
+        // What `fetch` wrote into the bundle (covered by the auditors' signatures, if any), not seen here.
+        out.push_str(&format!(
+            ", fetched from {} (as the bundle records)",
+            urls.join(", ")
+        ));
+    } else if !urls.is_empty() {
         out.push_str(&format!(", served by {}", urls.join(", ")));
     }
     let keys = string_list(note, "auditor_keys");
