@@ -1019,6 +1019,30 @@ pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
     [chain, tcb, policy, measurement, collateral]
 }
 
+/// The claims of a bare report (no verdict): [`report_claims`], where a failure of a check that belongs to no
+/// claim of a report (`report-data`, which evidence counts under `key binding`) fails the `policy` claim, so
+/// that no failure goes unshown in the claims.
+fn bare_report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> Vec<Claim> {
+    let mut claims: Vec<Claim> = report_claims(r, ctx).into();
+    let names: Vec<&str> = claims.iter().map(|c| c.claim).collect();
+    let orphans: Vec<String> = r
+        .failures
+        .iter()
+        .filter(|f| !names.contains(&claim_of_check(&f.check)))
+        .map(|f| f.to_string())
+        .collect();
+    if !orphans.is_empty() {
+        if let Some(p) = claims.iter_mut().find(|c| c.claim == "policy") {
+            let mut detail = orphans.join("; ");
+            if p.status == ClaimStatus::Failed {
+                detail = format!("{}; {detail}", p.detail);
+            }
+            *p = make_claim("policy", ClaimStatus::Failed, None, detail);
+        }
+    }
+    claims
+}
+
 /// The claims of `snp-report`: chain, TCB, policy, measurement, collateral.
 pub fn snp_claims(
     v: &SnpVerification,
@@ -1031,7 +1055,7 @@ pub fn snp_claims(
     } else {
         vec!["measurement".into()]
     };
-    report_claims(
+    bare_report_claims(
         &ReportClaims {
             report: ClaimReport::Snp(v),
             failures: &v.failures,
@@ -1043,7 +1067,6 @@ pub fn snp_claims(
         },
         ctx,
     )
-    .into()
 }
 
 /// The claims of `tdx-quote`: chain, TCB, policy, measurement, collateral.
@@ -1061,7 +1084,7 @@ pub fn tdx_claims(
             pinned.push(format!("rtmr{i}"));
         }
     }
-    report_claims(
+    bare_report_claims(
         &ReportClaims {
             report: ClaimReport::Tdx(v),
             failures: &v.failures,
@@ -1073,7 +1096,6 @@ pub fn tdx_claims(
         },
         ctx,
     )
-    .into()
 }
 
 /// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for

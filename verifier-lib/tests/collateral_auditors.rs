@@ -1116,3 +1116,33 @@ fn the_chain_claim_names_the_vendor_root_by_product() {
     assert_eq!(code, 0, "{out}");
     assert!(out.lines().any(|l| l.starts_with("claim chain ") && l.contains("held (anchor: Intel SGX Root CA")), "{out}");
 }
+
+/// A failed `--report-data` pin of `snp-report` (a check evidence counts under `key binding`, which a bare report
+/// has no claim for) fails the `policy` claim: no failure goes unshown in the claims.
+#[test]
+fn a_bare_reports_failure_always_fails_a_claim() {
+    let Some(v) = collateral_common::vectors() else {
+        return;
+    };
+    let d = v.join("snp/milan-v3-oak-oc-release");
+    let (code, j, all) = json_run(&[
+        "snp-report",
+        d.join("report.bin").to_str().expect("utf8"),
+        "--certs",
+        d.to_str().expect("utf8"),
+        "--report-data",
+        &"00".repeat(64),
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{all}");
+    assert_eq!(checks(&j), ["report-data"], "{all}");
+    let p = claim(&j, "policy");
+    assert_eq!(p["status"], "failed", "{all}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("report-data: ")),
+        "{all}"
+    );
+    assert_eq!(claim(&j, "chain")["status"], "held", "{all}");
+}
