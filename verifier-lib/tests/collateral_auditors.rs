@@ -1146,3 +1146,69 @@ fn a_bare_reports_failure_always_fails_a_claim() {
     );
     assert_eq!(claim(&j, "chain")["status"], "held", "{all}");
 }
+
+/// The measurement claim backed by a measurement set names the set, the entry matched and its signers' key ids.
+#[test]
+fn the_measurement_claim_names_the_set_entry_and_its_signers() {
+    use measurements::set::{
+        self, Artifacts, Hex, MeasurementSet, Release, SignatureFile, SimEntry,
+    };
+    let dir = tempfile::tempdir().expect("tmp");
+    let mrtd = [0x3c; 48];
+    let ev = sim_tdx_evidence(dir.path(), &[7u8; 32], mrtd);
+    let ms = MeasurementSet {
+        format: set::SET_FORMAT.to_string(),
+        release: Release {
+            name: "fenced-run-guest".into(),
+            version: "0.1.0-claims".into(),
+        },
+        artifacts: Artifacts {
+            kernel_sha256: Some(Hex([1; 32])),
+            initramfs_sha256: Some(Hex([2; 32])),
+            cmdline: Some("console=ttyS0".into()),
+            cmdline_sha256: Some(Hex(measurements::sim::cmdline_sha256("console=ttyS0"))),
+            ovmf_sha256: None,
+            tdvf_sha256: None,
+        },
+        snp: Vec::new(),
+        tdx: Vec::new(),
+        sim: vec![SimEntry {
+            tier: "vm".into(),
+            measurement: Hex(mrtd),
+            binary_sha256: None,
+        }],
+    };
+    let set_path = dir.path().join("release.toml");
+    std::fs::write(&set_path, ms.to_toml()).expect("write set");
+    let a = auditor(dir.path(), "alice");
+    std::fs::write(
+        dir.path().join("release.toml.alice.sig"),
+        SignatureFile::sign(&ms, &a.key, "alice").to_toml(),
+    )
+    .expect("write signature");
+    let (code, j, all) = json_run(&[
+        "evidence",
+        &ev,
+        "--measurements",
+        set_path.to_str().expect("utf8"),
+        "--auditor-key",
+        &a.public,
+        "--no-nonce",
+        "--allow-simulated",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{all}");
+    let c = claim(&j, "measurement");
+    assert_eq!(c["status"], "held", "{all}");
+    let anchor = c["anchor"].as_str().expect("anchor");
+    assert!(
+        anchor.starts_with("measurement set fenced-run-guest")
+            && anchor.contains("0.1.0-claims")
+            && anchor.contains(&format!(
+                "entry sim tier=vm measurement={}",
+                hex::encode(mrtd)
+            ))
+            && anchor.ends_with(&format!("signed by auditor {}", a.id)),
+        "{anchor}"
+    );
+}
