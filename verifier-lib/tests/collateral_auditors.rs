@@ -1212,3 +1212,48 @@ fn the_measurement_claim_names_the_set_entry_and_its_signers() {
         "{anchor}"
     );
 }
+
+/// A bundle's recorded URLs are the bundle writer's text: in the claims they come out escaped (table) and
+/// without raw control characters (JSON), so a host's bundle cannot draw over the verdict.
+#[test]
+fn a_bundles_urls_in_the_claims_are_escaped() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ev = sim_tdx_evidence(dir.path(), &[7u8; 32], [0x3c; 48]);
+    let decoded = Evidence::from_cbor(&std::fs::read(&ev).expect("read")).expect("evidence");
+    let Some(Collateral::Bytes(coll)) = decoded.collateral else {
+        panic!("sim collateral is collateral.json bytes")
+    };
+    let mut b = tdx_bundle(&coll);
+    b.content.sources = vec!["https://pcs.example/\u{1b}[2J\u{1b}[1;1HVERIFIED\r\n".into()];
+    let b = Bundle::new(b.content);
+    let bp = write_bundle(&dir.path().join("evil.bundle.json"), &b);
+    let args = [
+        "evidence",
+        ev.as_str(),
+        "--any-measurement",
+        "--no-nonce",
+        "--allow-simulated",
+        "--collateral",
+        &bp,
+    ];
+    let (code, out, err) = cli(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(attestation::text::is_safe_output(out.as_bytes()), "{out:?}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("claim collateral "))
+        .expect("collateral claim row");
+    assert!(row.contains("\\x1b[2J"), "{row}");
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let (code, out, _) = cli(&json_args);
+    assert_eq!(code, 0, "{out}");
+    assert!(attestation::text::is_safe_output(out.as_bytes()), "{out:?}");
+    let j: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+    assert!(
+        claim(&j, "collateral")["anchor"]
+            .as_str()
+            .is_some_and(|a| a.contains("(as the bundle records)")),
+        "{out}"
+    );
+}
