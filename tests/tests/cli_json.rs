@@ -247,6 +247,37 @@ fn every_bad_invocation_prints_one_json_object_with_its_exit_code() {
             v,
             "policy-file",
         ),
+        // verify-attestation: the collateral flags' usage errors (issue 35): a count without keys, a file with
+        // --online.
+        case(
+            VERIFY,
+            &[
+                "evidence",
+                tdx_ev,
+                "--any-measurement",
+                "--no-nonce",
+                "--collateral-auditors-required",
+                "2",
+                "--json",
+            ],
+            2,
+            v,
+            "usage",
+        ),
+        case(
+            VERIFY,
+            &[
+                "tdx-quote",
+                quote,
+                "--collateral",
+                missing,
+                "--online",
+                "--json",
+            ],
+            2,
+            v,
+            "usage",
+        ),
         // verify-attestation: a rejection (sim evidence without --allow-simulated).
         case(
             VERIFY,

@@ -25,6 +25,26 @@ const VERIFIED_ROOTS_DER_SHA256: [(&str, &str); 4] = [
     ),
 ];
 
+/// The name of Intel's root as the output's anchors give it.
+pub(crate) const INTEL_ROOT: &str = "Intel SGX Root CA";
+
+/// The anchor of a verified SEV-SNP chain as the output names it: the pinned ARK of the product, the intermediate
+/// it signed (ASK for a VCEK, ASVK for a VLEK) and the leaf.
+pub(crate) fn amd_chain(product: attestation::snp::Product, vlek: bool) -> String {
+    let p = product.name();
+    let ark = format!("ARK-{p}");
+    let sha = VERIFIED_ROOTS_DER_SHA256
+        .iter()
+        .find(|(n, _)| *n == ark)
+        .map(|(_, h)| format!(", DER SHA-256 {}...", &h[..16]))
+        .unwrap_or_default();
+    if vlek {
+        format!("AMD {ark} (pinned key{sha}) -> ASVK-{p} -> VLEK")
+    } else {
+        format!("AMD {ark} (pinned key{sha}) -> ASK-{p} -> VCEK")
+    }
+}
+
 /// Whether `der` is byte for byte one of the vendor roots whose self-signature is known to verify.
 pub(crate) fn self_signature_known_good(der: &[u8]) -> bool {
     let h = hex::encode(crate::digest::sha256(&[der]));

@@ -221,7 +221,35 @@ pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
         notes.push("SIMULATED: the chain does not end in a vendor root; this proves nothing about hardware".into());
     }
     if !v.measurement_pinned {
-        notes.push("launch measurement NOT pinned (--any-measurement): any guest code could have produced this verdict".into());
+        let waived = !v
+            .failures
+            .iter()
+            .any(|f| f.check == crate::evidence::checks::MEASUREMENT_UNPINNED);
+        notes.push(if waived {
+            "launch measurement NOT pinned (--any-measurement): any guest code could have produced this verdict"
+                .into()
+        } else {
+            "launch measurement NOT pinned: no --measurement, --mrtd/--rtmr or --measurements was given, and no \
+             `measurement` in a --policy file; any guest code could have produced this verdict"
+                .into()
+        });
+    }
+    let given = |c: &str| v.pins.iter().any(|p| p.check == c);
+    let unpinned: Vec<&str> = [
+        (crate::evidence::checks::PIN_COMMIT, "commit (--commit)"),
+        (crate::evidence::checks::PIN_PATCH, "patch (--patch)"),
+        (crate::evidence::checks::PIN_JOB, "job (--job)"),
+    ]
+    .into_iter()
+    .filter(|(c, _)| !given(c))
+    .map(|(_, what)| what)
+    .collect();
+    if !unpinned.is_empty() {
+        notes.push(format!(
+            "NOT pinned: {}; this result holds whatever the verdict records for {}",
+            unpinned.join(", "),
+            if unpinned.len() == 1 { "it" } else { "them" }
+        ));
     }
     if !v.nonce_checked {
         notes.push("nonce NOT checked (no --nonce): the verdict may be a replay".into());
@@ -321,8 +349,19 @@ pub fn evidence_tee(v: &EvidenceVerification) -> &'static str {
     }
 }
 
-/// The JSON object of `verify-attestation evidence --json`.
+/// The JSON object of `verify-attestation evidence --json`, without the command's context (no pool attempt,
+/// the evidence's own collateral); see [`evidence_json_with`].
 pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_json::Value {
+    evidence_json_with(v, opts, &ClaimContext::default())
+}
+
+/// The JSON object of `verify-attestation evidence --json`: the report's fields, the verdict, the pins, the notes,
+/// and `claims` ([`evidence_claims`]), with `pool_attempt` when one was given.
+pub fn evidence_json_with(
+    v: &EvidenceVerification,
+    opts: &EvidenceOptions,
+    ctx: &ClaimContext,
+) -> serde_json::Value {
     let mut out = match &v.report {
         ReportVerification::Snp(s) => snp_json(s, &opts.chain),
         ReportVerification::Tdx(t) => serde_json::json!({
@@ -387,12 +426,27 @@ pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_
         o.insert("nonce_checked".into(), v.nonce_checked.into());
         o.insert("notes".into(), evidence_notes(v).into());
         o.insert("checked_at".into(), fmt_at(&opts.chain.at).into());
+        o.insert("pool_attempt".into(), ctx.pool_attempt.into());
+        o.insert(
+            "claims".into(),
+            serde_json::to_value(evidence_claims(v, opts, ctx)).unwrap_or_default(),
+        );
     }
     out
 }
 
-/// The human table of an evidence result; every line says SIMULATED when the chain is not the vendor's.
+/// The human table of an evidence result without the command's context; see [`evidence_table_with`].
 pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> String {
+    evidence_table_with(v, opts, &ClaimContext::default())
+}
+
+/// The human table of an evidence result, one `claim` row per claim the founder relies on after the run's rows;
+/// every line says SIMULATED when the chain is not the vendor's.
+pub fn evidence_table_with(
+    v: &EvidenceVerification,
+    opts: &EvidenceOptions,
+    ctx: &ClaimContext,
+) -> String {
     let mut rows = vec![(
         "result".to_string(),
         if v.verified() {
@@ -406,7 +460,11 @@ pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> Strin
         rows.push(("NOTE".to_string(), OUTCOME_NOT_PINNED.to_string()));
     }
     rows.extend(evidence_run_rows(v));
+    if let Some(n) = ctx.pool_attempt {
+        rows.push(("pool attempt".to_string(), n.to_string()));
+    }
     rows.extend(evidence_pin_rows(v));
+    rows.extend(claim_rows(&evidence_claims(v, opts, ctx)));
     rows.push((
         "tee".to_string(),
         format!("{} (labelled {})", evidence_tee(v), v.label),
@@ -457,6 +515,784 @@ pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> Strin
         rows.push((format!("FAIL {}", f.check), f.detail.clone()));
     }
     print_table(&rows, if v.simulated { "SIMULATED " } else { "" })
+}
+
+/// Whether a claim the founder relies on held, failed, or was not pinned (nothing was asked of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum ClaimStatus {
+    /// Checked, and it held.
+    #[serde(rename = "held")]
+    Held,
+    /// Checked, and it failed (the failures name why).
+    #[serde(rename = "failed")]
+    Failed,
+    /// Not checked: the founder pinned nothing for it (or waived it on purpose).
+    #[serde(rename = "not pinned")]
+    NotPinned,
+}
+
+impl ClaimStatus {
+    /// `held`, `failed` or `not pinned`, as the output prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimStatus::Held => "held",
+            ClaimStatus::Failed => "failed",
+            ClaimStatus::NotPinned => "not pinned",
+        }
+    }
+}
+
+/// One claim the founder relies on: its name, whether it held, what backed it (the anchor: which root, which
+/// auditor keys, which measurement-set entry, which collateral source and URL), and a detail.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Claim {
+    /// `chain`, `tcb`, `policy`, `measurement`, `key binding`, `verdict signature`, `nonce`, `pool attempt`,
+    /// `outcome`, `commit`, `tree`, `patch`, `job`, `test tree`, `isolation`, `collateral` ([`CLAIMS`]).
+    pub claim: &'static str,
+    /// held, failed or not pinned.
+    pub status: ClaimStatus,
+    /// What backed a held claim (`null` otherwise).
+    pub anchor: Option<String>,
+    /// What was compared, or why it failed, or what pinning it takes.
+    pub detail: String,
+}
+
+/// The claims of an evidence result, in the order the output gives them.
+pub const CLAIMS: [&str; 16] = [
+    "chain",
+    "tcb",
+    "policy",
+    "measurement",
+    "key binding",
+    "verdict signature",
+    "nonce",
+    "pool attempt",
+    "outcome",
+    "commit",
+    "tree",
+    "patch",
+    "job",
+    "test tree",
+    "isolation",
+    "collateral",
+];
+
+/// What the verify command knows that the verification result does not: the flags that shape the claims.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimContext {
+    /// `--pool-attempt N`.
+    pub pool_attempt: Option<u32>,
+    /// The `collateral_source` note (`null`: the collateral, if any, was the evidence's own).
+    pub collateral_source: serde_json::Value,
+    /// `--policy FILE`, as given.
+    pub policy_file: Option<String>,
+    /// `--tcb-baseline`, as given, when it was applied.
+    pub tcb_baseline: Option<String>,
+}
+
+/// The claim a failed check belongs to.
+pub fn claim_of_check(check: &str) -> &'static str {
+    let any = |names: &[&str]| {
+        names
+            .iter()
+            .any(|n| crate::Failure::new(check.to_owned(), "").is(n))
+    };
+    if any(&[
+        "collateral",
+        "tcb-info",
+        "qe-identity-issuer-chain",
+        "qe-identity-signature",
+        "qe-identity-issue-date",
+        "qe-identity-next-update",
+        "qe-identity-id",
+        "root-ca-crl",
+        "pck-crl",
+        "crl",
+    ]) {
+        "collateral"
+    } else if any(&[
+        "tcb-status",
+        "advisory-ids",
+        "tcb-date",
+        "tcb-baseline",
+        "min-tcb",
+        "min-launch-tcb",
+        "min-build",
+        "provisional-firmware",
+        "tee-tcb-svn",
+        "tdx-module-identity",
+    ]) {
+        "tcb"
+    } else if any(&[
+        "measurement",
+        "mrtd",
+        "rtmr0",
+        "rtmr1",
+        "rtmr2",
+        "rtmr3",
+        "event-log-rtmr0",
+        "event-log-rtmr1",
+        "event-log-rtmr2",
+        "event-log-rtmr3",
+    ]) {
+        "measurement"
+    } else if any(&["key-binding", "report-data"]) {
+        "key binding"
+    } else if any(&["verdict-signature"]) {
+        "verdict signature"
+    } else if any(&["nonce"]) {
+        "nonce"
+    } else if any(&[
+        "pin-outcome",
+        "verdict-counts",
+        "pin-tests-ran",
+        "pin-min-failed",
+    ]) {
+        "outcome"
+    } else if any(&["pin-commit"]) {
+        "commit"
+    } else if any(&["pin-tree"]) {
+        "tree"
+    } else if any(&["pin-patch"]) {
+        "patch"
+    } else if any(&["pin-job"]) {
+        "job"
+    } else if any(&["pin-protect-tree"]) {
+        "test tree"
+    } else if any(&["isolation", "pin-isolation"]) {
+        "isolation"
+    } else if any(&[
+        "guest-policy",
+        "debug",
+        "migration-agent",
+        "smt",
+        "single-socket",
+        "abi",
+        "vmpl",
+        "guest-svn",
+        "host-data",
+        "family-id",
+        "image-id",
+        "id-key-digest",
+        "author-key-digest",
+        "td-attributes",
+        "mr-servicetd",
+        "mr-config-id",
+        "mr-owner",
+        "mr-owner-config",
+        "xfam",
+    ]) {
+        "policy"
+    } else {
+        "chain"
+    }
+}
+
+/// The failures of one claim, as `check: detail` joined.
+fn failures_of(failures: &[crate::Failure], claim: &str) -> Option<String> {
+    let f: Vec<String> = failures
+        .iter()
+        .filter(|f| claim_of_check(&f.check) == claim)
+        .map(|f| f.to_string())
+        .collect();
+    (!f.is_empty()).then(|| f.join("; "))
+}
+
+fn string_list(v: &serde_json::Value, key: &str) -> Vec<String> {
+    v[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Where the collateral came from, in words: the source, its file or cache, the URLs that served it (after
+/// redirects), and the auditor keys whose signatures counted.
+pub fn collateral_anchor(note: &serde_json::Value) -> String {
+    let source = note["source"].as_str().unwrap_or("evidence");
+    let mut out = match source {
+        "bundle" => format!("bundle {}", note["file"].as_str().unwrap_or("(unnamed)")),
+        "file" => format!(
+            "bare collateral file {}",
+            note["file"].as_str().unwrap_or("(unnamed)")
+        ),
+        "cache" => format!(
+            "the cache{}",
+            note["cache"]
+                .as_str()
+                .map(|d| format!(" {d}"))
+                .unwrap_or_default()
+        ),
+        "online" => "fetched (--online)".to_owned(),
+        "certs" => format!(
+            "the --certs directory {}",
+            note["dir"].as_str().unwrap_or("(unnamed)")
+        ),
+        _ => "carried in the evidence (the host's)".to_owned(),
+    };
+    let urls = string_list(note, "urls");
+    if !urls.is_empty() && source == "bundle" {
+        // What `fetch` wrote into the bundle (covered by the auditors' signatures, if any), not seen here.
+        out.push_str(&format!(
+            ", fetched from {} (as the bundle records)",
+            urls.join(", ")
+        ));
+    } else if !urls.is_empty() {
+        out.push_str(&format!(", served by {}", urls.join(", ")));
+    }
+    let keys = string_list(note, "auditor_keys");
+    if keys.is_empty() {
+        out.push_str("; signed by no auditor");
+    } else {
+        out.push_str(&format!("; signed by auditor {}", keys.join(", ")));
+    }
+    out
+}
+
+/// The measurement-set entry the report matched, in words (`None` without a set or a match).
+fn set_entry(v: &EvidenceVerification, opts: &EvidenceOptions) -> Option<String> {
+    let set = opts.measurement_set.as_ref()?;
+    let tier = v.verdict.as_ref().map(|d| d.isolation.as_str());
+    let entry = match &v.report {
+        ReportVerification::Snp(s) if v.simulated => set
+            .match_sim_tier(&s.report.measurement, tier)
+            .ok()
+            .map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
+        ReportVerification::Tdx(t) if v.simulated => set
+            .match_sim_tier(&t.quote.td().mrtd, tier)
+            .ok()
+            .map(|e| format!("sim tier={} measurement={}", e.tier, e.measurement)),
+        ReportVerification::Snp(s) => set
+            .match_snp_policy(&s.report.measurement, s.report.policy.0)
+            .ok()
+            .map(|e| e.to_string()),
+        ReportVerification::Tdx(t) => {
+            let td = t.quote.td();
+            set.match_tdx(&td.mrtd, &td.rtmr).ok().map(|e| {
+                let listed: Vec<String> = [&e.rtmr0, &e.rtmr1, &e.rtmr2, &e.rtmr3]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_some())
+                    .map(|(i, _)| format!("rtmr{i}"))
+                    .collect();
+                format!("tdx mrtd={} with {}", e.mrtd, listed.join(", "))
+            })
+        }
+        _ => None,
+    }?;
+    let signers: Vec<String> = set
+        .signers
+        .iter()
+        .map(|(_, k)| format!("key {}", &k[..16.min(k.len())]))
+        .collect();
+    Some(format!(
+        "measurement set {}, entry {entry}; signed by auditor {}",
+        set.name(),
+        signers.join(", ")
+    ))
+}
+
+/// The verified report a set of claims is about.
+#[derive(Clone, Copy, Debug)]
+pub enum ClaimReport<'a> {
+    /// An SEV-SNP report.
+    Snp(&'a SnpVerification),
+    /// A TDX quote.
+    Tdx(&'a crate::tdx::TdxVerification),
+    /// No report was verified.
+    Unverified,
+}
+
+/// What the report's claims (chain, TCB, policy, measurement, collateral) are judged from.
+#[derive(Clone, Debug)]
+pub struct ReportClaims<'a> {
+    /// The report.
+    pub report: ClaimReport<'a>,
+    /// Every failure of the verification.
+    pub failures: &'a [crate::Failure],
+    /// Whether a CRL was checked (SEV-SNP).
+    pub crl: bool,
+    /// Whether `--min-tcb` was given (SEV-SNP).
+    pub min_tcb: bool,
+    /// The registers compared with a pin (empty: none).
+    pub pinned_registers: &'a [String],
+    /// The measurement-set entry matched, in words, when a set pinned the measurement.
+    pub set_entry: Option<String>,
+    /// `--any-measurement`.
+    pub any_measurement: bool,
+}
+
+fn make_claim(
+    claim: &'static str,
+    status: ClaimStatus,
+    anchor: Option<String>,
+    detail: String,
+) -> Claim {
+    Claim {
+        claim,
+        status,
+        anchor: if status == ClaimStatus::Held {
+            anchor
+        } else {
+            None
+        },
+        detail,
+    }
+}
+
+/// The claims about the report itself: `chain`, `tcb`, `policy`, `measurement` and `collateral`, in that order.
+pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
+    use ClaimStatus::{Failed, Held, NotPinned};
+    let claim = make_claim;
+    let failed =
+        |name: &'static str| failures_of(r.failures, name).map(|d| claim(name, Failed, None, d));
+    let unverified = matches!(r.report, ClaimReport::Unverified);
+
+    // chain: which root, through which intermediate.
+    let chain = failed("chain").unwrap_or_else(|| {
+        let (anchor, detail) = match r.report {
+            ClaimReport::Snp(s) => {
+                let vlek = s.report.key_info.signing_key == attestation::snp::SigningKey::Vlek;
+                let crl = if r.crl {
+                    "revocation checked against the CRL"
+                } else {
+                    "no CRL: revocation not checked"
+                };
+                match s.chain.root {
+                    RootKind::Amd(p) => (
+                        crate::anchors::amd_chain(p, vlek),
+                        format!("the report's signature verifies under the chain; {crl}"),
+                    ),
+                    RootKind::Unpinned => (
+                        "a root that is not AMD's (simulated, accepted by --allow-simulated)"
+                            .into(),
+                        format!("SIMULATED: proves nothing about hardware; {crl}"),
+                    ),
+                }
+            }
+            ClaimReport::Tdx(t) => match t.authenticity.root {
+                Some(crate::tdx::Root::Intel) => (
+                    format!(
+                        "{} (pinned) -> PCK CA -> PCK certificate{}",
+                        crate::anchors::INTEL_ROOT,
+                        t.pck
+                            .as_ref()
+                            .map(|p| format!(" (FMSPC {})", hex::encode(&p.fmspc)))
+                            .unwrap_or_default()
+                    ),
+                    "the QE report and the quote's signature verify under the PCK chain".into(),
+                ),
+                _ => (
+                    "a root that is not Intel's (simulated, accepted by --allow-simulated)".into(),
+                    "SIMULATED: proves nothing about hardware".into(),
+                ),
+            },
+            ClaimReport::Unverified => (String::new(), String::new()),
+        };
+        if unverified {
+            claim("chain", Failed, None, "the report was not verified".into())
+        } else {
+            claim("chain", Held, Some(anchor), detail)
+        }
+    });
+
+    // tcb: SEV-SNP against the founder's floors (else not pinned); TDX against the TCB Info, always.
+    let tcb = failed("tcb").unwrap_or_else(|| match r.report {
+        ClaimReport::Snp(s) => {
+            let tcb = tcb_row(s.report.reported_tcb, s.product());
+            match (&ctx.tcb_baseline, r.min_tcb) {
+                (Some(b), _) => claim(
+                    "tcb",
+                    Held,
+                    Some(format!("TCB baseline {b}")),
+                    format!("REPORTED_TCB {tcb} is at or above every floor"),
+                ),
+                (None, true) => claim(
+                    "tcb",
+                    Held,
+                    Some("--min-tcb".into()),
+                    format!("REPORTED_TCB {tcb} is at or above --min-tcb"),
+                ),
+                (None, false) => claim(
+                    "tcb",
+                    NotPinned,
+                    None,
+                    format!(
+                        "REPORTED_TCB {tcb} is the VCEK's, but no floor was given (--tcb-baseline builtin|FILE, \
+                         --min-tcb): an out-of-date platform would pass"
+                    ),
+                ),
+            }
+        }
+        ClaimReport::Tdx(t) => match (t.tcb_status(), &t.collateral_used) {
+            (Some(st), Some(c)) => claim(
+                "tcb",
+                Held,
+                Some(format!(
+                    "TCB Info (tcbEvaluationDataNumber {}, issued {}) signed under the {}, from {}",
+                    c.tcb_evaluation_data_number,
+                    c.tcb_info_issue_date,
+                    if t.simulated {
+                        "simulated root (not Intel's)"
+                    } else {
+                        crate::anchors::INTEL_ROOT
+                    },
+                    collateral_anchor(&ctx.collateral_source)
+                )),
+                format!("TCB status {} is accepted", st.name()),
+            ),
+            _ => claim(
+                "tcb",
+                Failed,
+                None,
+                "the TCB status was not evaluated".into(),
+            ),
+        },
+        ClaimReport::Unverified => claim("tcb", Failed, None, "the report was not verified".into()),
+    });
+
+    // policy: the guest policy (defaults, flags, --policy FILE).
+    let policy = failed("policy").unwrap_or_else(|| {
+        let anchor = match &ctx.policy_file {
+            Some(f) => format!("--policy {f} and the policy flags"),
+            None => "the default policy and the policy flags".into(),
+        };
+        if unverified {
+            claim("policy", Failed, None, "the report was not verified".into())
+        } else {
+            claim(
+                "policy",
+                Held,
+                Some(anchor),
+                "debug, migration, SMT, ABI, VMPL and the other policy checks held".into(),
+            )
+        }
+    });
+
+    // measurement: which set entry, or which flags.
+    let measurement = failed("measurement").unwrap_or_else(|| {
+        if r.pinned_registers.is_empty() {
+            return claim(
+                "measurement",
+                NotPinned,
+                None,
+                if r.any_measurement {
+                    "--any-measurement: any guest code could have produced this verdict".into()
+                } else {
+                    "no launch measurement pinned".into()
+                },
+            );
+        }
+        let anchor = r.set_entry.clone().unwrap_or_else(|| {
+            format!(
+                "the founder's flags (--measurement, --mrtd, --rtmr) on {}",
+                r.pinned_registers.join(", ")
+            )
+        });
+        claim(
+            "measurement",
+            Held,
+            Some(anchor),
+            format!("compared: {}", r.pinned_registers.join(", ")),
+        )
+    });
+
+    // collateral: its source and URLs, and the auditors who signed it.
+    let collateral = failed("collateral").unwrap_or_else(|| {
+        let anchor = collateral_anchor(&ctx.collateral_source);
+        let signed = !string_list(&ctx.collateral_source, "auditor_keys").is_empty();
+        claim(
+            "collateral",
+            Held,
+            Some(anchor),
+            if signed {
+                "the collateral is signed by the auditors required (--collateral-auditor-key)".into()
+            } else {
+                "verified under the vendor's keys only; no auditor key was named (--collateral-auditor-key)"
+                    .into()
+            },
+        )
+    });
+    [chain, tcb, policy, measurement, collateral]
+}
+
+/// The claims of a bare report (no verdict): [`report_claims`], where a failure of a check that belongs to no
+/// claim of a report (`report-data`, which evidence counts under `key binding`) fails the `policy` claim, so
+/// that no failure goes unshown in the claims.
+fn bare_report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> Vec<Claim> {
+    let mut claims: Vec<Claim> = report_claims(r, ctx).into();
+    let names: Vec<&str> = claims.iter().map(|c| c.claim).collect();
+    let orphans: Vec<String> = r
+        .failures
+        .iter()
+        .filter(|f| !names.contains(&claim_of_check(&f.check)))
+        .map(|f| f.to_string())
+        .collect();
+    if !orphans.is_empty() {
+        if let Some(p) = claims.iter_mut().find(|c| c.claim == "policy") {
+            let mut detail = orphans.join("; ");
+            if p.status == ClaimStatus::Failed {
+                detail = format!("{}; {detail}", p.detail);
+            }
+            *p = make_claim("policy", ClaimStatus::Failed, None, detail);
+        }
+    }
+    claims
+}
+
+/// The claims of `snp-report`: chain, TCB, policy, measurement, collateral.
+pub fn snp_claims(
+    v: &SnpVerification,
+    opts: &ChainOptions,
+    policy: &crate::snp::Policy,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    let pinned: Vec<String> = if policy.measurements.is_empty() {
+        Vec::new()
+    } else {
+        vec!["measurement".into()]
+    };
+    bare_report_claims(
+        &ReportClaims {
+            report: ClaimReport::Snp(v),
+            failures: &v.failures,
+            crl: opts.crl.is_some(),
+            min_tcb: policy.min_tcb != Default::default(),
+            pinned_registers: &pinned,
+            set_entry: None,
+            any_measurement: false,
+        },
+        ctx,
+    )
+}
+
+/// The claims of `tdx-quote`: chain, TCB, policy, measurement, collateral.
+pub fn tdx_claims(
+    v: &crate::tdx::TdxVerification,
+    policy: &crate::tdx::Policy,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    let mut pinned: Vec<String> = Vec::new();
+    if !policy.mrtd.is_empty() {
+        pinned.push("mrtd".into());
+    }
+    for (i, r) in policy.rtmr.iter().enumerate() {
+        if r.is_some() {
+            pinned.push(format!("rtmr{i}"));
+        }
+    }
+    bare_report_claims(
+        &ReportClaims {
+            report: ClaimReport::Tdx(v),
+            failures: &v.failures,
+            crl: true,
+            min_tcb: false,
+            pinned_registers: &pinned,
+            set_entry: None,
+            any_measurement: false,
+        },
+        ctx,
+    )
+}
+
+/// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for
+/// each held claim the anchor that backed it.
+pub fn evidence_claims(
+    v: &EvidenceVerification,
+    opts: &EvidenceOptions,
+    ctx: &ClaimContext,
+) -> Vec<Claim> {
+    use ClaimStatus::{Failed, Held, NotPinned};
+    let claim = make_claim;
+    let failed =
+        |name: &'static str| failures_of(&v.failures, name).map(|d| claim(name, Failed, None, d));
+    let report = match &v.report {
+        ReportVerification::Snp(s) => ClaimReport::Snp(s),
+        ReportVerification::Tdx(t) => ClaimReport::Tdx(t),
+        _ => ClaimReport::Unverified,
+    };
+    let [chain, tcb, policy, measurement, collateral] = report_claims(
+        &ReportClaims {
+            report,
+            failures: &v.failures,
+            crl: opts.chain.crl.is_some(),
+            min_tcb: opts.policy.min_tcb != Default::default(),
+            pinned_registers: &v.pinned_registers,
+            set_entry: set_entry(v, opts),
+            any_measurement: opts.any_measurement,
+        },
+        ctx,
+    );
+    let mut out = vec![chain, tcb, policy, measurement];
+
+    // key binding and the verdict signature: anchored in the report the chain verified.
+    out.push(failed("key binding").unwrap_or_else(|| {
+        claim(
+            "key binding",
+            Held,
+            Some("REPORT_DATA of the report the chain verified".into()),
+            "REPORT_DATA = SHA-512(domain || verdict key || nonce)".into(),
+        )
+    }));
+    out.push(failed("verdict signature").unwrap_or_else(|| {
+        claim(
+            "verdict signature",
+            Held,
+            Some("the verdict key bound in REPORT_DATA".into()),
+            "the verdict's COSE_Sign1 (ES384) verifies with it".into(),
+        )
+    }));
+
+    // nonce and pool attempt.
+    out.push(failed("nonce").unwrap_or_else(|| {
+        if !v.nonce_checked {
+            return claim(
+                "nonce",
+                NotPinned,
+                None,
+                "no --nonce (--no-nonce): the verdict may be a replay of an older run".into(),
+            );
+        }
+        let anchor = match ctx.pool_attempt {
+            Some(n) => format!("--nonce and --pool-attempt {n} (the attempt's derived nonce)"),
+            None => "--nonce".into(),
+        };
+        claim(
+            "nonce",
+            Held,
+            Some(anchor),
+            "the verdict's nonce is the founder's".into(),
+        )
+    }));
+    out.push(match ctx.pool_attempt {
+        None => claim(
+            "pool attempt",
+            NotPinned,
+            None,
+            "no --pool-attempt: the nonce was compared as given, not as a pool attempt's".into(),
+        ),
+        Some(n) if v.nonce_checked && failures_of(&v.failures, "nonce").is_none() => claim(
+            "pool attempt",
+            Held,
+            Some(format!(
+                "attempt {n}: nonce derived from --nonce and {n} (attestation::pool_nonce)"
+            )),
+            format!("this is the evidence of attempt {n} of the pooled run"),
+        ),
+        Some(n) => claim(
+            "pool attempt",
+            Failed,
+            None,
+            format!("the verdict's nonce is not attempt {n}'s"),
+        ),
+    });
+
+    // outcome and the run's inputs: the founder's pins, each held, failed, or not pinned.
+    let seen = |f: fn(&attestation::verdict::Verdict) -> Option<String>| {
+        v.verdict
+            .as_ref()
+            .map(|d| f(d).unwrap_or_else(|| "none".into()))
+            .unwrap_or_else(|| "unknown (no verified verdict)".into())
+    };
+    let pin_claim = |name: &'static str, checks: &[&str], flag: &str, seen: String| {
+        if let Some(d) = failures_of(&v.failures, name) {
+            return claim(name, Failed, None, d);
+        }
+        let held: Vec<&crate::evidence::PinCheck> = v
+            .pins
+            .iter()
+            .filter(|p| checks.contains(&p.check))
+            .collect();
+        if held.is_empty() {
+            claim(
+                name,
+                NotPinned,
+                None,
+                format!("no {flag}: the verdict records {seen}"),
+            )
+        } else {
+            claim(
+                name,
+                Held,
+                Some(
+                    held.iter()
+                        .map(|p| format!("{} {}", p.check, p.wanted))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
+                format!("the verdict records {seen}"),
+            )
+        }
+    };
+    out.push(pin_claim(
+        "outcome",
+        &[
+            crate::evidence::checks::PIN_OUTCOME,
+            crate::evidence::checks::PIN_TESTS_RAN,
+            crate::evidence::checks::PIN_MIN_FAILED,
+        ],
+        "--expect-outcome",
+        seen(|d| Some(d.outcome.to_string())),
+    ));
+    out.push(pin_claim(
+        "commit",
+        &[crate::evidence::checks::PIN_COMMIT],
+        "--commit",
+        seen(|d| d.inputs.commit.clone()),
+    ));
+    out.push(pin_claim(
+        "tree",
+        &[crate::evidence::checks::PIN_TREE],
+        "--tree",
+        seen(|d| d.inputs.tree.clone()),
+    ));
+    out.push(pin_claim(
+        "patch",
+        &[crate::evidence::checks::PIN_PATCH],
+        "--patch or --patch-sha256",
+        seen(|d| d.inputs.patch_sha256.clone()),
+    ));
+    out.push(pin_claim(
+        "job",
+        &[crate::evidence::checks::PIN_JOB],
+        "--job or --job-sha256",
+        seen(|d| d.inputs.job_sha256.clone()),
+    ));
+    out.push(pin_claim(
+        "test tree",
+        &[crate::evidence::checks::PIN_PROTECT_TREE],
+        "--protect-tree",
+        seen(|d| d.inputs.test_tree.clone()),
+    ));
+    out.push(pin_claim(
+        "isolation",
+        &[crate::evidence::checks::PIN_ISOLATION],
+        "--isolation",
+        seen(|d| Some(d.isolation.to_string())),
+    ));
+
+    out.push(collateral);
+    out
+}
+
+/// The claims as table rows: `claim NAME` and `held|failed|not pinned`, the anchor and the detail.
+pub fn claim_rows(claims: &[Claim]) -> Vec<(String, String)> {
+    claims
+        .iter()
+        .map(|c| {
+            let mut v = c.status.as_str().to_string();
+            if let Some(a) = &c.anchor {
+                v.push_str(&format!(" (anchor: {a})"));
+            }
+            if !c.detail.is_empty() {
+                v.push_str(&format!(": {}", c.detail));
+            }
+            (format!("claim {}", c.claim), v)
+        })
+        .collect()
 }
 
 #[cfg(test)]

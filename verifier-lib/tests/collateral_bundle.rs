@@ -70,7 +70,7 @@ fn snp_bundle_verifies_offline_and_auditor_signatures_count_k_of_n() {
     };
     let (code, out, _) = need("1", &[&a_pk]);
     assert_eq!(code, 1, "unsigned bundle: {out}");
-    assert!(out.contains("collateral-signatures"), "{out}");
+    assert!(out.contains("collateral-unsigned"), "{out}");
     for (sk, who) in [(&a_sk, "alice"), (&c_sk, "mallory")] {
         let (code, out, err) = cli(&["bundle-sign", b, "--key", sk, "--auditor", who]);
         assert_eq!(code, 0, "{out}{err}");

@@ -165,9 +165,11 @@ fn tdx_collateral_is_cached_until_the_earliest_next_update_and_never_after() {
         "--json",
     ]);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(
-        out.contains("\"collateral_source\":{\"source\":\"cache\"}"),
-        "{out}"
+    let j: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(j["collateral_source"]["source"], "cache", "{out}");
+    assert_eq!(
+        j["collateral_source"]["cache"], c,
+        "the cache directory is named: {out}"
     );
     let (code, out, _) = cli(&[
         "tdx-quote",

@@ -96,7 +96,7 @@ fn tdx_evidence_uses_the_bundles_collateral_and_its_auditors() {
     let pk = pk.to_str().expect("utf8");
     let (code, out, _) = base(&["--collateral-auditor-key", pk]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("collateral-signatures"), "{out}");
+    assert!(out.contains("collateral-unsigned"), "{out}");
     let mut signed = bundle.clone();
     signed.sign(&key, "auditor");
     std::fs::write(&b_path, signed.to_json()).expect("write");
@@ -450,7 +450,7 @@ fn snp_evidence_without_certificates_verifies_with_the_founders_collateral() {
     let (code, j, all) = verify(&bare, &with_key);
     assert_eq!(code, 1, "{all}");
     assert!(
-        checks(&j).contains(&"collateral-signatures".to_string()),
+        checks(&j).contains(&"collateral-unsigned".to_string()),
         "{all}"
     );
     let mut signed = Bundle::from_json(&std::fs::read(&bundle_path).expect("read")).expect("b");

@@ -195,7 +195,7 @@ fn default_collateral_args() -> fetch::CollateralArgs {
     fetch::CollateralArgs {
         online: false,
         collateral_auditor_key: Vec::new(),
-        collateral_auditors_required: 1,
+        collateral_auditors_required: None,
         tcb_baseline: None,
         source: fetch::SourceArgs::default(),
     }

@@ -290,6 +290,14 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             ),
         ));
     }
+    let refused = |(exit, check, why): super::fetch::Refusal| {
+        if exit == 1 {
+            OptionsError::Rejected(check, why)
+        } else {
+            Unusable(check, why)
+        }
+    };
+    refuse_unsigned_inputs(args, &ev).map_err(refused)?;
     let crl = super::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
     let at = super::at_or_now(args.at);
     let baseline = args
@@ -301,13 +309,6 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         .ok()
         .filter(|e| !e.tee.is_snp())
         .map(|e| e.report);
-    let refused = |(exit, check, why): super::fetch::Refusal| {
-        if exit == 1 {
-            OptionsError::Rejected(check, why)
-        } else {
-            Unusable(check, why)
-        }
-    };
     let mut collateral_source = serde_json::Value::Null;
     let tdx_collateral = match &quote {
         None => None,
@@ -323,6 +324,16 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             b
         }),
     };
+    if quote.is_some() && tdx_collateral.is_none() {
+        // Only the evidence's own collateral (the host's) is left: with auditor keys, refused.
+        args.collateral_args
+            .refuse_unsigned(if ev.collateral.is_some() {
+                "the collateral the TDX evidence carries (the host's)"
+            } else {
+                "no collateral (the TDX evidence carries none and none was given)"
+            })
+            .map_err(refused)?;
+    }
     // SEV-SNP evidence: the founder's certificates (bundle, cache or KDS) in place of the evidence's, which a
     // host that sets no certificate table leaves empty. The report is parsed again by the verification, which
     // names a malformed one; here a report that does not parse simply asks for nothing.
@@ -353,6 +364,12 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             }
             snp_certs = Some(c.certs);
         }
+    }
+    if ev.tee.is_snp() && snp_certs.is_none() {
+        // The evidence's own certificates (the host's) would be used: with auditor keys, refused.
+        args.collateral_args
+            .refuse_unsigned("the VCEK/VLEK chain the SEV-SNP evidence carries (the host's)")
+            .map_err(refused)?;
     }
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, args, at.unix_timestamp()) {
@@ -397,6 +414,38 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
     Ok((bytes, opts, baseline, collateral_source))
 }
 
+/// With auditor keys named, the collateral inputs that cannot carry an auditor's signature are refused before
+/// anything else is read (`collateral-unsigned`): `--crl FILE` (it would replace the bundle's signed CRL) and a
+/// `--tcb-baseline` file. The usage errors of the auditor flags come first (exit 2).
+fn refuse_unsigned_inputs(
+    args: &Args,
+    ev: &attestation::evidence::Evidence,
+) -> Result<(), super::fetch::Refusal> {
+    let c = &args.collateral_args;
+    c.check_usage()?;
+    if let (Some(p), true) = (&args.crl, ev.tee.is_snp()) {
+        c.refuse_unsigned(&format!("the CRL file --crl {}", p.display()))?;
+    }
+    if ev.tee.is_snp() {
+        c.refuse_unsigned_baseline()?;
+    }
+    Ok(())
+}
+
+/// The context of the claims rows: the pool attempt, the collateral's source, the policy file and the baseline.
+pub fn claim_context(args: &Args, collateral_source: &serde_json::Value) -> output::ClaimContext {
+    output::ClaimContext {
+        pool_attempt: args.pool_attempt,
+        collateral_source: collateral_source.clone(),
+        policy_file: args.policy_file.as_ref().map(|p| p.display().to_string()),
+        tcb_baseline: args
+            .collateral_args
+            .tcb_baseline
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    }
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let (bytes, opts, baseline, collateral_source) = match options_and_source(&args) {
@@ -426,8 +475,9 @@ pub fn run(args: Args) -> ExitCode {
             super::explain_hint::add_explain_command(f, &args.evidence);
         }
     }
+    let ctx = claim_context(&args, &collateral_source);
     if args.json {
-        let mut j = output::evidence_json(&v, &opts);
+        let mut j = output::evidence_json_with(&v, &opts, &ctx);
         if let Some(o) = j.as_object_mut() {
             if let Some(b) = baseline_json {
                 o.insert("tcb_baseline".into(), b);
@@ -438,7 +488,7 @@ pub fn run(args: Args) -> ExitCode {
         }
         println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
-        print!("{}", output::evidence_table(&v, &opts));
+        print!("{}", output::evidence_table_with(&v, &opts, &ctx));
     }
     if v.verified() {
         ExitCode::SUCCESS

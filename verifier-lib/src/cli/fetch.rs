@@ -521,21 +521,28 @@ pub fn run_sign(args: SignArgs) -> ExitCode {
 /// Why collateral was refused before verification: (exit code: 1 rejected, 2 unusable; check name; detail).
 pub type Refusal = (u8, &'static str, String);
 
+/// The check that fails when the founder named auditor keys and the collateral is not signed by enough of them,
+/// wherever it came from (docs/verification.md, "Auditor-signed collateral").
+pub const COLLATERAL_UNSIGNED: &str = "collateral-unsigned";
+
 /// The collateral flags of the verify commands: a bundle's auditors, the cache or the network, and the SEV-SNP
 /// TCB baseline.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CollateralArgs {
     /// Fetch missing collateral (VCEK, CRL, TCB Info, QE Identity) from KDS/PCS, through the cache. Without
-    /// it, `--cache` is read only: missing or stale entries are named failures.
-    #[arg(long)]
+    /// it, `--cache` is read only: missing or stale entries are named failures. Not with `--collateral`.
+    #[arg(long, conflicts_with = "collateral")]
     pub online: bool,
-    /// A trusted auditor's public key (Ed25519 PEM) for a `--collateral` bundle; repeat for each. With any,
-    /// the bundle must carry valid signatures by `--collateral-auditors-required` of them.
+    /// A trusted auditor's public key (Ed25519 PEM); repeat for each. With any, the collateral must come from
+    /// a `--collateral` bundle carrying valid signatures by `--collateral-auditors-required` of them: collateral
+    /// from anywhere else (the evidence, a bare collateral.json, --certs, --crl, a --tcb-baseline file, the
+    /// cache, --online) is refused (`collateral-unsigned`).
     #[arg(long = "collateral-auditor-key", value_name = "KEY")]
     pub collateral_auditor_key: Vec<PathBuf>,
-    /// How many distinct trusted auditors must have signed the bundle (default 1).
-    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub collateral_auditors_required: u32,
+    /// How many distinct trusted auditors must have signed the collateral bundle (default 1; only with
+    /// --collateral-auditor-key).
+    #[arg(long, value_name = "K", requires = "collateral_auditor_key", value_parser = clap::value_parser!(u32).range(1..))]
+    pub collateral_auditors_required: Option<u32>,
     /// SEV-SNP: a TCB baseline file (or `builtin`, the one shipped): the report's TCB must be at or above each
     /// per-product floor; the output names each component below it, by how much, and the bulletin.
     #[arg(long, value_name = "FILE")]
@@ -551,62 +558,154 @@ impl CollateralArgs {
         self.online || self.source.cache.is_some()
     }
 
+    /// Whether the founder named auditor keys: every piece of collateral must then be auditor-signed.
+    pub fn auditors_named(&self) -> bool {
+        !self.collateral_auditor_key.is_empty()
+    }
+
+    /// How many distinct auditors must have signed (1 unless `--collateral-auditors-required`).
+    pub fn auditors_required(&self) -> u32 {
+        self.collateral_auditors_required.unwrap_or(1)
+    }
+
+    /// `--collateral FILE` with `--cache DIR`: the file would be used and the cache go unread without a word, so
+    /// it is a usage error (exit 2), as `--collateral FILE --online` is the parser's.
+    pub fn check_collateral_flag(&self, flag: Option<&Path>) -> Result<(), Refusal> {
+        match (flag, &self.source.cache) {
+            (Some(f), Some(c)) => Err((
+                2,
+                "usage",
+                format!(
+                    "--collateral {} with --cache {}: the collateral would come from the file and the cache would \
+                     go unread; give one of them",
+                    f.display(),
+                    c.display()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The usage errors of the auditor flags the parser cannot see (exit 2): more signatures required than
+    /// keys named (`--collateral-auditors-required` without any key is the parser's usage error).
+    pub fn check_usage(&self) -> Result<(), Refusal> {
+        let k = self.auditors_required();
+        let n = self.collateral_auditor_key.len();
+        if self.auditors_named() && (k as usize) > n {
+            return Err((
+                2,
+                "usage",
+                format!(
+                    "--collateral-auditors-required {k} with {n} --collateral-auditor-key: no collateral could \
+                     ever be signed by {k} distinct trusted auditors; name at least {k} keys"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// With auditor keys named, collateral from `what` (anything but a `--collateral` bundle) is refused as
+    /// `collateral-unsigned` (exit 1), saying how to get signed collateral; without keys, `Ok`.
+    pub fn refuse_unsigned(&self, what: &str) -> Result<(), Refusal> {
+        if !self.auditors_named() {
+            return Ok(());
+        }
+        let k = self.auditors_required();
+        Err((
+            1,
+            COLLATERAL_UNSIGNED,
+            format!(
+                "{what} is signed by no auditor, and --collateral-auditor-key requires the signatures of {k} \
+                 trusted auditor{} on every piece of collateral: give --collateral BUNDLE, a bundle written by \
+                 `verify-attestation fetch --bundle FILE` and signed with `verify-attestation bundle-sign` \
+                 (docs/verification.md)",
+                if k == 1 { "" } else { "s" }
+            ),
+        ))
+    }
+
+    /// With auditor keys named: a `--tcb-baseline` file is refused (`builtin`, shipped in this binary, is not
+    /// collateral from anyone else).
+    pub fn refuse_unsigned_baseline(&self) -> Result<(), Refusal> {
+        match &self.tcb_baseline {
+            Some(p) if p.as_os_str() != "builtin" => self.refuse_unsigned(&format!(
+                "the TCB baseline file --tcb-baseline {}",
+                p.display()
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Reads a `--collateral` bundle and checks its auditor signatures (k of n) when auditor keys are given.
-    /// `Err((exit, check, why))`.
+    /// `Err((exit, check, why))`: too few signatures is `collateral-unsigned` (exit 1).
     pub fn open_bundle(
         &self,
         path: &Path,
         bytes: &[u8],
-    ) -> Result<(Bundle, Vec<String>), (u8, &'static str, String)> {
+    ) -> Result<(Bundle, crate::collateral::bundle::SignatureCheck), Refusal> {
         let b = Bundle::from_json(bytes)
             .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
-        if self.collateral_auditor_key.is_empty() {
-            return Ok((b, Vec::new()));
+        if !self.auditors_named() {
+            return Ok((
+                b,
+                crate::collateral::bundle::SignatureCheck {
+                    signers: Vec::new(),
+                    key_ids: Vec::new(),
+                    problems: Vec::new(),
+                },
+            ));
         }
+        self.check_usage()?;
         let mut keys = Vec::new();
         for k in &self.collateral_auditor_key {
             let key =
                 measurements::set::load_public_key(k).map_err(|e| (2, "input", e.to_string()))?;
             keys.push((k.display().to_string(), key));
         }
-        match b.check_signatures(&keys, self.collateral_auditors_required as usize) {
-            Ok(c) => Ok((b, c.signers)),
-            Err(e) => Err((
-                1,
-                "collateral-signatures",
-                format!("{}: {e}", path.display()),
-            )),
+        match b.check_signatures(&keys, self.auditors_required() as usize) {
+            Ok(c) => Ok((b, c)),
+            Err(e) => Err((1, COLLATERAL_UNSIGNED, format!("{}: {e}", path.display()))),
         }
     }
 
     /// The SEV-SNP certificates (and CRL) for `report` from the cache (offline) or KDS (`--online`);
     /// `allow_simulated` (the verify command's flag) also lets a sim root come from KDS and the `kds-sim/`
-    /// cache entries.
+    /// cache entries. Also returns the cache directory used, if any.
     pub fn snp_from_sources(
         &self,
         report: &AttestationReport,
         with_crl: bool,
         allow_simulated: bool,
         now: i64,
-    ) -> Result<crate::collateral::kds::SnpFetched, FetchError> {
+    ) -> Result<(crate::collateral::kds::SnpFetched, Option<PathBuf>), FetchError> {
         if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
             // Nothing fetched or cached completes a VLEK-signed report: say so before any request.
             return Err(crate::collateral::kds::vlek_error());
         }
         let mut s = self.source.resolve().map_err(FetchError::Input)?;
         s.allow_simulated = allow_simulated;
-        if self.online {
-            return s.kds().for_report(report, s.product, with_crl, now);
-        }
-        s.kds().from_cache_offline(report, s.product, with_crl, now)
+        let dir = s.cache.as_ref().map(|c| c.dir().to_path_buf());
+        let got = if self.online {
+            s.kds().for_report(report, s.product, with_crl, now)?
+        } else {
+            s.kds()
+                .from_cache_offline(report, s.product, with_crl, now)?
+        };
+        Ok((got, dir))
     }
 
-    /// TDX `collateral.json` for a quote from the cache (offline) or PCS (`--online`).
-    pub fn tdx_from_sources(&self, quote: &[u8], now: i64) -> Result<Vec<u8>, FetchError> {
+    /// TDX `collateral.json` for a quote from the cache (offline) or PCS (`--online`), the URLs that served its
+    /// parts (after redirects), and the cache directory used, if any.
+    pub fn tdx_from_sources(&self, quote: &[u8], now: i64) -> Result<TdxFromSources, FetchError> {
         let s = self.source.resolve().map_err(FetchError::Input)?;
         let needs = QuoteNeeds::of_quote(quote)?;
+        let dir = s.cache.as_ref().map(|c| c.dir().to_path_buf());
         if self.online {
-            return s.pcs().for_quote(&needs, now).map(|f| f.json);
+            return s.pcs().for_quote(&needs, now).map(|f| TdxFromSources {
+                json: f.json,
+                urls: f.sources,
+                cache: dir,
+            });
         }
         let cache = s.cache.as_ref().ok_or_else(|| {
             FetchError::Input("--no-cache without --online leaves no collateral source".into())
@@ -618,8 +717,14 @@ impl CollateralArgs {
             s.update.name()
         );
         let e = cache.get_offline(&key, now)?;
-        e.part("collateral.json")
-            .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks collateral.json")))
+        let json = e
+            .part("collateral.json")
+            .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks collateral.json")))?;
+        Ok(TdxFromSources {
+            json,
+            urls: e.sources,
+            cache: dir,
+        })
     }
 
     /// Loads the TCB baseline, if given.
@@ -634,22 +739,72 @@ impl CollateralArgs {
     }
 }
 
+/// TDX collateral from the cache or PCS ([`CollateralArgs::tdx_from_sources`]).
+pub struct TdxFromSources {
+    /// `collateral.json` bytes.
+    pub json: Vec<u8>,
+    /// The URLs that served its parts (after redirects).
+    pub urls: Vec<String>,
+    /// The cache directory used, if any.
+    pub cache: Option<PathBuf>,
+}
+
+/// The `collateral_source` note of a bundle: its file, the founder's names and the key ids of the auditors whose
+/// signatures counted, and the URLs its parts came from (as recorded by `fetch`).
+fn bundle_note(
+    path: &Path,
+    b: &Bundle,
+    c: &crate::collateral::bundle::SignatureCheck,
+) -> serde_json::Value {
+    serde_json::json!({
+        "source": "bundle",
+        "file": path.display().to_string(),
+        "auditors": c.signers,
+        "auditor_keys": c.key_ids,
+        "urls": b.content.sources,
+    })
+}
+
+/// The `collateral_source` note of the cache or the network: which, the URLs that served the parts (after
+/// redirects), and the cache directory.
+fn sources_note(online: bool, urls: Vec<String>, cache: Option<PathBuf>) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "source": if online { "online" } else { "cache" },
+        "urls": urls,
+    });
+    if let (Some(o), Some(d)) = (v.as_object_mut(), cache) {
+        o.insert("cache".into(), d.display().to_string().into());
+    }
+    v
+}
+
 /// The TDX collateral a verify command uses: the `--collateral` file (a bundle, whose auditor signatures are
-/// checked, or a bare `collateral.json`), else the cache or PCS when asked. `Ok(None)`: none.
-/// `Err((exit, check, why))`: exit 1 for a rejection (unsigned bundle), 2 for unusable input.
+/// checked, or a bare `collateral.json`), else the cache or PCS when asked. `Ok(None)`: none. With auditor
+/// keys named, anything but a bundle signed by enough of them is refused (`collateral-unsigned`).
+/// `Err((exit, check, why))`: exit 1 for a rejection (unsigned collateral), 2 for unusable input.
 pub fn tdx_collateral(
     args: &CollateralArgs,
     flag: Option<&Path>,
     quote: &[u8],
     now: i64,
 ) -> Result<Option<(Vec<u8>, serde_json::Value)>, Refusal> {
+    args.check_usage()?;
+    args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
         let bytes =
             super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
         if !Bundle::is_bundle(&bytes) {
-            return Ok(Some((bytes, serde_json::Value::Null)));
+            args.refuse_unsigned(&format!(
+                "the bare collateral file --collateral {} (not a bundle)",
+                path.display()
+            ))?;
+            return Ok(Some((
+                bytes,
+                serde_json::json!({"source": "file", "file": path.display().to_string()}),
+            )));
         }
-        let (b, signers) = args.open_bundle(path, &bytes)?;
+        let (b, check) = args.open_bundle(path, &bytes)?;
+        let note = bundle_note(path, &b, &check);
         let tdx = b.content.tdx.ok_or_else(|| {
             (
                 2,
@@ -658,20 +813,22 @@ pub fn tdx_collateral(
             )
         })?;
         let json = serde_json::to_vec(&tdx).map_err(|e| (2, "collateral-format", e.to_string()))?;
-        return Ok(Some((
-            json,
-            serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers}),
-        )));
+        return Ok(Some((json, note)));
     }
     if !args.wants_cache_or_network() {
         return Ok(None);
     }
-    let json = args
+    args.refuse_unsigned(if args.online {
+        "collateral fetched with --online (from PCS)"
+    } else {
+        "collateral from the cache (--cache)"
+    })?;
+    let got = args
         .tdx_from_sources(quote, now)
         .map_err(|e| (2, e.check(), e.to_string()))?;
     Ok(Some((
-        json,
-        serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
+        got.json,
+        sources_note(args.online, got.urls, got.cache),
     )))
 }
 
@@ -689,7 +846,8 @@ pub struct SnpCollateral {
 /// The SEV-SNP certificates a verify command uses when they do not come from `--certs` or the evidence: the
 /// `--collateral` bundle (its auditor signatures checked), else the cache or KDS when asked (`--cache`,
 /// `--online`). `want_crl`: fetch the product's CRL too (false when the founder gave `--crl`). `Ok(None)`:
-/// none of these was asked for. `Err((exit, check, why))`: exit 1 for a rejection (a bundle without the
+/// none of these was asked for. With auditor keys named, anything but a bundle signed by enough of them is
+/// refused (`collateral-unsigned`). `Err((exit, check, why))`: exit 1 for a rejection (collateral without the
 /// auditor signatures asked for), 2 for unusable input (a missing or stale cache entry, a failed fetch).
 pub fn snp_collateral(
     args: &CollateralArgs,
@@ -699,6 +857,8 @@ pub fn snp_collateral(
     allow_simulated: bool,
     now: i64,
 ) -> Result<Option<SnpCollateral>, Refusal> {
+    args.check_usage()?;
+    args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
         let bytes =
             super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
@@ -713,7 +873,8 @@ pub fn snp_collateral(
                 ),
             ));
         }
-        let (b, signers) = args.open_bundle(path, &bytes)?;
+        let (b, check) = args.open_bundle(path, &bytes)?;
+        let note = bundle_note(path, &b, &check);
         let snp = b.content.snp.as_ref().ok_or_else(|| {
             (
                 2,
@@ -727,21 +888,23 @@ pub fn snp_collateral(
         let crl = snp
             .crl()
             .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
-        return Ok(Some(SnpCollateral {
-            certs,
-            crl,
-            note: serde_json::json!({"source": "bundle", "file": path.display().to_string(), "auditors": signers}),
-        }));
+        return Ok(Some(SnpCollateral { certs, crl, note }));
     }
     if !args.wants_cache_or_network() {
         return Ok(None);
     }
-    let f = args
+    args.refuse_unsigned(if args.online {
+        "the VCEK chain and CRL fetched with --online (from KDS)"
+    } else {
+        "the VCEK chain and CRL from the cache (--cache)"
+    })?;
+    let (f, dir) = args
         .snp_from_sources(report, want_crl, allow_simulated, now)
         .map_err(|e| (2, e.check(), e.to_string()))?;
+    let urls = f.origins.iter().map(|(_, u, _)| u.clone()).collect();
     Ok(Some(SnpCollateral {
         certs: f.bundle(),
         crl: f.crl,
-        note: serde_json::json!({"source": if args.online { "online" } else { "cache" }}),
+        note: sources_note(args.online, urls, dir),
     }))
 }

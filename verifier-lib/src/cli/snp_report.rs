@@ -226,6 +226,43 @@ pub fn apply_baseline(
     })
 }
 
+/// Prints a refusal of the collateral: exit 1 a rejection (`collateral-unsigned`), exit 2 unusable input.
+pub(crate) fn refusal_exit(json: bool, (exit, check, why): super::fetch::Refusal) -> ExitCode {
+    if exit == 1 {
+        rejected(json, check, why)
+    } else {
+        unusable(json, check, why)
+    }
+}
+
+/// The flags that conflict with one another (exit 2), then, with auditor keys named, the collateral inputs that
+/// cannot carry an auditor's signature (`collateral-unsigned`, exit 1): `--certs DIR`, `--crl FILE`, a
+/// `--tcb-baseline` file.
+fn refuse_unsigned_inputs(args: &Args) -> Result<(), super::fetch::Refusal> {
+    let c = &args.collateral_args;
+    c.check_usage()?;
+    if let (Some(dir), true) = (&args.certs, c.wants_cache_or_network()) {
+        return Err((
+            2,
+            "usage",
+            format!(
+                "--certs {} with {}: the certificates would come from the directory and the {} would go \
+                 unused; give one of them",
+                dir.display(),
+                if c.online { "--online" } else { "--cache" },
+                if c.online { "network" } else { "cache" }
+            ),
+        ));
+    }
+    if let Some(dir) = &args.certs {
+        c.refuse_unsigned(&format!("the certificates in --certs {}", dir.display()))?;
+    }
+    if let Some(p) = &args.crl {
+        c.refuse_unsigned(&format!("the CRL file --crl {}", p.display()))?;
+    }
+    c.refuse_unsigned_baseline()
+}
+
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
     let bytes = match super::read_main_input(
@@ -247,10 +284,14 @@ pub fn run(args: Args) -> ExitCode {
             )
         }
     };
+    if let Err(refusal) = refuse_unsigned_inputs(&args) {
+        return refusal_exit(args.json, refusal);
+    }
     let at_s = super::at_or_now(args.at).unix_timestamp();
     let mut source_crl = None;
-    let mut collateral_note = serde_json::Value::Null;
+    let collateral_note: serde_json::Value;
     let bundle = if let Some(dir) = &args.certs {
+        collateral_note = serde_json::json!({"source": "certs", "dir": dir.display().to_string()});
         match CertBundle::from_dir(dir, report.key_info.signing_key) {
             Ok(b) => b,
             Err(e) => return unusable(args.json, "input", format!("--certs: {e}")),
@@ -302,7 +343,8 @@ pub fn run(args: Args) -> ExitCode {
         report: &bytes,
         certs: &bundle,
     };
-    let mut v = match snp::verify_report_bytes(&input, &opts, &policy.to_policy()) {
+    let policy = policy.to_policy();
+    let mut v = match snp::verify_report_bytes(&input, &opts, &policy) {
         Ok(v) => v,
         Err(e) => {
             return unusable(
@@ -313,6 +355,17 @@ pub fn run(args: Args) -> ExitCode {
         }
     };
     let baseline_json = baseline.as_ref().map(|b| apply_baseline(b, &mut v));
+    let ctx = output::ClaimContext {
+        pool_attempt: None,
+        collateral_source: collateral_note.clone(),
+        policy_file: args.policy_file.as_ref().map(|p| p.display().to_string()),
+        tcb_baseline: args
+            .collateral_args
+            .tcb_baseline
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    };
+    let claims = output::snp_claims(&v, &opts, &policy, &ctx);
     if args.json {
         let mut j = output::snp_json(&v, &opts);
         if let Some(o) = j.as_object_mut() {
@@ -322,10 +375,23 @@ pub fn run(args: Args) -> ExitCode {
             if !collateral_note.is_null() {
                 o.insert("collateral_source".into(), collateral_note);
             }
+            o.insert(
+                "claims".into(),
+                serde_json::to_value(&claims).unwrap_or_default(),
+            );
         }
         println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
-        print!("{}", output::snp_table(&v, &opts));
+        let mut rows = output::snp_rows(&v, &opts);
+        let at = rows
+            .iter()
+            .position(|(k, _)| k == "failures" || k.starts_with("FAIL "))
+            .unwrap_or(rows.len());
+        rows.splice(at..at, output::claim_rows(&claims));
+        print!(
+            "{}",
+            output::print_table(&rows, if v.simulated() { "SIMULATED " } else { "" })
+        );
     }
     if v.verified() {
         ExitCode::SUCCESS

@@ -281,6 +281,12 @@ pub fn json(v: &TdxVerification) -> serde_json::Value {
 
 /// The human table; every line says SIMULATED when the root is not Intel's.
 pub fn table(v: &TdxVerification) -> String {
+    table_with(v, &[])
+}
+
+/// The human table with one `claim` row per claim before the failures; every line says SIMULATED when the root
+/// is not Intel's.
+pub fn table_with(v: &TdxVerification, claims: &[crate::output::Claim]) -> String {
     let td = v.quote.td();
     let attrs = td.attributes();
     let mut rows: Vec<(String, String)> = vec![
@@ -351,6 +357,7 @@ pub fn table(v: &TdxVerification) -> String {
             ),
         ));
     }
+    rows.extend(crate::output::claim_rows(claims));
     if v.failures.is_empty() {
         rows.push(("failures".into(), "none".into()));
     }
@@ -397,7 +404,15 @@ pub fn run(args: Args) -> ExitCode {
         at,
     ) {
         Ok(Some((b, n))) => (Some(b), n),
-        Ok(None) => (None, serde_json::Value::Null),
+        Ok(None) => {
+            if let Err((_, check, why)) = args
+                .collateral_args
+                .refuse_unsigned("no collateral (none was given)")
+            {
+                return super::snp_report::rejected(args.json, check, why);
+            }
+            (None, serde_json::Value::Null)
+        }
         Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
         Err((_, check, why)) => return unusable(args.json, check, why),
     };
@@ -445,14 +460,25 @@ pub fn run(args: Args) -> ExitCode {
             ));
         }
     }
+    let ctx = crate::output::ClaimContext {
+        collateral_source: collateral_note.clone(),
+        ..Default::default()
+    };
+    let claims = crate::output::tdx_claims(&v, &policy, &ctx);
     if args.json {
         let mut j = json(&v);
-        if let (Some(o), false) = (j.as_object_mut(), collateral_note.is_null()) {
-            o.insert("collateral_source".into(), collateral_note);
+        if let Some(o) = j.as_object_mut() {
+            if !collateral_note.is_null() {
+                o.insert("collateral_source".into(), collateral_note);
+            }
+            o.insert(
+                "claims".into(),
+                serde_json::to_value(&claims).unwrap_or_default(),
+            );
         }
         println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
-        print!("{}", table(&v));
+        print!("{}", table_with(&v, &claims));
     }
     if v.verified() {
         ExitCode::SUCCESS

@@ -158,11 +158,19 @@ impl SnpPart {
     }
 }
 
+/// An auditor key's id as the output names it: `key ` and the first 8 bytes of the Ed25519 public key in hex
+/// (the form measurement-set signatures are named by).
+pub fn key_id(public_key: &[u8; 32]) -> String {
+    format!("key {}", hex::encode(&public_key[..8]))
+}
+
 /// The outcome of the k-of-n check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SignatureCheck {
     /// The founder's names of the trusted keys that made valid signatures.
     pub signers: Vec<String>,
+    /// The same keys by key id ([`key_id`]), in the same order.
+    pub key_ids: Vec<String>,
     /// Signatures that did not count, and why.
     pub problems: Vec<String>,
 }
@@ -269,6 +277,7 @@ impl Bundle {
             return Err("auditors required (k) must be at least 1".into());
         }
         let mut signers = Vec::new();
+        let mut key_ids = Vec::new();
         let mut seen: Vec<[u8; 32]> = Vec::new();
         let mut problems = Vec::new();
         let digest = hex::encode(self.content_digest());
@@ -316,6 +325,7 @@ impl Bundle {
                     } else {
                         seen.push(kb);
                         signers.push(key_name.clone());
+                        key_ids.push(key_id(&kb));
                     }
                 }
                 _ => problems.push(format!(
@@ -334,7 +344,11 @@ impl Bundle {
                 }
             ));
         }
-        Ok(SignatureCheck { signers, problems })
+        Ok(SignatureCheck {
+            signers,
+            key_ids,
+            problems,
+        })
     }
 }
 

@@ -126,7 +126,8 @@ fn detail_suffix(d: &str) -> String {
 /// One successful answer: the body and the response headers the collateral code reads.
 #[derive(Debug, Clone)]
 pub struct Response {
-    /// The URL fetched.
+    /// The URL that served the body: the one asked for, or where its redirects (at most 3) led. This is the
+    /// URL collateral records as its source, never merely the one asked for.
     pub url: String,
     /// The body.
     pub body: Vec<u8>,
@@ -306,7 +307,15 @@ impl Client {
         }
     }
 
-    fn read(&self, url: &str, resp: ureq::Response) -> Result<Response, HttpError> {
+    fn read(&self, asked: &str, resp: ureq::Response) -> Result<Response, HttpError> {
+        // The URL that answered, after redirects; errors name it too, with the one asked for when they differ.
+        let served = resp.get_url().to_string();
+        let url = if served == asked {
+            served.clone()
+        } else {
+            format!("{served} (redirected from {asked})")
+        };
+        let url = url.as_str();
         let headers = resp
             .headers_names()
             .into_iter()
@@ -352,7 +361,7 @@ impl Client {
             }
         }
         Ok(Response {
-            url: url.to_string(),
+            url: served,
             body,
             headers,
         })

@@ -301,6 +301,12 @@ pub fn verify_chain_answer(
     Ok((ask, ark))
 }
 
+/// The URL that served an entry's bytes (after redirects), as recorded when it was fetched; `asked` for an
+/// entry that records none.
+fn served_url(e: &Entry, asked: String) -> String {
+    e.sources.first().cloned().unwrap_or(asked)
+}
+
 /// The KDS side of collateral fetching.
 #[derive(Debug)]
 pub struct Kds<'a> {
@@ -392,7 +398,7 @@ impl Kds<'_> {
             let (ask, ark) =
                 verify_chain_answer(&url, &r.body, product, e, self.allow_simulated, now)?;
             let expires = not_after(&ask).min(not_after(&ark));
-            Ok(Entry::new(&key, now, expires, vec![url.clone()])
+            Ok(Entry::new(&key, now, expires, vec![r.url.clone()])
                 .with("ask", &ask)
                 .with("ark", &ark))
         })?;
@@ -401,7 +407,7 @@ impl Kds<'_> {
                 "cache entry {key} lacks ask/ark"
             )));
         };
-        Ok((ask, ark, origin, url))
+        Ok((ask, ark, origin, served_url(&entry, url)))
     }
 
     /// The VCEK of `report`, verified against `ask`/`ark` and the report (signature, SPLs, hwID).
@@ -424,12 +430,12 @@ impl Kds<'_> {
                 .next()
                 .ok_or_else(|| rejected(&url, "VCEK", "empty body"))?;
             check_leaf(&url, product, report, ask, ark, &vcek, sim, now)?;
-            Ok(Entry::new(&key, now, not_after(&vcek), vec![url.clone()]).with("vcek", &vcek))
+            Ok(Entry::new(&key, now, not_after(&vcek), vec![r.url.clone()]).with("vcek", &vcek))
         })?;
         let vcek = e
             .part("vcek")
             .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks the VCEK")))?;
-        Ok((vcek, origin, url))
+        Ok((vcek, origin, served_url(&e, url)))
     }
 
     /// The product's CRL, verified (signed by the pinned ARK, current at `now`); cached until its nextUpdate.
@@ -459,12 +465,12 @@ impl Kds<'_> {
         let (entry, origin) = self.cached(&key, now, || {
             let r = self.http.get(&url)?;
             let next = check_crl(&url, &r.body, inter, ark, now)?;
-            Ok(Entry::new(&key, now, next, vec![url.clone()]).with("crl", &r.body))
+            Ok(Entry::new(&key, now, next, vec![r.url.clone()]).with("crl", &r.body))
         })?;
         let crl = entry
             .part("crl")
             .ok_or_else(|| FetchError::Input(format!("cache entry {key} lacks the CRL")))?;
-        Ok((crl, origin, url))
+        Ok((crl, origin, served_url(&entry, url)))
     }
 
     /// Everything a VCEK-signed report needs: cert_chain, VCEK, and the CRL when `with_crl`. For a
@@ -591,13 +597,29 @@ impl Kds<'_> {
             e.part(n)
                 .ok_or_else(|| FetchError::Input(format!("cache entry {} lacks {n}", e.key)))
         };
+        // Where each entry's bytes were served from when they were fetched (after redirects).
+        let mut origins = vec![
+            (
+                "cert_chain".to_string(),
+                served_url(&chain, chain.key.clone()),
+                Origin::Cache,
+            ),
+            (
+                "vcek".to_string(),
+                served_url(&vcek, vcek.key.clone()),
+                Origin::Cache,
+            ),
+        ];
+        if let Some(c) = &crl {
+            origins.push(("crl".into(), served_url(c, c.key.clone()), Origin::Cache));
+        }
         Ok(SnpFetched {
             product,
             ark: part(&chain, "ark")?,
             ask: part(&chain, "ask")?,
             vcek: part(&vcek, "vcek")?,
             crl: crl.as_ref().map(|c| part(c, "crl")).transpose()?,
-            origins: vec![],
+            origins,
         })
     }
 }

@@ -262,6 +262,8 @@ pub struct SignedPart {
     pub chain_pem: String,
     /// The time it stops being usable: its nextUpdate or an issuer certificate's expiry, whichever is first.
     pub expires: i64,
+    /// The URL that served it (after redirects).
+    pub url: String,
 }
 
 fn parse_rfc3339(url: &str, what: &str, field: &str, s: &str) -> Result<i64, FetchError> {
@@ -347,6 +349,7 @@ pub fn check_signed_body(
         signature: hex::encode(sig),
         chain_pem,
         expires: next.min(certs_expire),
+        url: url.to_string(),
     })
 }
 
@@ -547,8 +550,8 @@ impl Pcs<'_> {
         let url = tcb_info_url(&self.base, tee, fmspc, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &TCB_INFO_CHAIN_HEADERS, "TCB Info")?;
-        let part = check_signed_body(&url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)?;
-        check_tcb_info_id(&url, tee, &part.text)?;
+        let part = check_signed_body(&r.url, "TCB Info", &r.body, pem, &chain, Some(fmspc), now)?;
+        check_tcb_info_id(&r.url, tee, &part.text)?;
         Ok(part)
     }
 
@@ -557,15 +560,20 @@ impl Pcs<'_> {
         let url = qe_identity_url(&self.base, self.update);
         let r = self.http.get(&url)?;
         let (pem, chain) = header_chain(&r, &[QE_IDENTITY_CHAIN_HEADER], "QE Identity")?;
-        let part = check_signed_body(&url, "QE Identity", &r.body, pem, &chain, None, now)?;
-        check_qe_identity_id(&url, &part.text)?;
+        let part = check_signed_body(&r.url, "QE Identity", &r.body, pem, &chain, None, now)?;
+        check_qe_identity_id(&r.url, &part.text)?;
         Ok(part)
     }
 
-    /// The PCK CRL of `ca`, verified: (DER, issuer chain PEM, expiry).
-    pub fn pck_crl(&self, ca: PckCa, now: i64) -> Result<(Vec<u8>, String, i64), FetchError> {
+    /// The PCK CRL of `ca`, verified: (DER, issuer chain PEM, expiry, the URL that served it).
+    pub fn pck_crl(
+        &self,
+        ca: PckCa,
+        now: i64,
+    ) -> Result<(Vec<u8>, String, i64, String), FetchError> {
         let url = pck_crl_url(&self.base, ca);
         let r = self.http.get(&url)?;
+        let url = r.url.clone();
         let (pem, chain) = header_chain(&r, &[PCK_CRL_CHAIN_HEADER], "PCK CRL")?;
         let certs = check_intel_chain(&url, "PCK CRL", &chain, now)?;
         if PckCa::of(&chain[0]) != Some(ca) {
@@ -580,10 +588,10 @@ impl Pcs<'_> {
             ));
         }
         let (der, next) = check_crl(&url, "PCK CRL", &r.body, &chain[0], now)?;
-        Ok((der, pem, next.min(certs)))
+        Ok((der, pem, next.min(certs), url))
     }
 
-    /// The root CA CRL, verified against `root`.
+    /// The root CA CRL, verified against `root`: (DER, expiry, the URL that served it).
     pub fn root_ca_crl(&self, root: &Cert, now: i64) -> Result<(Vec<u8>, i64, String), FetchError> {
         let url = self
             .root_crl_url
@@ -591,8 +599,8 @@ impl Pcs<'_> {
             .or_else(|| crl_distribution_point(root))
             .unwrap_or_else(|| DEFAULT_ROOT_CRL_URL.to_string());
         let r = self.http.get(&url)?;
-        let (der, next) = check_crl(&url, "root CA CRL", &r.body, root, now)?;
-        Ok((der, next, url))
+        let (der, next) = check_crl(&r.url, "root CA CRL", &r.body, root, now)?;
+        Ok((der, next, r.url))
     }
 
     /// Everything a TDX quote needs, verified, as `collateral.json`; cached under FMSPC, CA and update
@@ -607,7 +615,7 @@ impl Pcs<'_> {
         let fetch = || -> Result<Entry, FetchError> {
             let tcb = self.tcb_info(Tee::Tdx, &needs.fmspc, now)?;
             let qe = self.qe_identity(now)?;
-            let (pck_crl, pck_chain, pck_exp) = self.pck_crl(needs.ca, now)?;
+            let (pck_crl, pck_chain, pck_exp, pck_url) = self.pck_crl(needs.ca, now)?;
             let root_chain = parse_pem_chain("tcb_info_issuer_chain", tcb.chain_pem.as_bytes())
                 .map_err(|e| FetchError::Input(e.to_string()))?;
             let root = root_chain
@@ -634,12 +642,8 @@ impl Pcs<'_> {
                 &key,
                 now,
                 expires,
-                vec![
-                    tcb_info_url(&self.base, Tee::Tdx, &needs.fmspc, self.update),
-                    qe_identity_url(&self.base, self.update),
-                    pck_crl_url(&self.base, needs.ca),
-                    root_url,
-                ],
+                // The URLs that served each part, after redirects.
+                vec![tcb.url.clone(), qe.url.clone(), pck_url, root_url],
             )
             .with("collateral.json", &json))
         };
