@@ -220,29 +220,57 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     if let Err(e) = channel::write_frame(rd, FrameType::BundleRequest, b"") {
         return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
     }
-    let bundle = match channel::expect_frame(rd, FrameType::Bundle, "the bundle") {
-        Ok(b) => b,
+    init::mark("BundleRequest sent");
+    // The bundle goes straight from the channel into its file, hashed on the way: one pass over its bytes,
+    // never held whole in memory (intake reads the file next).
+    let dir = PathBuf::from("/run/fenced-run-job");
+    let path = dir.join(format!("bundle.{}", header.kind.extension()));
+    // A file that cannot be written still takes the whole frame off the channel (the host is writing it), then
+    // the run ends `environment_exhausted`.
+    let mut sink = HashingFile {
+        file: None,
+        error: None,
+        hash: Sha256::new(),
+    };
+    match std::fs::create_dir_all(&dir).and_then(|()| File::create(&path)) {
+        Ok(f) => sink.file = Some(f),
+        Err(e) => sink.error = Some(e),
+    }
+    let received = channel::read_frame_into(rd, FrameType::Bundle, "the bundle", &mut sink);
+    let got: [u8; 32] = sink.hash.finalize().into();
+    drop(sink.file);
+    if let Some(e) = sink.error {
+        let _ = std::fs::remove_file(&path);
+        return exhausted(
+            inputs,
+            "agent",
+            &format!("writing the bundle to {}: {e}", path.display()),
+        );
+    }
+    let len = match received {
+        Ok(n) => n,
         Err(e) => {
+            let _ = std::fs::remove_file(&path);
             return refused(
                 inputs,
                 "receive",
                 &format!("the bundle did not arrive whole: {e}"),
-            )
+            );
         }
     };
-    if bundle.len() as u64 != header.bundle_len {
+    if len != header.bundle_len {
+        let _ = std::fs::remove_file(&path);
         return refused(
             inputs,
             "receive",
             &format!(
-                "the bundle has {} bytes; the job header announced {}",
-                bundle.len(),
+                "the bundle has {len} bytes; the job header announced {}",
                 header.bundle_len
             ),
         );
     }
-    let got: [u8; 32] = Sha256::digest(&bundle).into();
     if got != header.bundle_sha256 {
+        let _ = std::fs::remove_file(&path);
         return refused(
             inputs,
             "receive",
@@ -253,16 +281,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
             ),
         );
     }
-    let dir = PathBuf::from("/run/fenced-run-job");
-    let path = dir.join(format!("bundle.{}", header.kind.extension()));
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &bundle)) {
-        return exhausted(
-            inputs,
-            "agent",
-            &format!("writing the bundle to {}: {e}", path.display()),
-        );
-    }
-    drop(bundle);
+    init::mark(&format!("the bundle received and checked ({len} bytes)"));
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
     // The operator's [egress] settings the host announced: recorded in the verdict; the host dialer applies them.
@@ -318,6 +337,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         Err(why) => refused(inputs, "receive", &format!("the bundle is unusable: {why}")),
     };
     let _ = std::fs::remove_file(&path);
+    init::mark("intake and the fence done");
     // A block of the image that failed verification during the run (an I/O error to whatever read it) means
     // the run did not use the measured toolchains: our side gave out, whatever the tests said.
     let verified_root = opts
@@ -350,6 +370,31 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         });
     }
     v
+}
+
+/// The bundle's file, hashed as it is written. It never fails a write: the first error is kept (and nothing
+/// more written) so that the frame is still read to its end.
+struct HashingFile {
+    file: Option<File>,
+    error: Option<std::io::Error>,
+    hash: Sha256,
+}
+
+impl std::io::Write for HashingFile {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.hash.update(b);
+        if let (Some(f), None) = (&mut self.file, &self.error) {
+            if let Err(e) = std::io::Write::write_all(f, b) {
+                self.error = Some(e);
+                self.file = None;
+            }
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `v` turned into `environment_exhausted` with `why` as a finding (its record kept).
