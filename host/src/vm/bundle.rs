@@ -283,6 +283,15 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
 /// (a compressed bundle can unpack to more than that limit); larger still is [`PackError::TreeTooLarge`]. Every
 /// directory is written once, before what lies in it.
 pub fn pack_judged(report: &intake::IntakeReport) -> Result<(BundleKind, Vec<u8>), PackError> {
+    let limit = intake::report::IntakeLimits::default().max_bundle_bytes;
+    pack_judged_within(report, limit.min(u64::from(MAX_BUNDLE)))
+}
+
+/// [`pack_judged`] with the size above which the tar is compressed, and beyond which it is refused.
+fn pack_judged_within(
+    report: &intake::IntakeReport,
+    limit: u64,
+) -> Result<(BundleKind, Vec<u8>), PackError> {
     let input = report.input.as_path();
     let not_accepted = || PackError::NotAccepted {
         path: input.to_path_buf(),
@@ -343,18 +352,17 @@ pub fn pack_judged(report: &intake::IntakeReport) -> Result<(BundleKind, Vec<u8>
         }
     }
     let tar = b.into_inner().map_err(io(input))?;
-    let limit = intake::report::IntakeLimits::default().max_bundle_bytes;
-    if tar.len() as u64 <= limit.min(u64::from(MAX_BUNDLE)) {
+    if tar.len() as u64 <= limit {
         return Ok((BundleKind::Tar, tar));
     }
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, &tar).map_err(io(input))?;
     let gz = gz.finish().map_err(io(input))?;
-    if gz.len() as u64 > limit.min(u64::from(MAX_BUNDLE)) {
+    if gz.len() as u64 > limit {
         return Err(PackError::TreeTooLarge {
             path: input.to_path_buf(),
             size: gz.len() as u64,
-            limit: limit.min(u64::from(MAX_BUNDLE)),
+            limit,
         });
     }
     Ok((BundleKind::TarGz, gz))
@@ -696,5 +704,41 @@ mod tests {
             pack_judged(&refused),
             Err(PackError::NotAccepted { .. })
         ));
+    }
+
+    /// A tree whose tar is over the limit goes gzip-compressed (and intake, as the guest runs it, accepts it);
+    /// one that does not fit even then is an error naming the sizes.
+    #[test]
+    fn a_tree_over_the_size_limit_goes_compressed_or_is_refused_by_size() {
+        let d = tempfile::tempdir().expect("tmp");
+        let b = d.path().join("bundle");
+        std::fs::create_dir_all(b.join("repo/tests")).expect("mkdir");
+        std::fs::write(b.join("repo/tests/t.sh"), "echo '1 passed, 0 failed'\n").expect("write");
+        std::fs::write(b.join("repo/big.txt"), "all the same line\n".repeat(20_000))
+            .expect("write");
+        std::fs::write(
+            b.join("job.toml"),
+            "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh tests/t.sh\"\n",
+        )
+        .expect("write");
+        let work = d.path().join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        let mut report = intake::run_stages(
+            &b,
+            &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
+                .with_work_parent(&work),
+        );
+        assert!(report.accepted, "{:?}", report.refusal);
+        let (kind, bytes) = pack_judged_within(&report, 64 << 10).expect("compressed");
+        assert_eq!(kind, BundleKind::TarGz);
+        assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+        guest_intake_sees(d.path(), &bytes, kind, "tests/t.sh", "added.sh");
+        let e = pack_judged_within(&report, 512).expect_err("too large");
+        assert!(
+            matches!(e, PackError::TreeTooLarge { limit: 512, size, .. } if size > 512),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("more than the 512 bytes"), "{e}");
+        report.cleanup().expect("cleanup");
     }
 }
