@@ -134,6 +134,17 @@ pub enum ChannelError {
         /// What is wrong.
         detail: String,
     },
+    /// The sink a streamed frame's payload goes to ([`read_frame_into`]) refused a write.
+    #[error("storing the {kind:?} frame's payload after {stored} bytes: {source}")]
+    Store {
+        /// The frame's type.
+        kind: FrameType,
+        /// Bytes stored before the failure.
+        stored: u64,
+        /// What the sink said.
+        #[source]
+        source: std::io::Error,
+    },
     /// A read or write failed (a timeout shows here as `WouldBlock`/`TimedOut`).
     #[error("channel {op}: {source}")]
     Io {
@@ -188,8 +199,8 @@ pub fn write_frame(
     w.flush().map_err(io)
 }
 
-/// Reads one frame; `expect` names what the caller waits for (used in errors).
-pub fn read_frame(r: &mut impl Read, expect: &'static str) -> Result<Frame, ChannelError> {
+/// Reads one frame header: its type and announced length, checked against the type's limit.
+fn read_header(r: &mut impl Read, expect: &'static str) -> Result<(FrameType, u32), ChannelError> {
     let mut head = [0u8; 5];
     let mut got = 0;
     while got < head.len() {
@@ -210,6 +221,12 @@ pub fn read_frame(r: &mut impl Read, expect: &'static str) -> Result<Frame, Chan
             max: kind.max_len(),
         });
     }
+    Ok((kind, len))
+}
+
+/// Reads one frame; `expect` names what the caller waits for (used in errors).
+pub fn read_frame(r: &mut impl Read, expect: &'static str) -> Result<Frame, ChannelError> {
+    let (kind, len) = read_header(r, expect)?;
     let mut payload = Vec::new();
     let read = r
         .take(u64::from(len))
@@ -239,6 +256,69 @@ pub fn expect_frame(
         });
     }
     Ok(f.payload)
+}
+
+/// How many payload bytes [`read_frame_into`] gathers before handing them to its sink. A virtio-serial port
+/// returns at most one 4 KiB buffer per `read`; gathering 256 KiB first makes the sink's work (hashing,
+/// writing a file) a few hundred calls for a large bundle instead of one per 4 KiB.
+pub const STREAM_CHUNK: usize = 256 << 10;
+
+/// Reads one frame of type `want` and streams its payload into `sink` in chunks of at most [`STREAM_CHUNK`]
+/// bytes as they arrive, never holding it whole in memory; returns the payload's length. The same limits and
+/// errors as [`read_frame`]: an unknown type, a length above the type's limit, a frame of another type
+/// ([`ChannelError::Unexpected`], its payload left unread) and a stream that ends inside the frame
+/// ([`ChannelError::Truncated`], after what arrived went to the sink) are errors naming what arrived; a sink
+/// that fails is [`ChannelError::Store`].
+pub fn read_frame_into(
+    r: &mut impl Read,
+    want: FrameType,
+    name: &'static str,
+    sink: &mut impl Write,
+) -> Result<u64, ChannelError> {
+    let (kind, len) = read_header(r, name)?;
+    if kind != want {
+        return Err(ChannelError::Unexpected {
+            got: kind,
+            want: name,
+        });
+    }
+    let want_len = u64::from(len);
+    let mut buf = vec![0u8; STREAM_CHUNK.min(len as usize)];
+    let mut got: u64 = 0;
+    while got < want_len {
+        // Fill the chunk (or what is left of the payload) from as many reads as the channel needs.
+        let take = buf.len().min((want_len - got) as usize);
+        let mut filled = 0;
+        while filled < take {
+            match r.read(&mut buf[filled..take]) {
+                Ok(0) => {
+                    let arrived = got + filled as u64;
+                    let _ = sink.write_all(&buf[..filled]);
+                    return Err(ChannelError::Truncated {
+                        kind,
+                        want: want_len,
+                        got: arrived,
+                    });
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => return Err(ChannelError::Io { op: "read", source }),
+            }
+        }
+        sink.write_all(&buf[..filled])
+            .map_err(|source| ChannelError::Store {
+                kind,
+                stored: got,
+                source,
+            })?;
+        got += filled as u64;
+    }
+    sink.flush().map_err(|source| ChannelError::Store {
+        kind,
+        stored: got,
+        source,
+    })?;
+    Ok(got)
 }
 
 /// How the bundle bytes are packed (what intake in the guest unpacks).
@@ -496,5 +576,168 @@ mod tests {
         bad.push(1);
         assert!(decode_report(&bad).is_err());
         assert!(decode_report(&p[..p.len() - 1]).is_err());
+    }
+
+    /// A reader that hands out at most 4 KiB per `read`, as a virtio-serial port does.
+    struct Port4k<'a>(&'a [u8]);
+
+    impl Read for Port4k<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let n = out.len().min(self.0.len()).min(4096);
+            out[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// A sink that records the size of every write and fails after `fail_after` bytes.
+    struct Sink {
+        data: Vec<u8>,
+        writes: Vec<usize>,
+        fail_after: usize,
+    }
+
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.data.len() + b.len() > self.fail_after {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.data.extend_from_slice(b);
+            self.writes.push(b.len());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn sink() -> Sink {
+        Sink {
+            data: Vec::new(),
+            writes: Vec::new(),
+            fail_after: usize::MAX,
+        }
+    }
+
+    #[test]
+    fn a_streamed_frame_arrives_whole_in_large_chunks_and_bad_input_is_named() {
+        let payload: Vec<u8> = (0..(STREAM_CHUNK * 3 + 1234))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let mut wire = Vec::new();
+        write_frame(&mut wire, FrameType::Bundle, &payload).expect("write");
+        write_frame(&mut wire, FrameType::Ack, b"").expect("write");
+        let mut r = Port4k(&wire);
+        let mut s = sink();
+        let n = read_frame_into(&mut r, FrameType::Bundle, "the bundle", &mut s).expect("read");
+        assert_eq!(n, payload.len() as u64);
+        assert_eq!(s.data, payload);
+        // Gathered across 4 KiB reads: whole chunks, then the rest, not one write per read.
+        assert_eq!(s.writes, [STREAM_CHUNK, STREAM_CHUNK, STREAM_CHUNK, 1234]);
+        // The next frame is intact behind it.
+        assert!(expect_frame(&mut r, FrameType::Ack, "ack")
+            .expect("ack")
+            .is_empty());
+
+        // An empty payload: nothing written, length 0.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, FrameType::Bundle, b"").expect("write");
+        let mut s = sink();
+        assert_eq!(
+            read_frame_into(&mut wire.as_slice(), FrameType::Bundle, "b", &mut s).expect("empty"),
+            0
+        );
+        assert!(s.data.is_empty());
+
+        // Cut off inside the payload: what arrived is named, and was stored.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, FrameType::Bundle, &payload).expect("write");
+        let cut = 5 + STREAM_CHUNK + 100;
+        let mut s = sink();
+        let e = read_frame_into(
+            &mut Port4k(&wire[..cut]),
+            FrameType::Bundle,
+            "the bundle",
+            &mut s,
+        )
+        .expect_err("truncated");
+        assert!(
+            matches!(e, ChannelError::Truncated { kind: FrameType::Bundle, want, got }
+                if want == payload.len() as u64 && got == (STREAM_CHUNK + 100) as u64),
+            "{e:?}"
+        );
+        assert_eq!(s.data, payload[..STREAM_CHUNK + 100]);
+        assert!(
+            e.to_string().contains(&format!(
+                "{} of {} bytes",
+                STREAM_CHUNK + 100,
+                payload.len()
+            )),
+            "{e}"
+        );
+
+        // Over the Bundle limit: refused from the header, before any payload is read.
+        let mut head = vec![FrameType::Bundle as u8];
+        head.extend_from_slice(&(MAX_BUNDLE + 1).to_be_bytes());
+        let e = read_frame_into(&mut head.as_slice(), FrameType::Bundle, "b", &mut sink())
+            .expect_err("too large");
+        assert!(
+            matches!(e, ChannelError::TooLarge { len, max, .. } if len == MAX_BUNDLE + 1 && max == MAX_BUNDLE),
+            "{e:?}"
+        );
+
+        // Another frame type, an unknown type, a short header.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, FrameType::Failure, b"no").expect("write");
+        let e = read_frame_into(
+            &mut wire.as_slice(),
+            FrameType::Bundle,
+            "the bundle",
+            &mut sink(),
+        )
+        .expect_err("unexpected");
+        assert!(
+            matches!(
+                e,
+                ChannelError::Unexpected {
+                    got: FrameType::Failure,
+                    want: "the bundle"
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(matches!(
+            read_frame_into(
+                &mut [0x42u8, 0, 0, 0, 0].as_slice(),
+                FrameType::Bundle,
+                "b",
+                &mut sink()
+            ),
+            Err(ChannelError::UnknownType(0x42, _))
+        ));
+        assert!(matches!(
+            read_frame_into(
+                &mut [5u8, 0].as_slice(),
+                FrameType::Bundle,
+                "b",
+                &mut sink()
+            ),
+            Err(ChannelError::TruncatedHeader(2))
+        ));
+
+        // A sink that fails: named with what was stored before.
+        let mut wire = Vec::new();
+        write_frame(&mut wire, FrameType::Bundle, &payload).expect("write");
+        let mut s = Sink {
+            fail_after: STREAM_CHUNK + 10,
+            ..sink()
+        };
+        let e = read_frame_into(&mut Port4k(&wire), FrameType::Bundle, "the bundle", &mut s)
+            .expect_err("store");
+        assert!(
+            matches!(&e, ChannelError::Store { stored, .. } if *stored == STREAM_CHUNK as u64),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("disk full"), "{e}");
     }
 }

@@ -502,7 +502,7 @@ fn ctrl_c_during_the_test_phase_kills_the_vm_and_removes_its_files() {
         .filter(|v| v["event"] == "start")
         .map(|v| v["step"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(steps, ["boot", "attest", "test"], "{err}");
+    assert_eq!(steps, ["boot", "attest", "transfer", "test"], "{err}");
     assert!(err.contains(r#""event":"failed""#), "{err}");
     w.assert_clean();
 }
@@ -659,7 +659,7 @@ fn the_install_phase_reaches_an_allowlisted_server_through_the_host_dialer_and_t
         .collect();
     assert_eq!(
         steps,
-        ["boot", "attest", "intake", "install", "cut", "test", "shutdown"],
+        ["boot", "attest", "transfer", "intake", "install", "cut", "test", "shutdown"],
         "{err}"
     );
     w.assert_clean();

@@ -220,29 +220,57 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     if let Err(e) = channel::write_frame(rd, FrameType::BundleRequest, b"") {
         return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
     }
-    let bundle = match channel::expect_frame(rd, FrameType::Bundle, "the bundle") {
-        Ok(b) => b,
+    init::mark("BundleRequest sent");
+    // The bundle goes straight from the channel into its file, hashed on the way (on a second thread): one pass
+    // over its bytes, never held whole in memory (intake reads the file next).
+    let dir = PathBuf::from("/run/fenced-run-job");
+    let path = dir.join(format!("bundle.{}", header.kind.extension()));
+    // A file that cannot be written still takes the whole frame off the channel (the host is writing it), then
+    // the run ends `environment_exhausted`.
+    let mut sink = HashingFile {
+        file: None,
+        error: None,
+        hash: Sha256::new(),
+    };
+    match std::fs::create_dir_all(&dir).and_then(|()| File::create(&path)) {
+        Ok(f) => sink.file = Some(f),
+        Err(e) => sink.error = Some(e),
+    }
+    let (received, sink) = receive_pipelined(rd, sink);
+    let got: [u8; 32] = sink.hash.finalize().into();
+    drop(sink.file);
+    if let Some(e) = sink.error {
+        let _ = std::fs::remove_file(&path);
+        return exhausted(
+            inputs,
+            "agent",
+            &format!("writing the bundle to {}: {e}", path.display()),
+        );
+    }
+    let len = match received {
+        Ok(n) => n,
         Err(e) => {
+            let _ = std::fs::remove_file(&path);
             return refused(
                 inputs,
                 "receive",
                 &format!("the bundle did not arrive whole: {e}"),
-            )
+            );
         }
     };
-    if bundle.len() as u64 != header.bundle_len {
+    if len != header.bundle_len {
+        let _ = std::fs::remove_file(&path);
         return refused(
             inputs,
             "receive",
             &format!(
-                "the bundle has {} bytes; the job header announced {}",
-                bundle.len(),
+                "the bundle has {len} bytes; the job header announced {}",
                 header.bundle_len
             ),
         );
     }
-    let got: [u8; 32] = Sha256::digest(&bundle).into();
     if got != header.bundle_sha256 {
+        let _ = std::fs::remove_file(&path);
         return refused(
             inputs,
             "receive",
@@ -253,16 +281,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
             ),
         );
     }
-    let dir = PathBuf::from("/run/fenced-run-job");
-    let path = dir.join(format!("bundle.{}", header.kind.extension()));
-    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &bundle)) {
-        return exhausted(
-            inputs,
-            "agent",
-            &format!("writing the bundle to {}: {e}", path.display()),
-        );
-    }
-    drop(bundle);
+    init::mark(&format!("the bundle received and checked ({len} bytes)"));
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
     // The operator's [egress] settings the host announced: recorded in the verdict; the host dialer applies them.
@@ -318,6 +337,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         Err(why) => refused(inputs, "receive", &format!("the bundle is unusable: {why}")),
     };
     let _ = std::fs::remove_file(&path);
+    init::mark("intake and the fence done");
     // A block of the image that failed verification during the run (an I/O error to whatever read it) means
     // the run did not use the measured toolchains: our side gave out, whatever the tests said.
     let verified_root = opts
@@ -350,6 +370,100 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         });
     }
     v
+}
+
+/// How many chunks of the Bundle frame may wait between the reading thread and the hashing one.
+const PIPELINE: usize = 4;
+
+/// Reads the Bundle frame ([`channel::read_frame_into`]) on this thread while a second one hashes and writes
+/// each chunk that arrived into `sink` (the guest has two vCPUs: under TCG the channel's reads and the hashing
+/// each take a vCPU). Returns what the read said and the sink.
+fn receive_pipelined(
+    rd: &mut impl std::io::Read,
+    mut sink: HashingFile,
+) -> (Result<u64, ChannelError>, HashingFile) {
+    use std::sync::mpsc;
+    let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(PIPELINE);
+    let (free_tx, free_rx) = mpsc::channel::<Vec<u8>>();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(move || {
+            for chunk in full_rx {
+                let _ = std::io::Write::write_all(&mut sink, &chunk);
+                let _ = free_tx.send(chunk);
+            }
+            sink
+        });
+        let mut feed = Feed {
+            full: full_tx,
+            free: free_rx,
+            made: 0,
+        };
+        let received = channel::read_frame_into(rd, FrameType::Bundle, "the bundle", &mut feed);
+        drop(feed);
+        let sink = worker.join().unwrap_or_else(|_| HashingFile {
+            file: None,
+            error: Some(std::io::Error::other(
+                "the bundle's hashing thread panicked",
+            )),
+            hash: Sha256::new(),
+        });
+        (received, sink)
+    })
+}
+
+/// The reading side of [`receive_pipelined`]: each write is copied into a free buffer (at most `PIPELINE + 2`
+/// are made) and handed to the hashing thread.
+struct Feed {
+    full: std::sync::mpsc::SyncSender<Vec<u8>>,
+    free: std::sync::mpsc::Receiver<Vec<u8>>,
+    made: usize,
+}
+
+impl std::io::Write for Feed {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let gone = || std::io::Error::other("the bundle's hashing thread is gone");
+        let mut buf = match self.free.try_recv() {
+            Ok(buf) => buf,
+            Err(_) if self.made < PIPELINE + 2 => {
+                self.made += 1;
+                Vec::with_capacity(b.len())
+            }
+            Err(_) => self.free.recv().map_err(|_| gone())?,
+        };
+        buf.clear();
+        buf.extend_from_slice(b);
+        self.full.send(buf).map_err(|_| gone())?;
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bundle's file, hashed as it is written. It never fails a write: the first error is kept (and nothing
+/// more written) so that the frame is still read to its end.
+struct HashingFile {
+    file: Option<File>,
+    error: Option<std::io::Error>,
+    hash: Sha256,
+}
+
+impl std::io::Write for HashingFile {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.hash.update(b);
+        if let (Some(f), None) = (&mut self.file, &self.error) {
+            if let Err(e) = std::io::Write::write_all(f, b) {
+                self.error = Some(e);
+                self.file = None;
+            }
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `v` turned into `environment_exhausted` with `why` as a finding (its record kept).
@@ -387,4 +501,69 @@ fn wait_ack(port: &File, rd: &mut File) -> Result<(), String> {
     channel::expect_frame(rd, FrameType::Ack, "the host's acknowledgement")
         .map(|_| ())
         .map_err(|e| format!("job channel: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pipelined receive writes and hashes every byte in order, across many chunks; a file that cannot be
+    /// written still lets the whole frame be read, and its error is kept.
+    #[test]
+    fn the_bundle_is_written_and_hashed_whole_while_it_is_read() {
+        let payload: Vec<u8> = (0..(channel::STREAM_CHUNK * 9 + 77))
+            .map(|i| (i % 253) as u8)
+            .collect();
+        let mut wire = Vec::new();
+        channel::write_frame(&mut wire, FrameType::Bundle, &payload).expect("frame");
+        channel::write_frame(&mut wire, FrameType::Ack, b"").expect("frame");
+        let d = tempfile::tempdir().expect("tmp");
+        let path = d.path().join("bundle.tar");
+        let sink = HashingFile {
+            file: Some(File::create(&path).expect("create")),
+            error: None,
+            hash: Sha256::new(),
+        };
+        let mut r = wire.as_slice();
+        let (received, sink) = receive_pipelined(&mut r, sink);
+        assert_eq!(received.expect("received"), payload.len() as u64);
+        assert!(sink.error.is_none());
+        drop(sink.file);
+        assert_eq!(
+            <[u8; 32]>::from(sink.hash.finalize()),
+            <[u8; 32]>::from(Sha256::digest(&payload))
+        );
+        assert!(std::fs::read(&path).expect("read") == payload);
+        assert!(channel::expect_frame(&mut r, FrameType::Ack, "ack").is_ok());
+
+        // No file: the frame is still read to its end (the channel stays in step), the error kept.
+        let sink = HashingFile {
+            file: None,
+            error: Some(std::io::Error::other("read-only")),
+            hash: Sha256::new(),
+        };
+        let mut r = wire.as_slice();
+        let (received, sink) = receive_pipelined(&mut r, sink);
+        assert_eq!(received.expect("drained"), payload.len() as u64);
+        assert!(sink.error.is_some());
+        assert!(channel::expect_frame(&mut r, FrameType::Ack, "ack").is_ok());
+
+        // Cut short: named, with what arrived.
+        let mut r = &wire[..wire.len() / 2];
+        let (received, _) = receive_pipelined(
+            &mut r,
+            HashingFile {
+                file: None,
+                error: None,
+                hash: Sha256::new(),
+            },
+        );
+        assert!(matches!(
+            received,
+            Err(ChannelError::Truncated {
+                kind: FrameType::Bundle,
+                ..
+            })
+        ));
+    }
 }

@@ -88,8 +88,25 @@ pub enum HostRun {
     Ran(Box<VmRun>),
 }
 
-/// Intake on the host, then the job in the VM with `opts` filled from the job's budgets.
-pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<HostRun, String> {
+/// What intake on the host made of an input for the vm tier.
+pub enum Judged {
+    /// Intake refused (stage: reason); nothing is packed.
+    Refused(String),
+    /// Intake accepted: the job, and the bundle packed from intake's own copy (host::vm::bundle::pack_judged).
+    Packed {
+        /// The job intake loaded.
+        job: Box<intake::job::Job>,
+        /// How the bytes are packed.
+        kind: guest::channel::BundleKind,
+        /// The bundle's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+/// Intake on the host, then the bundle packed from the tree intake judged (its work directory, removed before
+/// this returns), never from `job_path` again. `after_intake` runs between the two: the seam a test uses to
+/// change the original after intake judged it. `Err` when the input is unusable or cannot be packed.
+pub fn judge_and_pack(job_path: &Path, after_intake: impl FnOnce()) -> Result<Judged, String> {
     let work = tempfile::Builder::new()
         .prefix("fenced-run-intake-vm-")
         .tempdir()
@@ -103,20 +120,36 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
         let _ = report.cleanup();
         return Err(format!("{}: {why}", job_path.display()));
     }
-    let job = match (report.accepted, report.job.take()) {
-        (true, Some(job)) => job,
-        _ => {
-            let reason = report
-                .refusal
-                .as_ref()
-                .map(|r| format!("{}: {}", r.stage.name(), r.reason))
-                .unwrap_or_else(|| "intake did not accept the job".into());
-            let _ = report.cleanup();
-            return Ok(HostRun::Refused(reason));
-        }
-    };
+    if !report.accepted || report.job.is_none() {
+        let reason = report
+            .refusal
+            .as_ref()
+            .map(|r| format!("{}: {}", r.stage.name(), r.reason))
+            .unwrap_or_else(|| "intake did not accept the job".into());
+        let _ = report.cleanup();
+        return Ok(Judged::Refused(reason));
+    }
+    after_intake();
+    let packed = vm::bundle::pack_judged(&report);
     let _ = report.cleanup();
     drop(work);
+    let (kind, bytes) = packed.map_err(|e| e.to_string())?;
+    match report.job.take() {
+        Some(job) => Ok(Judged::Packed {
+            job: Box::new(job),
+            kind,
+            bytes,
+        }),
+        None => Ok(Judged::Refused("intake did not accept the job".into())),
+    }
+}
+
+/// Intake on the host, then the job in the VM with `opts` filled from the job's budgets.
+pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<HostRun, String> {
+    let (job, kind, bytes) = match judge_and_pack(job_path, || {})? {
+        Judged::Refused(reason) => return Ok(HostRun::Refused(reason)),
+        Judged::Packed { job, kind, bytes } => (job, kind, bytes),
+    };
     // A job that names toolchains the image does not hold is refused before anything boots (the guest would
     // refuse it too, with the same words).
     let image_root = crate::image::Manifest::load(&opts.image)
@@ -130,7 +163,6 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     if let Err(why) = guest::fence::run::ToolchainRoot::for_job(image_root.as_ref(), &job) {
         return Ok(HostRun::Refused(format!("normalise: {why}")));
     }
-    let (kind, bytes) = vm::bundle::pack(job_path).map_err(|e| e.to_string())?;
     let install = job.install.as_ref();
     let mut t = vm::Timeouts::for_job(
         install.map(|i| i.timeout_seconds),

@@ -3,6 +3,7 @@
 //! beside it. The guest runs intake on these bytes again; nothing here is trusted by the guest.
 
 use guest::channel::{BundleKind, MAX_BUNDLE};
+use sha2::Digest;
 use std::path::{Component, Path, PathBuf};
 
 /// Why [`pack`] could not make the bundle's bytes; each names the path it concerns.
@@ -68,6 +69,36 @@ pub enum PackError {
         path: PathBuf,
         /// The packed size.
         size: u64,
+    },
+    /// [`pack_judged`] was given a report of a bundle intake did not accept (or whose tree is gone).
+    #[error("{}: intake did not accept this input, so there is no tree of its to pack", path.display())]
+    NotAccepted {
+        /// The input.
+        path: PathBuf,
+    },
+    /// The job file's bytes are not the ones intake judged (it changed after intake read it).
+    #[error("{}: the job file changed after intake judged it (SHA-256 {now}, intake read {judged})", path.display())]
+    JobFileChanged {
+        /// The job file.
+        path: PathBuf,
+        /// SHA-256 of the bytes intake read.
+        judged: String,
+        /// SHA-256 of the bytes there now.
+        now: String,
+    },
+    /// The packed tree is larger than intake in the guest accepts even gzip-compressed.
+    #[error(
+        "{}: the tree intake judged packs to {size} bytes (gzip-compressed), more than the {limit} bytes intake \
+         in the guest accepts",
+        path.display()
+    )]
+    TreeTooLarge {
+        /// The input.
+        path: PathBuf,
+        /// The compressed size.
+        size: u64,
+        /// Intake's `max_bundle_bytes`.
+        limit: u64,
     },
 }
 
@@ -236,6 +267,122 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
         });
     }
     Ok(bytes_and_kind)
+}
+
+/// The bytes and kind of the bundle for an input intake accepted, packed from **intake's own copy** (the tree
+/// intake judged), never from the path the user gave, which may have changed since:
+///
+/// - a bundle (directory or archive): the unpacked root in intake's work directory, as a tar;
+/// - a lone job file: the job file (its bytes checked against the hash intake recorded, else
+///   [`PackError::JobFileChanged`]), the repository from intake's copy (`repository/` in its work directory:
+///   the directory copied, or the archive unpacked) under the name the job gives it, and the patch. Intake keeps
+///   no copy of a patch file or of a git bundle (the process tier's fence reads both from beside the job file
+///   too), so those two are read from there.
+///
+/// The tar is sent as it is when intake in the guest accepts its size (`max_bundle_bytes`), else gzip-compressed
+/// (a compressed bundle can unpack to more than that limit); larger still is [`PackError::TreeTooLarge`]. Every
+/// directory is written once, before what lies in it.
+pub fn pack_judged(report: &intake::IntakeReport) -> Result<(BundleKind, Vec<u8>), PackError> {
+    let limit = intake::report::IntakeLimits::default().max_bundle_bytes;
+    pack_judged_within(report, limit.min(u64::from(MAX_BUNDLE)))
+}
+
+/// [`pack_judged`] with the size above which the tar is compressed, and beyond which it is refused.
+fn pack_judged_within(
+    report: &intake::IntakeReport,
+    limit: u64,
+) -> Result<(BundleKind, Vec<u8>), PackError> {
+    let input = report.input.as_path();
+    let not_accepted = || PackError::NotAccepted {
+        path: input.to_path_buf(),
+    };
+    let (Some(job), Some(root), Some(work)) = (
+        report.job.as_ref().filter(|_| report.accepted),
+        report.root.as_deref(),
+        report.work_dir.as_deref(),
+    ) else {
+        return Err(not_accepted());
+    };
+    if !root.is_dir() {
+        return Err(not_accepted());
+    }
+    let mut b = tar::Builder::new(Vec::new());
+    if root.starts_with(work) {
+        // A bundle: intake's unpacked copy is the bundle.
+        add_tree(&mut b, root, Path::new(""))?;
+    } else {
+        // A lone job file: the file intake hashed, then what it names, from intake's copy where it made one.
+        let text = std::fs::read(input).map_err(io(input))?;
+        let now = hex::encode(sha2::Sha256::digest(&text));
+        if now != job.sha256 {
+            return Err(PackError::JobFileChanged {
+                path: input.to_path_buf(),
+                judged: job.sha256.clone(),
+                now,
+            });
+        }
+        append_file(&mut b, "job.toml", &text, false).map_err(io(input))?;
+        let rel = job.repository.path.clone();
+        let copied = report
+            .repository_dir
+            .as_deref()
+            .filter(|d| d.starts_with(work) && d.is_dir());
+        let patch = job
+            .repository
+            .patch
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned());
+        // A patch inside the repository's directory is in its tree already (a member written twice is refused).
+        let patch = patch.filter(|p| copied.is_none() || !Path::new(p).starts_with(&rel));
+        for (i, rel) in std::iter::once(rel).chain(patch).enumerate() {
+            if !relative_inside(&rel) {
+                return Err(PackError::NotBeside {
+                    path: input.to_path_buf(),
+                    rel,
+                });
+            }
+            match copied.filter(|_| i == 0) {
+                Some(dir) => add_tree(&mut b, dir, Path::new(&rel))?,
+                None => {
+                    let p = root.join(&rel);
+                    let data = std::fs::read(&p).map_err(io(&p))?;
+                    append_file(&mut b, &rel, &data, false).map_err(io(&p))?;
+                }
+            }
+        }
+    }
+    let tar = b.into_inner().map_err(io(input))?;
+    if tar.len() as u64 <= limit {
+        return Ok((BundleKind::Tar, tar));
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).map_err(io(input))?;
+    let gz = gz.finish().map_err(io(input))?;
+    if gz.len() as u64 > limit {
+        return Err(PackError::TreeTooLarge {
+            path: input.to_path_buf(),
+            size: gz.len() as u64,
+            limit,
+        });
+    }
+    Ok((BundleKind::TarGz, gz))
+}
+
+/// Appends one regular file (owner 0:0, mtime 0).
+fn append_file(
+    b: &mut tar::Builder<Vec<u8>>,
+    name: &str,
+    data: &[u8],
+    exec: bool,
+) -> std::io::Result<()> {
+    let mut h = tar::Header::new_gnu();
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(if exec { 0o755 } else { 0o644 });
+    h.set_size(data.len() as u64);
+    b.append_data(&mut h, name, data)
 }
 
 #[cfg(test)]
@@ -414,5 +561,184 @@ mod tests {
             &intake::report::IntakeLimits::default(),
         )
         .expect("intake unpacks what the packer wrote");
+    }
+
+    /// The names of a tar's members, each checked to be there once and after its directory.
+    fn members_once_in_order(bytes: &[u8]) -> Vec<String> {
+        let mut a = tar::Archive::new(bytes);
+        let names: Vec<String> = a
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                e.expect("entry")
+                    .path()
+                    .expect("path")
+                    .to_string_lossy()
+                    .trim_end_matches('/')
+                    .to_owned()
+            })
+            .collect();
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "{n} written twice: {names:?}");
+            if let Some((parent, _)) = n.rsplit_once('/') {
+                assert!(
+                    names[..i].iter().any(|p| p == parent),
+                    "{n} comes before its directory: {names:?}"
+                );
+            }
+        }
+        names
+    }
+
+    /// The file `name` of the tar `bytes`, if it is there.
+    fn member(bytes: &[u8], name: &str) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let mut a = tar::Archive::new(bytes);
+        for e in a.entries().expect("entries") {
+            let mut e = e.expect("entry");
+            if e.path().expect("path").to_string_lossy() == name {
+                let mut v = Vec::new();
+                e.read_to_end(&mut v).expect("read");
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Intake as the guest runs it, on `bytes`: accepted, and its copy of the repository holds `expect` and
+    /// not `absent`.
+    fn guest_intake_sees(d: &Path, bytes: &[u8], kind: BundleKind, expect: &str, absent: &str) {
+        let file = d.join(format!("sent.{}", kind.extension()));
+        std::fs::write(&file, bytes).expect("write");
+        let work = d.join("guest-work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        let opts = intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
+            .with_work_parent(&work);
+        let mut report = intake::run_stages(&file, &opts);
+        assert!(
+            report.accepted,
+            "refused: {:?} {:?}",
+            report.refusal, report.unusable
+        );
+        let repo = report.repository_dir.clone().expect("repository");
+        assert!(repo.join(expect).is_file(), "{}", repo.display());
+        assert!(!repo.join(absent).exists(), "{absent} reached the guest");
+        assert_eq!(
+            std::fs::read_to_string(repo.join(expect)).expect("read"),
+            "echo '1 passed, 0 failed'\n",
+            "the guest got the file as intake judged it, not as changed after"
+        );
+        report.cleanup().expect("cleanup");
+    }
+
+    /// Between intake and packing the original changes (a file added, one rewritten): the host packs intake's
+    /// copy, so the guest's intake sees exactly what the host's judged. For a bundle directory and for a job file.
+    #[test]
+    fn the_host_packs_the_tree_intake_judged_not_the_original_changed_after() {
+        for as_job_file in [false, true] {
+            let d = tempfile::tempdir().expect("tmp");
+            let b = d.path().join("bundle");
+            std::fs::create_dir_all(b.join("repo/tests")).expect("mkdir");
+            std::fs::write(b.join("repo/tests/t.sh"), "echo '1 passed, 0 failed'\n")
+                .expect("write");
+            std::fs::write(b.join("fix.patch"), "").expect("write");
+            std::fs::write(
+                b.join("job.toml"),
+                "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh tests/t.sh\"\n",
+            )
+            .expect("write");
+            let input = if as_job_file {
+                b.join("job.toml")
+            } else {
+                b.clone()
+            };
+            let judged = crate::cli::vm::judge_and_pack(&input, || {
+                std::fs::write(b.join("repo/added.sh"), "echo pwned\n").expect("add");
+                std::fs::write(b.join("repo/tests/t.sh"), "echo '9 passed'\n").expect("rewrite");
+            })
+            .expect("judge and pack");
+            let crate::cli::vm::Judged::Packed { kind, bytes, .. } = judged else {
+                panic!("intake refused the bundle");
+            };
+            assert_eq!(kind, BundleKind::Tar);
+            let names = members_once_in_order(&bytes);
+            assert!(names.iter().any(|n| n == "repo"), "{names:?}");
+            assert!(!names.iter().any(|n| n == "repo/added.sh"), "{names:?}");
+            assert_eq!(
+                member(&bytes, "repo/tests/t.sh").as_deref(),
+                Some(&b"echo '1 passed, 0 failed'\n"[..])
+            );
+            guest_intake_sees(d.path(), &bytes, kind, "tests/t.sh", "added.sh");
+            // The hook did change the original.
+            assert!(b.join("repo/added.sh").is_file());
+        }
+    }
+
+    /// A job file changed after intake judged it is not packed: the error names both hashes.
+    #[test]
+    fn a_job_file_changed_after_intake_is_not_packed() {
+        let d = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(d.path().join("repo")).expect("mkdir");
+        std::fs::write(d.path().join("repo/a"), "a\n").expect("write");
+        let job = d.path().join("job.toml");
+        std::fs::write(&job, "[repository]\npath = \"repo\"\n").expect("write");
+        let e = crate::cli::vm::judge_and_pack(&job, || {
+            std::fs::write(
+                &job,
+                "[repository]\npath = \"repo\"\n[test]\ncommand = \"true\"\n",
+            )
+            .expect("rewrite");
+        })
+        .err()
+        .expect("a changed job file");
+        assert!(
+            e.contains("the job file changed after intake judged it"),
+            "{e}"
+        );
+        // And a report intake did not accept packs nothing.
+        let refused = intake::run_stages(
+            &d.path().join("missing"),
+            &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm),
+        );
+        assert!(matches!(
+            pack_judged(&refused),
+            Err(PackError::NotAccepted { .. })
+        ));
+    }
+
+    /// A tree whose tar is over the limit goes gzip-compressed (and intake, as the guest runs it, accepts it);
+    /// one that does not fit even then is an error naming the sizes.
+    #[test]
+    fn a_tree_over_the_size_limit_goes_compressed_or_is_refused_by_size() {
+        let d = tempfile::tempdir().expect("tmp");
+        let b = d.path().join("bundle");
+        std::fs::create_dir_all(b.join("repo/tests")).expect("mkdir");
+        std::fs::write(b.join("repo/tests/t.sh"), "echo '1 passed, 0 failed'\n").expect("write");
+        std::fs::write(b.join("repo/big.txt"), "all the same line\n".repeat(20_000))
+            .expect("write");
+        std::fs::write(
+            b.join("job.toml"),
+            "[repository]\npath = \"repo\"\n[test]\ncommand = \"sh tests/t.sh\"\n",
+        )
+        .expect("write");
+        let work = d.path().join("work");
+        std::fs::create_dir_all(&work).expect("mkdir");
+        let mut report = intake::run_stages(
+            &b,
+            &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
+                .with_work_parent(&work),
+        );
+        assert!(report.accepted, "{:?}", report.refusal);
+        let (kind, bytes) = pack_judged_within(&report, 64 << 10).expect("compressed");
+        assert_eq!(kind, BundleKind::TarGz);
+        assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+        guest_intake_sees(d.path(), &bytes, kind, "tests/t.sh", "added.sh");
+        let e = pack_judged_within(&report, 512).expect_err("too large");
+        assert!(
+            matches!(e, PackError::TreeTooLarge { limit: 512, size, .. } if size > 512),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("more than the 512 bytes"), "{e}");
+        report.cleanup().expect("cleanup");
     }
 }

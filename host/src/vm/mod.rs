@@ -628,7 +628,13 @@ fn run_steps(
                     let _ = vm.wr.write_all(&bytes[..bytes.len() / 2]);
                     let _ = vm.wr.shutdown(std::net::Shutdown::Write);
                 } else {
+                    progress.step("transfer", "sending the bundle to the guest");
+                    // A guest that stops reading must not hold the host in `write` forever.
+                    vm.wr
+                        .set_write_timeout(Some(t.intake))
+                        .map_err(|e| VmError::Channel(format!("job channel: {e}")))?;
                     vm.send(FrameType::Bundle, bytes)?;
+                    let _ = vm.wr.set_write_timeout(None);
                 }
                 if opts.install {
                     progress.step("intake", "intake and repository preparation in the guest");

@@ -1,4 +1,4 @@
-//! Progress of a VM run, step by step (boot, attest, intake, install, cut, test, shutdown), on stderr: an
+//! Progress of a VM run, step by step (boot, attest, transfer, intake, install, cut, test, shutdown), on stderr: an
 //! `indicatif` spinner on a terminal, JSON lines with `--progress json`, nothing otherwise. Never on stdout,
 //! which carries only the verdict.
 
@@ -35,7 +35,7 @@ impl Mode {
 
 /// The steps shown, in order.
 pub const STEPS: &[&str] = &[
-    "boot", "attest", "intake", "install", "cut", "test", "shutdown",
+    "boot", "attest", "transfer", "intake", "install", "cut", "test", "shutdown",
 ];
 
 /// The progress display of one run; [`Progress::step`] ends the current step and starts the next.
