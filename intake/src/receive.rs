@@ -145,11 +145,13 @@ pub enum RepoUrlError {
     },
 }
 
-/// Checks a repository URL's host against the address policy: an IP literal directly, a name through the
-/// resolver (every answer must pass; a name that does not resolve is refused). Returns the addresses.
+/// Checks a repository URL's host against the address policy with the operator's `allow_networks` (the rule
+/// the egress proxy applies, [`addr::check_with`]): an IP literal directly, a name through the resolver (every
+/// answer must pass; a name that does not resolve is refused). Returns the addresses. Nothing is fetched.
 pub fn check_repository_url(
     url: &RepoUrl,
     resolver: &dyn Resolver,
+    networks: &addr::AllowNetworks,
 ) -> Result<Vec<IpAddr>, RepoUrlError> {
     let addrs = match &url.host {
         HostName::Ip(ip) => vec![*ip],
@@ -168,7 +170,7 @@ pub fn check_repository_url(
         }
     };
     for ip in &addrs {
-        addr::check(*ip).map_err(|refused| RepoUrlError::Refused {
+        addr::check_with(*ip, networks).map_err(|refused| RepoUrlError::Refused {
             host: url.host.clone(),
             refused,
         })?;
