@@ -226,6 +226,18 @@ pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
     if !v.nonce_checked {
         notes.push("nonce NOT checked (no --nonce): the verdict may be a replay".into());
     }
+    if let Some(r) = v.verdict.as_ref().and_then(|d| d.repository.as_ref()) {
+        if !v
+            .pins
+            .iter()
+            .any(|p| p.check == crate::evidence::checks::PIN_REPOSITORY)
+        {
+            notes.push(format!(
+                "repository URL NOT pinned (no --repository): the run fetched {}; any URL serving the commit would do",
+                r.url
+            ));
+        }
+    }
     if let (ReportVerification::Tdx(_), true) = (&v.report, v.measurement_pinned) {
         let image = crate::evidence::TDX_IMAGE_RTMRS
             .iter()
@@ -280,6 +292,13 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
     }
     rows.extend([
         ("commit".to_string(), hex_or_none(&d.inputs.commit)),
+        (
+            "repository".to_string(),
+            d.repository.as_ref().map_or_else(
+                || "in the bundle".to_string(),
+                |r| format!("{} ({} fetch)", r.url, r.fetch),
+            ),
+        ),
         ("tree".to_string(), hex_or_none(&d.inputs.tree)),
         (
             "patch sha256".to_string(),
