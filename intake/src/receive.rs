@@ -14,6 +14,30 @@ use std::path::Path;
 pub trait Resolver: Send + Sync {
     /// Every address `host` resolves to.
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
+
+    /// Whether names are resolved only when a connection is made, by what dials it (a guest, which has no
+    /// resolver of its own: the host dialer resolves and checks every answer against the same address policy):
+    /// [`check_repository_url`] then checks IP literals only.
+    fn at_connect(&self) -> bool {
+        false
+    }
+}
+
+/// The resolver of a guest (`vm` and confidential tiers): names are resolved and their addresses checked by
+/// the host dialer when the fetch connects, never here.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AtConnect;
+
+impl Resolver for AtConnect {
+    fn resolve(&self, host: &str, _port: u16) -> io::Result<Vec<IpAddr>> {
+        Err(io::Error::other(format!(
+            "{host}: names are resolved when the connection is made, not here"
+        )))
+    }
+
+    fn at_connect(&self) -> bool {
+        true
+    }
 }
 
 /// The system resolver (`getaddrinfo` through the standard library).
@@ -155,6 +179,7 @@ pub fn check_repository_url(
 ) -> Result<Vec<IpAddr>, RepoUrlError> {
     let addrs = match &url.host {
         HostName::Ip(ip) => vec![*ip],
+        HostName::Name(_) if resolver.at_connect() => Vec::new(),
         HostName::Name(n) => {
             let a =
                 resolver

@@ -134,16 +134,23 @@ pub fn structure_of(
             // connects. Nothing is fetched by intake or by the host.
             let addrs = check_repository_url(&url, resolver, networks)?;
             let shown: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            let resolved = if shown.is_empty() {
+                "its addresses are checked when the fetch connects".to_owned()
+            } else {
+                format!(
+                    "{}:{} resolves here to {}",
+                    url.host,
+                    url.port,
+                    shown.join(", ")
+                )
+            };
             notes.push(Finding::new(
                 Stage::Structure,
                 Severity::Note,
                 "repository.url",
                 format!(
                     "the repository is fetched by the fence in the install sandbox through the egress proxy \
-                     ({}:{} resolves here to {}); intake did not fetch it",
-                    url.host,
-                    url.port,
-                    shown.join(", ")
+                     ({resolved}); intake did not fetch it"
                 ),
             ));
             None

@@ -111,6 +111,44 @@ impl GitServer {
         }
     }
 
+    /// The counts of `sh test.sh` run directly, outside any fence, in a clone of the base (with the fix applied
+    /// when `fix`): `(passed, failed)` from its summary line.
+    pub fn direct(&self, fix: bool) -> (u64, u64) {
+        let d = tempfile::tempdir().expect("tempdir");
+        let w = d.path().join("w");
+        git(
+            d.path(),
+            &[
+                "clone",
+                "-q",
+                self.work.to_str().expect("utf-8"),
+                w.to_str().expect("utf-8"),
+            ],
+        );
+        if fix {
+            std::fs::write(w.join("calc.sh"), "echo 4\n").expect("fix");
+        }
+        let out = Command::new("sh")
+            .arg("test.sh")
+            .current_dir(&w)
+            .output()
+            .expect("sh");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.contains("passed"))
+            .expect("summary")
+            .to_owned();
+        let n = |word: &str| -> u64 {
+            line.split(',')
+                .find(|p| p.contains(word))
+                .and_then(|p| p.split_whitespace().next())
+                .and_then(|v| v.parse().ok())
+                .expect("count")
+        };
+        (n("passed"), n("failed"))
+    }
+
     /// The URL of the served repository, by the name `localhost`.
     pub fn url(&self) -> String {
         format!("http://localhost:{}/repo.git", self.port)

@@ -40,41 +40,6 @@ fn run(c: &Case, operator: bool, extra: &[&str]) -> Ran {
     c.run_with(&args, &[])
 }
 
-/// The counts of `sh test.sh` run directly (outside the fence) in a checkout of the base, with or without the
-/// fix: `(passed, failed)` from its summary line.
-fn direct(s: &GitServer, fix: bool) -> (u64, u64) {
-    let d = tempfile::tempdir().expect("tempdir");
-    let st = Command::new("git")
-        .args(["clone", "-q"])
-        .arg(&s.work)
-        .arg(d.path().join("w"))
-        .status()
-        .expect("clone");
-    assert!(st.success());
-    let w = d.path().join("w");
-    if fix {
-        std::fs::write(w.join("calc.sh"), "echo 4\n").expect("fix");
-    }
-    let out = Command::new("sh")
-        .arg("test.sh")
-        .current_dir(&w)
-        .output()
-        .expect("sh");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .find(|l| l.contains("passed"))
-        .expect("summary");
-    let n = |w: &str| -> u64 {
-        line.split(',')
-            .find(|p| p.contains(w))
-            .and_then(|p| p.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .expect("count")
-    };
-    (n("passed"), n("failed"))
-}
-
 fn counts(r: &Ran) -> (u64, u64) {
     let t = &r.verdict["tests"];
     (
@@ -110,7 +75,7 @@ fn base_fails_and_the_fix_passes_from_a_smart_http_server_with_the_url_pinned() 
     let c = case(&s.url(), &s.base, &allow, false);
     let r = run(&c, true, &[]);
     assert_eq!(r.outcome(), "tests_failed", "{}", r.dump());
-    assert_eq!(counts(&r), direct(&s, false), "{}", r.dump());
+    assert_eq!(counts(&r), s.direct(false), "{}", r.dump());
     assert_eq!(r.verdict["repository"]["url"], s.url(), "{}", r.dump());
     assert_eq!(r.verdict["repository"]["fetch"], "shallow", "{}", r.dump());
     assert_eq!(
@@ -136,7 +101,7 @@ fn base_fails_and_the_fix_passes_from_a_smart_http_server_with_the_url_pinned() 
         ],
     );
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
-    assert_eq!(counts(&r), direct(&s, true), "{}", r.dump());
+    assert_eq!(counts(&r), s.direct(true), "{}", r.dump());
     assert_eq!(r.verdict["repository"]["url"], s.url(), "{}", r.dump());
     let verify = |url: Option<&str>| {
         let mut cmd = Command::new(VERIFY);
@@ -178,7 +143,7 @@ fn a_dumb_http_server_is_fetched_in_full_and_judged_the_same() {
     let c = case(&s.url(), &s.base, &format!("localhost:{}", s.port), true);
     let r = run(&c, true, &[]);
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
-    assert_eq!(counts(&r), direct(&s, true), "{}", r.dump());
+    assert_eq!(counts(&r), s.direct(true), "{}", r.dump());
     assert_eq!(r.verdict["repository"]["fetch"], "full", "{}", r.dump());
     assert_eq!(
         r.verdict["inputs"]["commit"],

@@ -217,7 +217,9 @@ pub fn fetch_stops(f: &PhaseFacts, egress: &[EgressRecord]) -> Option<(Outcome, 
         (Some(127), _) => {
             return Some((
                 Outcome::EnvironmentExhausted,
-                "fetch: git is not in the sandbox (the system or toolchain root has none)".into(),
+                "fetch: git or its HTTP transport (git-remote-http) is not in the sandbox (the system or \
+                 toolchain root has none; the toolchain image has both)"
+                    .into(),
             ))
         }
         (Some(c), _) => format!("git fetch failed with exit code {c}"),

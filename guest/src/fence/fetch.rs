@@ -66,7 +66,8 @@ pub fn script(url: &str, pin: &str, proxy_port: u16) -> String {
         "export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_TERMINAL_PROMPT=0 GIT_ASKPASS=/bin/false \
          SSH_ASKPASS=/bin/false GIT_NO_LAZY_FETCH=1 GIT_NO_REPLACE_OBJECTS=1 GIT_ATTR_NOSYSTEM=1 \
          GIT_LFS_SKIP_SMUDGE=1 GIT_PROTOCOL_FROM_USER=0\n\
-         command -v git >/dev/null 2>&1 || {{ echo 'fenced-run fetch: git is not in the sandbox (the toolchain root has none)' >&2; exit 127; }}\n\
+         command -v git >/dev/null 2>&1 || {{ echo 'fenced-run fetch: git is not in the sandbox (the system or toolchain root has none)' >&2; exit 127; }}\n\
+         [ -x \"$(git --exec-path)/git-remote-http\" ] || {{ echo 'fenced-run fetch: git has no HTTP transport here (git-remote-http is missing: use a toolchain image)' >&2; exit 127; }}\n\
          {g} init -q --template= . || exit $?\n\
          if {g} fetch --quiet --no-tags --no-write-fetch-head --depth=1 {url} {pin}; then exit 0; fi\n\
          echo 'fenced-run fetch: the shallow fetch of the pinned commit failed; fetching the branches and tags in full' >&2\n\

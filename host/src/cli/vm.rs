@@ -94,10 +94,14 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
         .prefix("fenced-run-intake-vm-")
         .tempdir()
         .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    // The operator's allow_networks apply to a repository URL's addresses here as in the dialer.
+    let mut runner = intake::normalise::RunnerPolicy::probe();
+    runner.operator.egress = opts.egress.clone();
     let mut report = intake::run_stages(
         job_path,
         &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
-            .with_work_parent(work.path()),
+            .with_work_parent(work.path())
+            .with_runner(runner),
     );
     if let Some(why) = report.unusable.clone() {
         let _ = report.cleanup();
