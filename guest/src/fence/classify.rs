@@ -305,6 +305,61 @@ fn nonzero(f: &PhaseFacts) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_failed_fetch_is_refused_when_served_and_exhausted_otherwise() {
+        use attestation::verdict::EgressRecord;
+        let ok = PhaseFacts {
+            exit_code: Some(0),
+            ..PhaseFacts::default()
+        };
+        assert_eq!(fetch_stops(&ok, &[]), None);
+        let full = PhaseFacts {
+            exit_code: Some(crate::fence::fetch::FULL_FETCH_EXIT),
+            ..PhaseFacts::default()
+        };
+        assert_eq!(fetch_stops(&full, &[]), None);
+        let failed = PhaseFacts {
+            exit_code: Some(128),
+            ..PhaseFacts::default()
+        };
+        let served = EgressRecord {
+            host: "git.example".into(),
+            port: 443,
+            allowed: true,
+            reason: "allowlisted".into(),
+            bytes_up: 10,
+            bytes_down: 10,
+        };
+        let (o, why) = fetch_stops(&failed, std::slice::from_ref(&served)).expect("stops");
+        assert_eq!(o, Outcome::Refused, "{why}");
+        let refused = EgressRecord {
+            allowed: false,
+            reason: "resolves to 10.0.0.1: private".into(),
+            ..served
+        };
+        let (o, why) = fetch_stops(&failed, &[refused]).expect("stops");
+        assert_eq!(o, Outcome::EnvironmentExhausted);
+        assert!(why.contains("git.example:443"), "{why}");
+        for f in [
+            PhaseFacts {
+                timed_out: true,
+                ..PhaseFacts::default()
+            },
+            PhaseFacts {
+                disk_full: true,
+                exit_code: Some(128),
+                ..PhaseFacts::default()
+            },
+            PhaseFacts {
+                exit_code: Some(127),
+                ..PhaseFacts::default()
+            },
+        ] {
+            let (o, why) = fetch_stops(&f, &[]).expect("stops");
+            assert_eq!(o, Outcome::EnvironmentExhausted, "{why}");
+        }
+    }
     use super::*;
     use crate::fence::counts;
 

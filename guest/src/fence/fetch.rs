@@ -88,6 +88,21 @@ mod tests {
         assert!(s.contains("'protocol.allow=never'"), "{s}");
         assert!(s.contains("'core.hooksPath=/dev/null'"), "{s}");
         assert!(s.contains("--depth=1"), "{s}");
+        for setting in [
+            "'credential.helper='",
+            "'protocol.http.allow=always'",
+            "'protocol.https.allow=always'",
+            "'fetch.fsckObjects=true'",
+            "'fetch.recurseSubmodules=false'",
+            "'http.lowSpeedLimit=1'",
+            "'http.lowSpeedTime=60'",
+            "GIT_CONFIG_NOSYSTEM=1",
+            "GIT_CONFIG_GLOBAL=/dev/null",
+            "GIT_TERMINAL_PROMPT=0",
+            "git-remote-http",
+        ] {
+            assert!(s.contains(setting), "{setting}: {s}");
+        }
         assert!(s.contains(&format!("exit {FULL_FETCH_EXIT}")), "{s}");
     }
 

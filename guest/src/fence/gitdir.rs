@@ -876,6 +876,32 @@ mod tests {
     }
 
     #[test]
+    fn a_shallow_file_is_accepted_only_when_it_names_exactly_the_pin() {
+        let d = repo();
+        let (head, tree) = head_and_tree(d.path());
+        let other = ObjectId::from_hex("1".repeat(40).as_bytes()).expect("id");
+        w(d.path(), ".git/shallow", &format!("{head}\n"));
+        // Without a pin, or with another pin, a shallow clone is refused as before.
+        assert!(matches!(open(d.path()), Err(GitError::Refused(_))));
+        assert!(matches!(
+            open_pinned(d.path(), Some(&other)),
+            Err(GitError::Refused(_))
+        ));
+        // With the pin it names: HEAD's commit and tree are read and checked as always.
+        let g = open_pinned(d.path(), Some(&head))
+            .expect("open")
+            .expect("git");
+        assert_eq!(g.commit_tree(&head).expect("commit"), tree);
+        g.check_worktree(&tree, d.path()).expect("worktree");
+        // A shallow file naming the pin and another commit rewrites more than the pin's own history: refused.
+        w(d.path(), ".git/shallow", &format!("{head}\n{other}\n"));
+        assert!(matches!(
+            open_pinned(d.path(), Some(&head)),
+            Err(GitError::Refused(_))
+        ));
+    }
+
+    #[test]
     fn what_redirects_git_is_refused() {
         let cases: &[(&str, Change)] = &[
             ("gitfile", &|p| {
