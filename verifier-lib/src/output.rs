@@ -290,15 +290,15 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
     if !crate::evidence::tests_ran(d) {
         rows.push(("NOTE".to_string(), NO_TEST_RAN.to_string()));
     }
-    rows.extend([
-        ("commit".to_string(), hex_or_none(&d.inputs.commit)),
-        (
+    rows.extend([("commit".to_string(), hex_or_none(&d.inputs.commit))]);
+    // A repository fetched by URL (`[repository] url`) is named right after its commit.
+    if let Some(r) = &d.repository {
+        rows.push((
             "repository".to_string(),
-            d.repository.as_ref().map_or_else(
-                || "in the bundle".to_string(),
-                |r| format!("{} ({} fetch)", r.url, r.fetch),
-            ),
-        ),
+            format!("{} ({} fetch)", r.url, r.fetch),
+        ));
+    }
+    rows.extend([
         ("tree".to_string(), hex_or_none(&d.inputs.tree)),
         (
             "patch sha256".to_string(),
