@@ -64,6 +64,12 @@ fn git(dir: &Path, args: &[&str]) -> String {
 impl GitServer {
     /// Makes the repository (an initial commit, then the base), serves it and returns the server.
     pub fn start(protocol: Protocol) -> GitServer {
+        GitServer::start_with(protocol, 0)
+    }
+
+    /// [`GitServer::start`] with a file of `big` incompressible bytes in the base commit (`big.bin`), for the
+    /// fetch's disk limit.
+    pub fn start_with(protocol: Protocol, big: usize) -> GitServer {
         let dir = tempfile::Builder::new()
             .prefix("gitserve-")
             .tempdir()
@@ -76,6 +82,19 @@ impl GitServer {
         git(&work, &["commit", "-q", "-m", "initial"]);
         std::fs::write(work.join("calc.sh"), "echo 5\n").expect("write");
         std::fs::write(work.join("test.sh"), TEST_SH).expect("write");
+        if big > 0 {
+            // xorshift64: bytes zlib cannot shrink, without a random number crate.
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+            let bytes: Vec<u8> = (0..big)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x >> 24) as u8
+                })
+                .collect();
+            std::fs::write(work.join("big.bin"), bytes).expect("write");
+        }
         git(&work, &["add", "."]);
         git(&work, &["commit", "-q", "-m", "base: calc is wrong"]);
         let base = git(&work, &["rev-parse", "HEAD"]);

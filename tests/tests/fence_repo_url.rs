@@ -6,7 +6,7 @@
 //! verdict carries the URL and `verify-attestation --repository` pins it. A pin the server does not have is
 //! refused naming it; a URL not on the allowlist, or to loopback without `allow_networks`, is refused at intake.
 
-use fenced_run_tests::fence::{skip, Case, Ran};
+use fenced_run_tests::fence::{skip, skip_without_limits, Case, Ran};
 use fenced_run_tests::gitserve::{GitServer, Protocol, FIX_PATCH};
 use std::process::Command;
 
@@ -16,6 +16,11 @@ const OPERATOR: &str = "[egress]\nallow_networks = [\"127.0.0.1/32\"]\n";
 
 /// A case whose job fetches `url` at `pin`, with `allow` on the allowlist and the fix as its patch when `fix`.
 fn case(url: &str, pin: &str, allow: &str, fix: bool) -> Case {
+    case_with(url, pin, allow, fix, "timeout_seconds = 120\n")
+}
+
+/// [`case`] with `extra` after the `[install]` allowlist (the fetch's time limit, a `[limits]` table).
+fn case_with(url: &str, pin: &str, allow: &str, fix: bool, extra: &str) -> Case {
     let c = Case::new(BIN);
     let patch = if fix {
         std::fs::write(c.path().join("fix.patch"), FIX_PATCH).expect("patch");
@@ -25,7 +30,7 @@ fn case(url: &str, pin: &str, allow: &str, fix: bool) -> Case {
     };
     c.job(&format!(
         "[repository]\nurl = \"{url}\"\ncommit = \"{pin}\"\n{patch}[install]\ncommand = \"true\"\n\
-         allow = [\"{allow}\"]\ntimeout_seconds = 120\n[test]\ncommand = \"sh test.sh\"\n"
+         allow = [\"{allow}\"]\n{extra}[test]\ncommand = \"sh test.sh\"\n"
     ));
     c
 }
@@ -196,4 +201,55 @@ fn urls_off_the_allowlist_or_to_loopback_without_allow_networks_are_refused_at_i
         "{}",
         r.dump()
     );
+}
+
+#[test]
+fn a_server_that_never_answers_meets_the_time_limit() {
+    if skip() {
+        return;
+    }
+    // Accepts and holds every connection, answering nothing.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in l.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let url = format!("http://localhost:{port}/repo.git");
+    let c = case_with(
+        &url,
+        &"a".repeat(40),
+        &format!("localhost:{port}"),
+        false,
+        "timeout_seconds = 3\n",
+    );
+    let started = std::time::Instant::now();
+    let r = run(&c, true, &[]);
+    assert_eq!(r.outcome(), "environment_exhausted", "{}", r.dump());
+    assert!(r.verdict.to_string().contains("time limit"), "{}", r.dump());
+    assert!(r.verdict["test"].is_null(), "{}", r.dump());
+    assert!(started.elapsed().as_secs() < 60, "{}", r.dump());
+    c.assert_clean(&r, &[]);
+}
+
+#[test]
+fn a_pack_larger_than_the_run_s_disk_meets_the_disk_limit() {
+    if skip() || skip_without_limits() {
+        return;
+    }
+    let s = GitServer::start_with(Protocol::Smart, 12 << 20);
+    let c = case_with(
+        &s.url(),
+        &s.base,
+        &format!("localhost:{}", s.port),
+        false,
+        "timeout_seconds = 120\n[limits]\ndisk_mib = 4\n",
+    );
+    let r = run(&c, true, &[]);
+    assert_eq!(r.outcome(), "environment_exhausted", "{}", r.dump());
+    assert!(r.verdict.to_string().contains("disk limit"), "{}", r.dump());
+    assert_eq!(r.verdict["repository"]["fetch"], "failed", "{}", r.dump());
+    c.assert_clean(&r, &[]);
 }

@@ -22,6 +22,19 @@ pub fn mode_of(exit_code: Option<i32>) -> Option<&'static str> {
     }
 }
 
+/// Whether git's own output says the disk ran out (`No space left on device`, `File size limit exceeded`, a
+/// helper that `died of signal 25`: SIGXFSZ, the RLIMIT_FSIZE limit): a line the server sent (`remote: ...`)
+/// never counts.
+pub fn out_of_disk(output: &[u8]) -> bool {
+    String::from_utf8_lossy(output).lines().any(|l| {
+        let l = l.trim_start();
+        !l.starts_with("remote:")
+            && (l.contains("No space left on device")
+                || l.contains("File size limit exceeded")
+                || l.contains("died of signal 25"))
+    })
+}
+
 /// `text` as one single-quoted shell word.
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -104,6 +117,19 @@ mod tests {
             assert!(s.contains(setting), "{setting}: {s}");
         }
         assert!(s.contains(&format!("exit {FULL_FETCH_EXIT}")), "{s}");
+    }
+
+    #[test]
+    fn running_out_of_disk_is_read_from_git_not_from_the_server() {
+        assert!(out_of_disk(
+            b"error: index-pack: write error: No space left on device\nfatal: fetch-pack: invalid index-pack output\n"
+        ));
+        assert!(!out_of_disk(
+            b"remote: No space left on device\nfatal: not our ref\n"
+        ));
+        assert!(!out_of_disk(
+            b"fatal: remote error: upload-pack: not our ref\n"
+        ));
     }
 
     #[test]

@@ -194,7 +194,9 @@ fn shallow_is_pin(dir: &Path, pin: Option<&ObjectId>) -> Result<bool, GitError> 
     }
     let text = read_small(&path)?.unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
-    Ok(lines.len() == 1 && lines[0] == pin.to_string())
+    Ok(lines.len() == 1
+        && lines[0].len() == 40
+        && ObjectId::from_hex(lines[0].as_bytes()).is_ok_and(|id| id == *pin))
 }
 
 /// A file of at most [`MAX_REF_FILE`] bytes as text, `None` when it does not exist.

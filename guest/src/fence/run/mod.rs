@@ -529,7 +529,12 @@ impl FetchCtx<'_> {
         source.duration_ms = run.report.duration_ms;
         let tail = tail_with_header(&run.header, &run.output);
         let processes_left = run.left_after_teardown > 0 || !run.report.namespace_dead;
-        let stops = classify::fetch_stops(&run.facts, &[]);
+        let mut facts = run.facts.clone();
+        // git deletes a pack it could not finish, so the scratch is no longer full when the phase ends: its own
+        // words say so (never a line the server sent, which git prefixes with `remote:`).
+        facts.disk_full |=
+            fetch::out_of_disk(&run.output.head) || fetch::out_of_disk(&run.output.tail);
+        let stops = classify::fetch_stops(&facts, &[]);
         match (stops, processes_left) {
             (None, false) => {
                 source.fetch = fetch::mode_of(run.report.exit_code)
@@ -557,7 +562,7 @@ impl FetchCtx<'_> {
             (Some(_), _) => {
                 source.egress = session.finish();
                 let _ = fs::remove_dir_all(&fetch_dir);
-                let (outcome, why) = classify::fetch_stops(&run.facts, &source.egress)
+                let (outcome, why) = classify::fetch_stops(&facts, &source.egress)
                     .unwrap_or((Outcome::EnvironmentExhausted, "the fetch failed".into()));
                 Err(ended(outcome, why, source, tail))
             }
