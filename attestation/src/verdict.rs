@@ -461,6 +461,28 @@ pub struct Verdict {
     /// The repository's toolchain pins and whether the image satisfies each (absent when it has none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub toolchain_pins: Vec<ToolchainPin>,
+    /// Where the repository was fetched from, when the job named it by `[repository] url` (absent for a
+    /// repository carried in the bundle, and in verdicts written before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<RepositorySource>,
+}
+
+/// A repository the fence fetched by URL (`[repository] url`): what the founder pins with
+/// `verify-attestation --repository URL`. The commit it was checked against is `inputs.commit`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositorySource {
+    /// The URL as the job wrote it.
+    pub url: String,
+    /// How the commit came: `shallow` (only the pinned commit), `full` (the server refused a fetch by commit
+    /// id, so its branches and tags were fetched), or `failed`.
+    pub fetch: String,
+    /// Wall-clock duration of the fetch in milliseconds.
+    pub duration_ms: u64,
+    /// The fetch's connections when the run ended at the fetch; otherwise they open `install.egress` (the fetch
+    /// and the install phase share one egress proxy session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<EgressRecord>,
 }
 
 impl Verdict {
@@ -496,6 +518,7 @@ impl Verdict {
             protected: Vec::new(),
             image: None,
             toolchain_pins: Vec::new(),
+            repository: None,
         }
     }
 
@@ -1028,6 +1051,31 @@ mod tests {
             j["install"]["operator_egress"]["upstream_proxy"],
             "http://proxy.example:3128"
         );
+        assert_eq!(
+            Verdict::from_cbor(&v.to_cbor().expect("cbor")).expect("decode"),
+            v
+        );
+        assert_eq!(
+            Verdict::from_json(v.to_json_pretty().as_bytes()).expect("decode"),
+            v
+        );
+    }
+
+    #[test]
+    fn repository_url_is_recorded_and_evidence_without_it_still_decodes() {
+        let old = sample();
+        assert!(old.to_json_value().get("repository").is_none());
+        let mut v = sample();
+        v.repository = Some(RepositorySource {
+            url: "https://git.example/org/repo.git".into(),
+            fetch: "shallow".into(),
+            duration_ms: 120,
+            egress: Vec::new(),
+        });
+        let j = v.to_json_value();
+        assert_eq!(j["repository"]["url"], "https://git.example/org/repo.git");
+        assert_eq!(j["repository"]["fetch"], "shallow");
+        assert!(j["repository"].get("egress").is_none(), "{j}");
         assert_eq!(
             Verdict::from_cbor(&v.to_cbor().expect("cbor")).expect("decode"),
             v

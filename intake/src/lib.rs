@@ -390,11 +390,15 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             run.report.job_sha256 = Some(l.sha256.clone());
             if let Ok(job) = &l.job {
                 if let Some(Ok(url)) = job.repository.url() {
-                    if let Err(why) = receive::check_repository_url(&url, opts.resolver.as_ref()) {
+                    if let Err(why) = receive::check_repository_url(
+                        &url,
+                        opts.resolver.as_ref(),
+                        &opts.runner.operator.egress.allow_networks,
+                    ) {
                         run.refuse(
                             Stage::Receive,
                             Vec::new(),
-                            "repository.path",
+                            "repository.url",
                             why.to_string(),
                         );
                         return run.finish(opts);
@@ -510,15 +514,19 @@ pub fn run_stages(input: &Path, opts: &IntakeOptions) -> IntakeReport {
             return run.finish(opts);
         }
     };
-    let st =
-        match structure::structure_of(job, &root, repo_unpacked.as_deref(), opts.resolver.as_ref())
-        {
-            Ok(s) => s,
-            Err(why) => {
-                run.refuse(Stage::Structure, Vec::new(), "", why.to_string());
-                return run.finish(opts);
-            }
-        };
+    let st = match structure::structure_of(
+        job,
+        &root,
+        repo_unpacked.as_deref(),
+        opts.resolver.as_ref(),
+        &opts.runner.operator.egress.allow_networks,
+    ) {
+        Ok(s) => s,
+        Err(why) => {
+            run.refuse(Stage::Structure, Vec::new(), "", why.to_string());
+            return run.finish(opts);
+        }
+    };
     let job = st.job;
     run.report.repository_dir = st.repository_dir.clone();
     run.report.job = Some(job.clone());

@@ -14,6 +14,30 @@ use std::path::Path;
 pub trait Resolver: Send + Sync {
     /// Every address `host` resolves to.
     fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<IpAddr>>;
+
+    /// Whether names are resolved only when a connection is made, by what dials it (a guest, which has no
+    /// resolver of its own: the host dialer resolves and checks every answer against the same address policy):
+    /// [`check_repository_url`] then checks IP literals only.
+    fn at_connect(&self) -> bool {
+        false
+    }
+}
+
+/// The resolver of a guest (`vm` and confidential tiers): names are resolved and their addresses checked by
+/// the host dialer when the fetch connects, never here.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AtConnect;
+
+impl Resolver for AtConnect {
+    fn resolve(&self, host: &str, _port: u16) -> io::Result<Vec<IpAddr>> {
+        Err(io::Error::other(format!(
+            "{host}: names are resolved when the connection is made, not here"
+        )))
+    }
+
+    fn at_connect(&self) -> bool {
+        true
+    }
 }
 
 /// The system resolver (`getaddrinfo` through the standard library).
@@ -145,14 +169,17 @@ pub enum RepoUrlError {
     },
 }
 
-/// Checks a repository URL's host against the address policy: an IP literal directly, a name through the
-/// resolver (every answer must pass; a name that does not resolve is refused). Returns the addresses.
+/// Checks a repository URL's host against the address policy with the operator's `allow_networks` (the rule
+/// the egress proxy applies, [`addr::check_with`]): an IP literal directly, a name through the resolver (every
+/// answer must pass; a name that does not resolve is refused). Returns the addresses. Nothing is fetched.
 pub fn check_repository_url(
     url: &RepoUrl,
     resolver: &dyn Resolver,
+    networks: &addr::AllowNetworks,
 ) -> Result<Vec<IpAddr>, RepoUrlError> {
     let addrs = match &url.host {
         HostName::Ip(ip) => vec![*ip],
+        HostName::Name(_) if resolver.at_connect() => Vec::new(),
         HostName::Name(n) => {
             let a =
                 resolver
@@ -168,7 +195,7 @@ pub fn check_repository_url(
         }
     };
     for ip in &addrs {
-        addr::check(*ip).map_err(|refused| RepoUrlError::Refused {
+        addr::check_with(*ip, networks).map_err(|refused| RepoUrlError::Refused {
             host: url.host.clone(),
             refused,
         })?;

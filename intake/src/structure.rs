@@ -1,6 +1,7 @@
 //! Stage 3: structure. The bundle's `job.toml` (loaded once, with the same loader as `fenced-run run`, by
 //! [`crate::run_stages`]) names what is present inside the bundle: the repository (a directory, an archive unpacked by stage 2, a git
-//! bundle, or a URL whose host passes the address policy) and the patch.
+//! bundle, or a `repository.url` whose host passes the address policy, fetched later by the fence) and the
+//! patch.
 
 use crate::job::Job;
 use crate::receive::{check_repository_url, Resolver};
@@ -48,26 +49,12 @@ pub enum StructureError {
         /// The path.
         path: PathBuf,
     },
-    /// `repository.path` looks like a URL but is not one this project reads.
-    #[error("repository.path: {0}")]
+    /// `repository.url` is not one the fence fetches (the loader refuses these first).
+    #[error("repository.url: {0}")]
     BadUrl(#[from] job_policy::allow::HostError),
-    /// The URL's host is refused by the address policy.
-    #[error(transparent)]
+    /// The URL's host is refused by the address policy (with the operator's `allow_networks`).
+    #[error("repository.url: {0}")]
     UrlAddress(#[from] crate::receive::RepoUrlError),
-    /// A URL whose host passes: refused all the same, fetching is not built.
-    #[error(
-        "repository.path = `{path}` is a URL ({host}:{port}): fetching a repository is not built; put the \
-         repository in the bundle (a directory, a .tar/.tar.gz/.zip archive or a git bundle) and name it by its \
-         path"
-    )]
-    UrlNotFetched {
-        /// `repository.path` as written.
-        path: String,
-        /// The URL's host.
-        host: job_policy::allow::HostName,
-        /// The URL's port.
-        port: u16,
-    },
     /// `repository.path` names nothing in the bundle.
     #[error("repository.path = `{}` is not in the bundle", .0.display())]
     RepositoryMissing(PathBuf),
@@ -136,20 +123,37 @@ pub fn structure_of(
     root: &Path,
     unpacked_repository: Option<&Path>,
     resolver: &dyn Resolver,
+    networks: &job_policy::addr::AllowNetworks,
 ) -> Result<Structure, StructureError> {
     let mut notes = Vec::new();
     let repository_dir = match job.repository.url() {
         Some(Err(e)) => return Err(e.into()),
         Some(Ok(url)) => {
-            // The address is checked first (a private or metadata address is named as such), then the URL
-            // is refused: nothing fetches a repository yet, and a URL accepted here would reach the fence
-            // with no repository at all.
-            check_repository_url(&url, resolver)?;
-            return Err(StructureError::UrlNotFetched {
-                path: job.repository.path.clone(),
-                host: url.host,
-                port: url.port,
-            });
+            // The address is checked here (a private or metadata address is named as such); the fence fetches
+            // the pinned commit in the install sandbox through the egress proxy, which checks it again when it
+            // connects. Nothing is fetched by intake or by the host.
+            let addrs = check_repository_url(&url, resolver, networks)?;
+            let shown: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            let resolved = if shown.is_empty() {
+                "its addresses are checked when the fetch connects".to_owned()
+            } else {
+                format!(
+                    "{}:{} resolves here to {}",
+                    url.host,
+                    url.port,
+                    shown.join(", ")
+                )
+            };
+            notes.push(Finding::new(
+                Stage::Structure,
+                Severity::Note,
+                "repository.url",
+                format!(
+                    "the repository is fetched by the fence in the install sandbox through the egress proxy \
+                     ({resolved}); intake did not fetch it"
+                ),
+            ));
+            None
         }
         None => {
             let rel = Path::new(&job.repository.path);

@@ -180,6 +180,11 @@ const BAD: &[(&str, &str, usize)] = &[
         "repository.path",
         2,
     ),
+    (
+        "[repository]\nurl = \"ftp://h.example/r\"\ncommit = \"0123456789abcdef0123456789abcdef01234567\"\n",
+        "repository.url",
+        2,
+    ),
     // environment injection
     (
         "[repository]\npath = \"r\"\n[env]\npassthrough = [\"TERM\", \"LD_PRELOAD\"]\n",
@@ -424,20 +429,96 @@ fn allow_entries_normalise_and_match() {
 
 #[test]
 fn repository_url_is_parsed() {
-    let job = load("[repository]\npath = \"https://user@Git.Example:8443/org/repo.git\"\n")
-        .expect("loads");
+    let pin = "0123456789abcdef0123456789abcdef01234567";
+    let job = load(&format!(
+        "[repository]\nurl = \"https://Git.Example:8443/org/repo.git\"\ncommit = \"{pin}\"\n\
+         [install]\ncommand = \"true\"\nallow = [\"git.example:8443\"]\n"
+    ))
+    .expect("loads");
+    assert_eq!(
+        job.repository.url.as_deref(),
+        Some("https://Git.Example:8443/org/repo.git")
+    );
+    assert_eq!(job.repository.path, "");
     let url = job.repository.url().expect("is a url").expect("parses");
     assert_eq!(url.host, HostName::Name("git.example".into()));
     assert_eq!(url.port, 8443);
-    let job = load("[repository]\npath = \"git://[::1]/repo\"\n").expect("loads");
+    let job = load(&format!(
+        "[repository]\nurl = \"http://[::1]/repo\"\ncommit = \"{pin}\"\n\
+         [install]\ncommand = \"true\"\nallow = [\"[::1]:80\"]\n"
+    ))
+    .expect("loads");
     let url = job.repository.url().expect("is a url").expect("parses");
     assert_eq!(url.host, HostName::Ip("::1".parse().expect("ip")));
-    assert_eq!(url.port, 9418);
+    assert_eq!(url.port, 80);
     assert!(load("[repository]\npath = \"repo\"\n")
         .expect("loads")
         .repository
         .url()
         .is_none());
+}
+
+#[test]
+fn repository_url_refusals_name_the_key() {
+    let pin = "0123456789abcdef0123456789abcdef01234567";
+    let install = "[install]\ncommand = \"true\"\nallow = [\"git.example:443\"]\n";
+    let cases: Vec<(String, &str, &str)> = vec![
+        (
+            format!("[repository]\npath = \"https://git.example/r\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.path",
+            "name it as `repository.url`",
+        ),
+        (
+            format!("[repository]\npath = \"r\"\nurl = \"https://git.example/r\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "exclusive",
+        ),
+        (
+            format!("[repository]\nurl = \"https://user:pw@git.example/r\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "user information",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example/r?x=1\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "query",
+        ),
+        (
+            format!("[repository]\nurl = \"ssh://git.example/r\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "only `https://` and `http://`",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "no repository path",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example/r\"\ncommit = \"abcdef0\"\n{install}"),
+            "repository.commit",
+            "full commit id",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example/r\"\n{install}"),
+            "repository.commit",
+            "missing",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example:8443/r\"\ncommit = \"{pin}\"\n{install}"),
+            "repository.url",
+            "`git.example:8443` are not on `[install] allow`",
+        ),
+        (
+            format!("[repository]\nurl = \"https://git.example/r\"\ncommit = \"{pin}\"\n"),
+            "repository.url",
+            "not on `[install] allow`",
+        ),
+    ];
+    for (text, key, why) in cases {
+        let e = load(&text).expect_err(&text);
+        let msg = e.to_string();
+        assert!(msg.contains(key) && msg.contains(why), "{text}\n{msg}");
+    }
 }
 
 #[test]

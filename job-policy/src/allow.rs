@@ -49,6 +49,9 @@ pub enum HostError {
     /// `scheme://` with no host after it.
     #[error("URL has no host")]
     NoHost,
+    /// A `repository.url` the fence does not fetch (scheme, credentials, query...); the text names why.
+    #[error("{0}")]
+    FetchUrl(String),
 }
 
 /// A repository given as a URL rather than a path.

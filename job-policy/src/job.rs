@@ -125,28 +125,82 @@ pub struct Job {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Repository {
-    /// A directory, `.tar`/`.tar.gz` or git bundle relative to the job file, or a URL (`https://`, `git://`...).
+    /// A directory, `.tar`/`.tar.gz`/`.zip` or git bundle relative to the job file; empty when the job names
+    /// the repository by [`Repository::url`] instead (the two are exclusive).
     pub path: String,
-    /// The commit the patch claims to apply to (hex, 7 to 64 digits, lowercase).
+    /// `repository.url`: an `http://` or `https://` URL the fence fetches the pinned commit from, in the
+    /// install sandbox through the egress proxy (docs/job-file.md); `None` for a repository in the bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The commit the patch claims to apply to (hex, 7 to 64 digits, lowercase; with `url`, exactly 40 or 64).
     pub commit: Option<String>,
     /// A unified diff applied before the install phase, relative to the job file.
     pub patch: Option<PathBuf>,
 }
 
 impl Repository {
-    /// The repository as a URL, when `path` is one (`scheme://host[:port]/...`); `None` for a local path.
+    /// The repository URL's scheme, host and port, when the job names one (`repository.url`); `None` for a
+    /// repository in the bundle. The loader accepted only URLs [`check_fetch_url`] passes.
     pub fn url(&self) -> Option<Result<RepoUrl, HostError>> {
-        let (scheme, rest) = self.path.split_once("://")?;
-        let scheme = scheme.to_ascii_lowercase();
-        if scheme.is_empty()
-            || !scheme
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'+')
-        {
-            return Some(Err(HostError::InvalidScheme(self.path.clone())));
-        }
-        Some(RepoUrl::parse_authority(&scheme, rest))
+        self.url.as_deref().map(check_fetch_url)
     }
+
+    /// What names the repository in messages: `repository.url = ...` or `repository.path = ...`.
+    pub fn describe(&self) -> String {
+        match &self.url {
+            Some(u) => format!("repository.url = `{u}`"),
+            None => format!("repository.path = `{}`", self.path),
+        }
+    }
+}
+
+/// Whether `path` is written as a URL (`scheme://...`), which `repository.path` never is.
+pub fn looks_like_url(path: &str) -> bool {
+    path.split_once("://").is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'.' || b == b'-')
+    })
+}
+
+/// Checks a `repository.url` as the fence will fetch it: `http://` or `https://` only, no user information
+/// (credentials), no query, no fragment, no whitespace or control characters, a host and a path; returns its
+/// scheme, normalised host and port.
+pub fn check_fetch_url(url: &str) -> Result<RepoUrl, HostError> {
+    let bad = |why: &str| HostError::FetchUrl(format!("`{}`: {why}", url.escape_debug()));
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(bad("not a URL (`https://host[:port]/path`)"));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "https" && scheme != "http" {
+        return Err(bad(&format!(
+            "the scheme `{}` is not fetched: only `https://` and `http://`",
+            scheme.escape_debug()
+        )));
+    }
+    if url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(bad("contains whitespace or a control character"));
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if authority.contains('@') {
+        return Err(bad(
+            "has user information (`user@` or `user:password@`): credentials are never put in a job",
+        ));
+    }
+    if url.contains('?') {
+        return Err(bad("has a query (`?...`)"));
+    }
+    if url.contains('#') {
+        return Err(bad("has a fragment (`#...`)"));
+    }
+    if path.trim_matches('/').is_empty() {
+        return Err(bad("has no repository path after the host"));
+    }
+    RepoUrl::parse_authority(&scheme, authority)
 }
 
 /// `[install]`: the optional install phase.
@@ -637,7 +691,7 @@ pub fn env_name_denied(name: &str) -> Option<String> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawJob {
-    repository: RawRepository,
+    repository: Spanned<RawRepository>,
     install: Option<RawInstall>,
     test: Option<RawTest>,
     limits: Option<RawLimits>,
@@ -656,7 +710,8 @@ struct RawImage {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawRepository {
-    path: Spanned<String>,
+    path: Option<Spanned<String>>,
+    url: Option<Spanned<String>>,
     commit: Option<Spanned<String>>,
     patch: Option<Spanned<String>>,
 }
@@ -708,11 +763,7 @@ struct RawSandbox {
 }
 
 /// The required keys of the job file and the table each belongs to (`""` for the top level).
-const REQUIRED_FIELDS: &[(&str, &str)] = &[
-    ("repository", ""),
-    ("path", "repository"),
-    ("command", "install"),
-];
+const REQUIRED_FIELDS: &[(&str, &str)] = &[("repository", ""), ("command", "install")];
 
 /// 1-based line and column (in characters) of a byte offset.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
@@ -1022,17 +1073,51 @@ impl Job {
         let cx = TomlCtx::new(origin.display().to_string(), text);
         let raw: RawJob = cx.parse(REQUIRED_FIELDS)?;
 
-        let r = &raw.repository;
-        let path = r.path.get_ref();
-        if path.trim().is_empty() || path.contains('\0') {
-            return Err(cx.invalid(
-                r.path.span(),
-                "repository.path",
-                "must be a non-empty path or URL",
-            ));
-        }
+        let r = raw.repository.get_ref();
+        let table = raw.repository.span();
+        let (path, url) = match (&r.path, &r.url) {
+            (Some(_), Some(u)) => {
+                return Err(cx.invalid(
+                    u.span(),
+                    "repository.url",
+                    "`path` and `url` are exclusive: name the repository in the bundle by `path` or fetch it by `url`",
+                ))
+            }
+            (None, None) => {
+                return Err(cx.invalid(
+                    table,
+                    "repository.path",
+                    "missing: name the repository by `path` (in the bundle) or `url` (fetched by the fence)",
+                ))
+            }
+            (Some(p), None) => {
+                let v = p.get_ref();
+                if v.trim().is_empty() || v.contains('\0') {
+                    return Err(cx.invalid(p.span(), "repository.path", "must be a non-empty path"));
+                }
+                if looks_like_url(v) {
+                    return Err(cx.invalid(
+                        p.span(),
+                        "repository.path",
+                        format!(
+                            "`{v}` is a URL: name it as `repository.url` (http:// or https://) with `commit` = the \
+                             full commit id, and the URL's host:port on `[install] allow`"
+                        ),
+                    ));
+                }
+                (v.clone(), None)
+            }
+            (None, Some(u)) => {
+                let v = u.get_ref();
+                if let Err(e) = check_fetch_url(v) {
+                    return Err(cx.invalid(u.span(), "repository.url", e.to_string()));
+                }
+                (String::new(), Some(v.clone()))
+            }
+        };
         let repository = Repository {
-            path: path.clone(),
+            path,
+            url,
             commit: match &r.commit {
                 None => None,
                 Some(c) => {
@@ -1053,8 +1138,27 @@ impl Job {
                 .map(|p| cx.rel_path(p, "repository.patch"))
                 .transpose()?,
         };
-        if let Some(Err(e)) = repository.url() {
-            return Err(cx.invalid(r.path.span(), "repository.path", e.to_string()));
+        if repository.url.is_some() {
+            match (&r.commit, &repository.commit) {
+                (Some(c), Some(v)) if v.len() != 40 && v.len() != 64 => {
+                    return Err(cx.invalid(
+                        c.span(),
+                        "repository.commit",
+                        format!(
+                            "`{v}`: a repository fetched by `url` is pinned by its full commit id (40 hex digits, \
+                             or 64 for a SHA-256 repository), not an abbreviation"
+                        ),
+                    ))
+                }
+                (None, _) => {
+                    return Err(cx.invalid(
+                        table.clone(),
+                        "repository.commit",
+                        "missing: a repository fetched by `url` must be pinned by its full commit id",
+                    ))
+                }
+                _ => {}
+            }
         }
 
         let install = match &raw.install {
@@ -1170,6 +1274,28 @@ impl Job {
             }
             image.toolchains.sort();
             image.toolchains.dedup();
+        }
+
+        // A repository URL is fetched in the install sandbox through the egress proxy with the job's own
+        // allowlist: its host:port must be on it (the proxy would refuse the fetch otherwise).
+        if let (Some(Ok(u)), Some(text)) = (repository.url(), &r.url) {
+            let allowed = install.as_ref().is_some_and(|i| {
+                i.allow
+                    .iter()
+                    .any(|a| a.port == u.port && a.matches_normal(&u.host))
+            });
+            if !allowed {
+                let hostport = format!("{}:{}", u.host, u.port);
+                return Err(cx.invalid(
+                    text.span(),
+                    "repository.url",
+                    format!(
+                        "`{}`: its host and port `{hostport}` are not on `[install] allow`; the fence fetches the \
+                         repository through the install phase's egress proxy, so add `{hostport}` there",
+                        text.get_ref()
+                    ),
+                ));
+            }
         }
 
         Ok(Job {

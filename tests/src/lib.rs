@@ -2,6 +2,7 @@
 
 pub mod cli;
 pub mod fence;
+pub mod gitserve;
 pub mod protect;
 pub mod task;
 pub mod viewer;

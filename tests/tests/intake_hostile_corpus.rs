@@ -706,6 +706,14 @@ fn repository_hooks_are_findings_not_refusals() {
     r.cleanup().expect("cleanup");
 }
 
+/// A `repository.url` job as the loader accepts it: the full pin and the URL's host:port on the allowlist.
+fn url_job(url: &str, allow: &str) -> String {
+    format!(
+        "[repository]\nurl = \"{url}\"\ncommit = \"{}\"\n[install]\ncommand = \"true\"\nallow = [\"{allow}\"]\n",
+        "a".repeat(40)
+    )
+}
+
 #[test]
 fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
     for (ip, why) in [
@@ -716,7 +724,7 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
         ("::ffff:192.168.0.1", "private"),
     ] {
         let c = Case::new();
-        let job = "[repository]\npath = \"https://git.example/org/repo.git\"\n";
+        let job = url_job("https://git.example/org/repo.git", "git.example:443");
         let p = c.archive("bundle.tar", &tar(&[file("job.toml", job.as_bytes())]));
         let opts = c.opts().with_resolver(Arc::new(FixedDns(vec![
             "93.184.216.34".parse().expect("ip"),
@@ -724,6 +732,13 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
         ])));
         let r = run_stages(&p, &opts);
         assert_refused(&r, Stage::Receive, why);
+        assert!(
+            r.refusal
+                .as_ref()
+                .is_some_and(|f| f.reason.contains("repository host `git.example`")),
+            "{:?}",
+            r.refusal
+        );
         c.assert_contained(&r);
     }
     // A literal private address needs no resolver at all.
@@ -732,21 +747,32 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
     std::fs::create_dir_all(&d).expect("mkdir");
     std::fs::write(
         d.join("job.toml"),
-        "[repository]\npath = \"git://[fd00:ec2::254]/r\"\n",
+        url_job("http://[fd00:ec2::254]/r", "[fd00:ec2::254]:80"),
     )
     .expect("write");
     let r = c.run(&d);
     assert_refused(&r, Stage::Receive, "metadata");
-    // A public answer passes stage 1 (nothing is fetched); stage 3 then refuses the URL itself, since
-    // fetching a repository is not built.
+    // The operator's allow_networks let a named network through, the same way the egress proxy does.
     let c = Case::new();
-    let p = c.archive(
-        "bundle.tar",
-        &tar(&[file(
-            "job.toml",
-            b"[repository]\npath = \"https://git.example/r\"\n",
-        )]),
-    );
+    let job = url_job("https://git.example/org/repo.git", "git.example:443");
+    let p = c.archive("bundle.tar", &tar(&[file("job.toml", job.as_bytes())]));
+    let mut operator = intake::operator::OperatorPolicy::default();
+    operator.egress.allow_networks =
+        intake::addr::AllowNetworks::parse(&["10.1.0.0/16"]).expect("networks");
+    let opts = c
+        .opts()
+        .with_resolver(Arc::new(FixedDns(vec!["10.1.2.3".parse().expect("ip")])))
+        .with_runner(intake::normalise::RunnerPolicy::with_operator(
+            operator, None,
+        ));
+    let mut r = run_stages(&p, &opts);
+    assert!(r.accepted, "{:?}", r.refusal);
+    r.cleanup().expect("cleanup");
+    // A public answer passes stage 1 and stage 3 (nothing is fetched by intake: the fence fetches the pinned
+    // commit in the install sandbox), with a note saying so.
+    let c = Case::new();
+    let job = url_job("https://git.example/r", "git.example:443");
+    let p = c.archive("bundle.tar", &tar(&[file("job.toml", job.as_bytes())]));
     let mut r = run_stages(
         &p,
         &c.opts()
@@ -754,14 +780,45 @@ fn repository_url_to_private_or_metadata_address_is_refused_at_receive() {
                 .parse()
                 .expect("ip")]))),
     );
-    let refusal = r.refusal.clone().expect("a URL is refused");
-    assert_eq!(refusal.stage, Stage::Structure, "{refusal:?}");
+    assert!(r.accepted, "{:?}", r.refusal);
+    assert!(r.repository_dir.is_none(), "{:?}", r.repository_dir);
     assert!(
-        refusal.reason.contains("is a URL") && refusal.reason.contains("not built"),
-        "{}",
-        refusal.reason
+        r.findings()
+            .any(|f| f.location == "repository.url" && f.what.contains("fetched by the fence")),
+        "{:#?}",
+        r.findings().collect::<Vec<_>>()
     );
     r.cleanup().expect("cleanup");
+    // A URL in `repository.path`, a URL whose host is not on the allowlist, and a scheme that is not fetched
+    // are refused by the loader (stage 3), naming the key.
+    for (job, key, why) in [
+        (
+            "[repository]\npath = \"https://git.example/r\"\n".to_owned(),
+            "repository.path",
+            "name it as `repository.url`",
+        ),
+        (
+            url_job("https://git.example/r", "registry.example:443"),
+            "repository.url",
+            "not on `[install] allow`",
+        ),
+        (
+            url_job("git://git.example/r", "git.example:9418"),
+            "repository.url",
+            "only `https://` and `http://`",
+        ),
+    ] {
+        let c = Case::new();
+        let p = c.archive("bundle.tar", &tar(&[file("job.toml", job.as_bytes())]));
+        let r = run_stages(&p, &c.opts());
+        let refusal = r.refusal.clone().expect("refused");
+        assert!(
+            refusal.reason.contains(key) && refusal.reason.contains(why),
+            "{job}: {}",
+            refusal.reason
+        );
+        c.assert_contained(&r);
+    }
 }
 
 #[test]

@@ -64,6 +64,9 @@ pub mod checks {
     pub const PIN_TESTS_RAN: &str = "pin-tests-ran";
     /// `--min-failed N`: the verdict counts fewer than N failed tests.
     pub const PIN_MIN_FAILED: &str = "pin-min-failed";
+    /// `--repository URL`: the verdict's `repository.url` (the URL the fence fetched) is not the pinned one, or
+    /// the repository was not fetched by URL.
+    pub const PIN_REPOSITORY: &str = "pin-repository";
 }
 
 /// The RTMRs that a TDX image pin must cover: RTMR1 (boot loader and kernel) and RTMR2 (command line and
@@ -95,6 +98,9 @@ pub struct RunPins {
     /// At least this many failed tests must be counted (`--min-failed N`; with `--expect-outcome tests_failed`,
     /// "the base reproduces the bug").
     pub min_failed: Option<u64>,
+    /// The URL the fence fetched the repository from (`--repository URL`): the verdict's `repository.url`,
+    /// compared byte for byte.
+    pub repository: Option<String>,
 }
 
 /// The shortest commit prefix `--commit` accepts (12 hex digits, 48 bits).
@@ -684,6 +690,20 @@ fn check_pins(pins: &RunPins, verdict: Option<&Verdict>) -> Vec<PinCheck> {
         false,
         &mut out,
     );
+    if let Some(want) = &pins.repository {
+        let seen = verdict.map(|v| match &v.repository {
+            Some(r) => r.url.clone(),
+            None => "none (the repository came in the bundle, not by URL)".to_owned(),
+        });
+        out.push(PinCheck {
+            check: checks::PIN_REPOSITORY,
+            wanted: want.clone(),
+            held: verdict
+                .and_then(|v| v.repository.as_ref())
+                .is_some_and(|r| r.url == *want),
+            seen,
+        });
+    }
     if let Some(want) = pins.isolation {
         let seen = verdict.map(|v| v.isolation);
         out.push(PinCheck {

@@ -254,6 +254,18 @@ pub fn evidence_notes(v: &EvidenceVerification) -> Vec<String> {
     if !v.nonce_checked {
         notes.push("nonce NOT checked (no --nonce): the verdict may be a replay".into());
     }
+    if let Some(r) = v.verdict.as_ref().and_then(|d| d.repository.as_ref()) {
+        if !v
+            .pins
+            .iter()
+            .any(|p| p.check == crate::evidence::checks::PIN_REPOSITORY)
+        {
+            notes.push(format!(
+                "repository URL NOT pinned (no --repository): the run fetched {}; any URL serving the commit would do",
+                r.url
+            ));
+        }
+    }
     if let (ReportVerification::Tdx(_), true) = (&v.report, v.measurement_pinned) {
         let image = crate::evidence::TDX_IMAGE_RTMRS
             .iter()
@@ -306,8 +318,15 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
     if !crate::evidence::tests_ran(d) {
         rows.push(("NOTE".to_string(), NO_TEST_RAN.to_string()));
     }
+    rows.extend([("commit".to_string(), hex_or_none(&d.inputs.commit))]);
+    // A repository fetched by URL (`[repository] url`) is named right after its commit.
+    if let Some(r) = &d.repository {
+        rows.push((
+            "repository".to_string(),
+            format!("{} ({} fetch)", r.url, r.fetch),
+        ));
+    }
     rows.extend([
-        ("commit".to_string(), hex_or_none(&d.inputs.commit)),
         ("tree".to_string(), hex_or_none(&d.inputs.tree)),
         (
             "patch sha256".to_string(),

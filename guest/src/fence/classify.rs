@@ -190,6 +190,59 @@ pub fn install_stops(f: &PhaseFacts, egress: &[EgressRecord]) -> Option<(Outcome
     }
 }
 
+/// How a failed fetch of `[repository] url` ends the run (docs/job-file.md, "A repository fetched by URL"):
+/// `None` when the fetch phase succeeded. What the environment did not provide is `environment_exhausted`:
+/// the limits (memory, processes, disk: a pack larger than the run's disk), the wall clock (a server too
+/// slow), `git` missing from the sandbox, a failure while the egress proxy refused or could not connect.
+/// A fetch that failed with every connection served (the server has no such commit or repository) is
+/// `refused` at stage `repository`: there is nothing to judge. `egress` is the egress log so far.
+pub fn fetch_stops(f: &PhaseFacts, egress: &[EgressRecord]) -> Option<(Outcome, String)> {
+    if let Some(why) = f.exhausted() {
+        return Some((Outcome::EnvironmentExhausted, format!("fetch: {why}")));
+    }
+    if f.timed_out {
+        return Some((
+            Outcome::EnvironmentExhausted,
+            "fetch: the time limit ran out before the server sent the commit".into(),
+        ));
+    }
+    if let Some(e) = &f.exec_error {
+        return Some((
+            Outcome::EnvironmentExhausted,
+            format!("fetch: the shell could not be executed: {e}"),
+        ));
+    }
+    let failed = match (f.exit_code, f.signal) {
+        (Some(0 | crate::fence::fetch::FULL_FETCH_EXIT), _) => return None,
+        (Some(127), _) => {
+            return Some((
+                Outcome::EnvironmentExhausted,
+                "fetch: git or its HTTP transport (git-remote-http) is not in the sandbox (the system or \
+                 toolchain root has none; the toolchain image has both)"
+                    .into(),
+            ))
+        }
+        (Some(c), _) => format!("git fetch failed with exit code {c}"),
+        (None, Some(s)) => format!("git fetch killed by signal {s}"),
+        (None, None) => {
+            return Some((
+                Outcome::EnvironmentExhausted,
+                "fetch: ended without an exit status".into(),
+            ))
+        }
+    };
+    match refusals(egress) {
+        Some(named) => Some((
+            Outcome::EnvironmentExhausted,
+            format!("fetch: {failed} after the egress proxy refused or could not connect: {named}"),
+        )),
+        None => Some((
+            Outcome::Refused,
+            format!("{failed} with every connection served (the server has no such repository or commit)"),
+        )),
+    }
+}
+
 /// The outcome of the test phase and, when useful, a sentence saying why.
 ///
 /// A suite that claimed failures and then exhausted memory, processes or disk is `tests_failed`, not
@@ -252,6 +305,61 @@ fn nonzero(f: &PhaseFacts) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_failed_fetch_is_refused_when_served_and_exhausted_otherwise() {
+        use attestation::verdict::EgressRecord;
+        let ok = PhaseFacts {
+            exit_code: Some(0),
+            ..PhaseFacts::default()
+        };
+        assert_eq!(fetch_stops(&ok, &[]), None);
+        let full = PhaseFacts {
+            exit_code: Some(crate::fence::fetch::FULL_FETCH_EXIT),
+            ..PhaseFacts::default()
+        };
+        assert_eq!(fetch_stops(&full, &[]), None);
+        let failed = PhaseFacts {
+            exit_code: Some(128),
+            ..PhaseFacts::default()
+        };
+        let served = EgressRecord {
+            host: "git.example".into(),
+            port: 443,
+            allowed: true,
+            reason: "allowlisted".into(),
+            bytes_up: 10,
+            bytes_down: 10,
+        };
+        let (o, why) = fetch_stops(&failed, std::slice::from_ref(&served)).expect("stops");
+        assert_eq!(o, Outcome::Refused, "{why}");
+        let refused = EgressRecord {
+            allowed: false,
+            reason: "resolves to 10.0.0.1: private".into(),
+            ..served
+        };
+        let (o, why) = fetch_stops(&failed, &[refused]).expect("stops");
+        assert_eq!(o, Outcome::EnvironmentExhausted);
+        assert!(why.contains("git.example:443"), "{why}");
+        for f in [
+            PhaseFacts {
+                timed_out: true,
+                ..PhaseFacts::default()
+            },
+            PhaseFacts {
+                disk_full: true,
+                exit_code: Some(128),
+                ..PhaseFacts::default()
+            },
+            PhaseFacts {
+                exit_code: Some(127),
+                ..PhaseFacts::default()
+            },
+        ] {
+            let (o, why) = fetch_stops(&f, &[]).expect("stops");
+            assert_eq!(o, Outcome::EnvironmentExhausted, "{why}");
+        }
+    }
     use super::*;
     use crate::fence::counts;
 

@@ -1,7 +1,9 @@
 //! A repository's `.git`, read as data by the trusted runner: HEAD, refs, the HEAD commit and its trees come
 //! from the object store through `gix-odb` (no git process, no configuration, no hooks, no attributes, no
 //! promisor fetch), every object read is hashed again against its id, and what would make history or objects
-//! come from elsewhere (a gitfile, alternates, grafts, shallow, replace refs, a symbolic link) is refused.
+//! come from elsewhere (a gitfile, alternates, grafts, replace refs, a symbolic link) is refused; so is a
+//! shallow clone's `.git/shallow`, except the one a shallow fetch of exactly the pinned commit writes
+//! ([`open_pinned`]: history cut at that commit, whose own object and tree are read and checked in full).
 //! Also the git tree hash of a directory and the check that a working tree is exactly a commit's tree.
 
 use gix_hash::{Kind as HashKind, ObjectId};
@@ -104,6 +106,14 @@ impl std::fmt::Debug for GitDir {
 /// (gitfile) or symbolic link, a symbolic link anywhere inside it, `commondir`, alternates, shallow or graft
 /// files, and replace refs (loose or packed).
 pub fn open(work_tree: &Path) -> Result<Option<GitDir>, GitError> {
+    open_pinned(work_tree, None)
+}
+
+/// [`open`], except that with a `pin` (the job's full commit id) a `.git/shallow` is accepted when it names
+/// exactly that one commit: what `git fetch --depth 1 URL <pin>` writes for a commit with parents. Its
+/// history is then absent beyond the pin, which changes nothing the runner reads (the pinned commit object
+/// and its trees, each re-hashed); a shallow file naming any other commit, or more than one, is refused.
+pub fn open_pinned(work_tree: &Path, pin: Option<&ObjectId>) -> Result<Option<GitDir>, GitError> {
     let dir = work_tree.join(".git");
     let meta = match fs::symlink_metadata(&dir) {
         Ok(m) => m,
@@ -126,6 +136,9 @@ pub fn open(work_tree: &Path) -> Result<Option<GitDir>, GitError> {
         ));
     }
     for (rel, what) in REFUSED_PATHS {
+        if *rel == "shallow" && pin.is_some() && shallow_is_pin(&dir, pin)? {
+            continue;
+        }
         if fs::symlink_metadata(dir.join(rel)).is_ok() {
             return Err(GitError::Refused(format!(
                 "`.git/{rel}`: {what} is refused"
@@ -167,6 +180,23 @@ pub fn open(work_tree: &Path) -> Result<Option<GitDir>, GitError> {
     let odb = gix_odb::at_opts(&objects, HashKind::Sha1, None, options)
         .map_err(|e| GitError::Unreadable(format!("the object store `.git/objects`: {e}")))?;
     Ok(Some(GitDir { dir, odb }))
+}
+
+/// Whether `.git/shallow` is a regular file naming exactly `pin` (one line); `false` when it is absent or
+/// names anything else.
+fn shallow_is_pin(dir: &Path, pin: Option<&ObjectId>) -> Result<bool, GitError> {
+    let (Some(pin), path) = (pin, dir.join("shallow")) else {
+        return Ok(false);
+    };
+    match fs::symlink_metadata(&path) {
+        Ok(m) if m.is_file() => {}
+        _ => return Ok(false),
+    }
+    let text = read_small(&path)?.unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+    Ok(lines.len() == 1
+        && lines[0].len() == 40
+        && ObjectId::from_hex(lines[0].as_bytes()).is_ok_and(|id| id == *pin))
 }
 
 /// A file of at most [`MAX_REF_FILE`] bytes as text, `None` when it does not exist.
@@ -845,6 +875,32 @@ mod tests {
             .expect("git")
             .check_worktree(&tree, d.path())
             .expect("empty dirs are nothing");
+    }
+
+    #[test]
+    fn a_shallow_file_is_accepted_only_when_it_names_exactly_the_pin() {
+        let d = repo();
+        let (head, tree) = head_and_tree(d.path());
+        let other = ObjectId::from_hex("1".repeat(40).as_bytes()).expect("id");
+        w(d.path(), ".git/shallow", &format!("{head}\n"));
+        // Without a pin, or with another pin, a shallow clone is refused as before.
+        assert!(matches!(open(d.path()), Err(GitError::Refused(_))));
+        assert!(matches!(
+            open_pinned(d.path(), Some(&other)),
+            Err(GitError::Refused(_))
+        ));
+        // With the pin it names: HEAD's commit and tree are read and checked as always.
+        let g = open_pinned(d.path(), Some(&head))
+            .expect("open")
+            .expect("git");
+        assert_eq!(g.commit_tree(&head).expect("commit"), tree);
+        g.check_worktree(&tree, d.path()).expect("worktree");
+        // A shallow file naming the pin and another commit rewrites more than the pin's own history: refused.
+        w(d.path(), ".git/shallow", &format!("{head}\n{other}\n"));
+        assert!(matches!(
+            open_pinned(d.path(), Some(&head)),
+            Err(GitError::Refused(_))
+        ));
     }
 
     #[test]

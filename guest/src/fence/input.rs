@@ -74,12 +74,15 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
         .map_err(InputError::WorkDir)?;
     let runner =
         intake::normalise::RunnerPolicy::with_operator(opts.operator.clone(), opts.home.clone());
-    let report = intake::run_stages(
-        input,
-        &intake::IntakeOptions::for_tier(opts.isolation)
-            .with_work_parent(work.path())
-            .with_runner(runner),
-    );
+    let mut intake_opts = intake::IntakeOptions::for_tier(opts.isolation)
+        .with_work_parent(work.path())
+        .with_runner(runner);
+    if opts.isolation != attestation::verdict::Isolation::Process {
+        // In a guest, names are resolved by the host dialer, which checks every answer against the address
+        // policy (with the operator's allow_networks) when the fetch connects.
+        intake_opts = intake_opts.with_resolver(std::sync::Arc::new(intake::receive::AtConnect));
+    }
+    let report = intake::run_stages(input, &intake_opts);
     let mut bundle = match report.into_accepted() {
         Ok(b) => b,
         Err(mut report) => {

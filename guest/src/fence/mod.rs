@@ -4,6 +4,7 @@
 pub mod cgroup;
 pub mod classify;
 pub mod counts;
+pub mod fetch;
 pub mod forwarder;
 pub mod gitdir;
 pub mod helper;

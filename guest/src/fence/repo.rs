@@ -258,6 +258,32 @@ pub fn prepare_protected(
         }
         InputKind::GitBundle => unbundle(source, dest)?,
     }
+    finish(dest, commit, patch, protect)
+}
+
+/// A repository the fence fetched by `repository.url` ([`super::fetch`]): `fetched` is the directory the
+/// sandboxed `git fetch` wrote (its `.git` only), `pin` the job's full commit id. Its object store is moved into
+/// a `.git` the runner made itself ([`materialise_fetched`]), the pinned commit's tree checked out as data, then
+/// the same steps as [`prepare_protected`] (the commit checked against the pin, the patch, the tree hash).
+pub fn prepare_fetched(
+    fetched: &Path,
+    dest: &Path,
+    pin: &str,
+    patch: Option<&Path>,
+    protect: Option<(&[String], &Path)>,
+) -> Result<(Prepared, Option<Protected>), RepoError> {
+    materialise_fetched(fetched, dest, pin)?;
+    finish(dest, Some(pin), patch, protect)
+}
+
+/// The steps after the repository is in `dest`: the commit checked, the protected paths kept, the patch
+/// applied, the tree hashed.
+fn finish(
+    dest: &Path,
+    commit: Option<&str>,
+    patch: Option<&Path>,
+    protect: Option<(&[String], &Path)>,
+) -> Result<(Prepared, Option<Protected>), RepoError> {
     let mut notes = Vec::new();
     let commit = match verify_commit(dest, commit) {
         Ok(c) => c,
@@ -322,7 +348,12 @@ fn verify_commit(dest: &Path, claimed: Option<&str>) -> Result<Option<String>, R
         claimed: claimed.map(str::to_owned),
         reason,
     };
-    let git = match gitdir::open(dest) {
+    // A full pin lets a shallow `.git` whose history is cut at exactly that commit through
+    // ([`gitdir::open_pinned`]); nothing else about the checks changes.
+    let pin = claimed
+        .filter(|c| c.len() == 40)
+        .and_then(|c| gix_hash::ObjectId::from_hex(c.as_bytes()).ok());
+    let git = match gitdir::open_pinned(dest, pin.as_ref()) {
         Ok(Some(g)) => g,
         Ok(None) => {
             return match claimed {
@@ -444,6 +475,77 @@ fn unbundle(source: &Path, dest: &Path) -> Result<(), RepoError> {
         "read-tree",
     )
     .map_err(|r| refuse(format!("git read-tree HEAD: {r}")))?;
+    Ok(())
+}
+
+/// Makes `dest` the pinned commit of a fetched repository, reading the fetch's result as data: a `.git` made
+/// by the runner's own `git init` (no template, its configuration ours), the fetched object store moved into
+/// it (after [`gitdir::open_pinned`] accepted the fetched `.git`: no symbolic link, alternates, grafts or
+/// replace refs, a shallow file only when it names exactly the pin), HEAD written by us as the pin (detached),
+/// the pinned commit's tree checked out by [`gitdir::GitDir::checkout`] (each object re-hashed; no filters,
+/// attributes, hooks, submodules or LFS), and the index built by `git read-tree` so that `git status` inside
+/// the sandbox is clean. Nothing else of the fetched `.git` (its config, refs, FETCH_HEAD) is kept.
+pub fn materialise_fetched(fetched: &Path, dest: &Path, pin: &str) -> Result<(), RepoError> {
+    let unverified = |reason: String| RepoError::CommitUnverified {
+        claimed: Some(pin.to_owned()),
+        reason,
+    };
+    if pin.len() == 64 {
+        return Err(unverified(
+            "a SHA-256 repository: the runner reads only SHA-1 object stores".into(),
+        ));
+    }
+    let id = gix_hash::ObjectId::from_hex(pin.as_bytes())
+        .map_err(|e| unverified(format!("not a full commit id: {e}")))?;
+    let fetched_store = gitdir::open_pinned(fetched, Some(&id))
+        .and_then(|g| {
+            g.ok_or_else(|| gitdir::GitError::Unreadable("the fetch wrote no .git".into()))
+        })
+        .map_err(|e| unverified(format!("the fetched repository: {e}")))?;
+    // The pinned commit must be in what the server sent (a server that serves another commit fails here).
+    fetched_store
+        .commit_tree(&id)
+        .map_err(|e| unverified(format!("the server did not provide it: {e}")))?;
+    drop(fetched_store);
+    let parent = dest.parent().unwrap_or(Path::new("/"));
+    let mut init = git(parent);
+    init.args(["init", "-q", "--template="]).arg(dest);
+    run_git(init, "init").map_err(|r| RepoError::Git {
+        what: "init".into(),
+        reason: r,
+    })?;
+    let git_dir = dest.join(".git");
+    let objects = git_dir.join("objects");
+    fs::remove_dir_all(&objects).map_err(io(&objects))?;
+    let from = fetched.join(".git/objects");
+    fs::rename(&from, &objects).map_err(io(&from))?;
+    let shallow = fetched.join(".git/shallow");
+    if fs::symlink_metadata(&shallow).is_ok_and(|m| m.is_file()) {
+        // open_pinned accepted it only as exactly the pin; written again by us, not moved.
+        let to = git_dir.join("shallow");
+        fs::write(&to, format!("{pin}\n")).map_err(io(&to))?;
+    }
+    let head = git_dir.join("HEAD");
+    fs::write(&head, format!("{pin}\n")).map_err(io(&head))?;
+    let store = gitdir::open_pinned(dest, Some(&id))
+        .and_then(|g| g.ok_or_else(|| gitdir::GitError::Unreadable("no .git".into())))
+        .map_err(|e| unverified(e.to_string()))?;
+    let tree = store
+        .commit_tree(&id)
+        .map_err(|e| unverified(e.to_string()))?;
+    store.checkout(&tree, dest).map_err(|e| RepoError::Input {
+        path: dest.to_owned(),
+        reason: format!("checkout of the pinned commit {pin}: {e}"),
+    })?;
+    let mut read_tree = git(dest);
+    read_tree
+        .env("GIT_DIR", &git_dir)
+        .env("GIT_WORK_TREE", dest)
+        .args(["read-tree", "HEAD"]);
+    run_git(read_tree, "read-tree").map_err(|r| RepoError::Git {
+        what: "read-tree HEAD".into(),
+        reason: r,
+    })?;
     Ok(())
 }
 

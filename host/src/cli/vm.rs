@@ -111,10 +111,14 @@ pub fn judge_and_pack(job_path: &Path, after_intake: impl FnOnce()) -> Result<Ju
         .prefix("fenced-run-intake-vm-")
         .tempdir()
         .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
+    // The operator's allow_networks apply to a repository URL's addresses here as in the dialer.
+    let mut runner = intake::normalise::RunnerPolicy::probe();
+    runner.operator.egress = opts.egress.clone();
     let mut report = intake::run_stages(
         job_path,
         &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
-            .with_work_parent(work.path()),
+            .with_work_parent(work.path())
+            .with_runner(runner),
     );
     if let Some(why) = report.unusable.clone() {
         let _ = report.cleanup();

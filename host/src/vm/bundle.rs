@@ -211,14 +211,18 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
                     path: input.to_path_buf(),
                     reason: e.to_string(),
                 })?;
-        let repo: String = value
-            .get("repository")
-            .and_then(|r| r.get("path"))
-            .and_then(|p| p.as_str())
-            .ok_or_else(|| PackError::RepositoryPathMissing {
-                path: input.to_path_buf(),
-            })?
-            .to_owned();
+        // A `[repository] url` job carries no repository: the fence fetches it in the guest.
+        let section = value.get("repository");
+        let repo: Option<String> =
+            match section.and_then(|r| r.get("path")).and_then(|p| p.as_str()) {
+                Some(p) => Some(p.to_owned()),
+                None if section.and_then(|r| r.get("url")).is_some() => None,
+                None => {
+                    return Err(PackError::RepositoryPathMissing {
+                        path: input.to_path_buf(),
+                    })
+                }
+            };
         let patch = value
             .get("repository")
             .and_then(|r| r.get("patch"))
@@ -234,7 +238,7 @@ pub fn pack(input: &Path) -> Result<(BundleKind, Vec<u8>), PackError> {
         h.set_size(text.len() as u64);
         b.append_data(&mut h, "job.toml", text.as_bytes())
             .map_err(io(input))?;
-        for rel in std::iter::once(repo).chain(patch) {
+        for rel in repo.into_iter().chain(patch) {
             if !relative_inside(&rel) {
                 return Err(PackError::NotBeside {
                     path: input.to_path_buf(),

@@ -128,6 +128,9 @@ pub struct PinArgs {
     /// base reproduces the bug, not merely that the run failed.
     #[arg(long = "min-failed", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub min_failed: Option<u64>,
+    /// The URL the repository was fetched from (`[repository] url`): the verdict's `repository.url`, exactly.
+    #[arg(long, value_name = "URL")]
+    pub repository: Option<String>,
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -550,6 +553,7 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         isolation: a.isolation,
         expect_tests_ran: a.expect_tests_ran,
         min_failed: a.min_failed,
+        repository: a.repository.clone(),
     })
 }
 

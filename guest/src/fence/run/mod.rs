@@ -22,9 +22,11 @@ pub use read_paths::READ_PATH_MAX_ENTRIES;
 
 use crate::fence::rundir::RunDir;
 use crate::fence::spec::{self, ForwardSpec};
-use crate::fence::{classify, home, repo};
-use attestation::verdict::{ImageInfo, Inputs, InstallPhase, TestNetwork, TestPhase, Verdict};
-use intake::job::Job;
+use crate::fence::{classify, fetch, home, repo};
+use attestation::verdict::{
+    ImageInfo, Inputs, InstallPhase, Outcome, RepositorySource, TestNetwork, TestPhase, Verdict,
+};
+use intake::job::{AllowEntry, InstallSpec, Job};
 use output::tail_with_header;
 use phase::{absorb, PhaseCtx};
 use read_paths::resolve_read_paths;
@@ -33,24 +35,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Runs `job`, handed over in code (not through intake), in the fence and returns its verdict (never panics
-/// on outside input; refusals are verdicts). Its repository is read from the job's own `repository.path`; a
-/// repository URL is refused (intake refuses it first for a bundle). A bundle intake accepted goes through
+/// on outside input; refusals are verdicts). Its repository is read from the job's own `repository.path`, or
+/// fetched in the install sandbox from its `repository.url` (intake's address check is not made here: a job
+/// handed over in code is the caller's). A bundle intake accepted goes through
 /// [`crate::fence::input::run_accepted`] instead.
 pub fn run_job(job: &Job, opts: &RunOptions) -> Verdict {
-    if job.repository.url().is_some() {
-        let mut v = Verdict::refused(
-            "repository",
-            &format!(
-                "{}: a repository URL is fetched by intake, not by the fence",
-                job.repository.path
-            ),
-            opts.isolation,
-            inputs_of(job, opts),
-            AGENT_VERSION,
-        );
-        v.limits = applied_limits(job);
-        return v;
-    }
     run_fenced(job, None, opts)
 }
 
@@ -123,10 +112,65 @@ fn run_in(
         v.limits = applied_limits(job);
         v
     };
-    let prep = match prepare::prepare(job, repository, dir, &mut inputs) {
-        Ok(p) => p,
-        Err(r) => return refuse(&r.stage, &r.reason, inputs),
+    let (uid, gid) = if root {
+        (SANDBOX_ID, SANDBOX_ID)
+    } else {
+        (0, 0)
     };
+    let socket = dir.path().join("egress.sock");
+    // A repository named by URL is fetched first, in the install sandbox through the egress proxy; the
+    // session it starts is the install phase's too (a run has one install network).
+    let mut session = None;
+    let mut source = None;
+    let fetched = match (&job.repository.url, &job.repository.commit, &job.install) {
+        (Some(url), Some(pin), Some(install)) => {
+            let ctx = FetchCtx {
+                job,
+                opts,
+                dir,
+                read_paths: &read_paths,
+                root,
+                uid,
+                gid,
+                socket: &socket,
+            };
+            match ctx.fetch(url, pin, install) {
+                Ok(f) => {
+                    session = f.session;
+                    source = Some(f.source);
+                    Some(f.dir)
+                }
+                Err(v) => return *v,
+            }
+        }
+        (Some(url), _, _) => {
+            return refuse(
+                "repository",
+                &format!(
+                    "repository.url = `{url}` needs `commit` (the full commit id) and an [install] table whose \
+                     allow names the URL's host:port (the job loader checks both)"
+                ),
+                inputs,
+            )
+        }
+        _ => None,
+    };
+    let with_source = |mut v: Verdict, session: Option<Box<dyn EgressSession>>| {
+        if let Some(mut s) = source.clone() {
+            if let Some(sess) = session {
+                s.egress = sess.finish();
+            }
+            v.repository = Some(s);
+        }
+        v
+    };
+    let prep = match prepare::prepare(job, repository, fetched.as_deref(), dir, &mut inputs) {
+        Ok(p) => p,
+        Err(r) => return with_source(refuse(&r.stage, &r.reason, inputs), session),
+    };
+    if let Some(f) = &fetched {
+        let _ = fs::remove_dir_all(f);
+    }
     let prepare::Prepared {
         repo_dir,
         repo: prepared,
@@ -134,11 +178,6 @@ fn run_in(
         undone,
         test_command: (test_command, test_source),
     } = prep;
-    let (uid, gid) = if root {
-        (SANDBOX_ID, SANDBOX_ID)
-    } else {
-        (0, 0)
-    };
     let home_dir = dir.fs.join("home");
     let setup = (|| -> Result<(), String> {
         fs::create_dir(&home_dir).map_err(|e| format!("{}: {e}", home_dir.display()))?;
@@ -150,7 +189,7 @@ fn run_in(
         Ok(())
     })();
     if let Err(e) = setup {
-        return refuse("fence", &e, inputs);
+        return with_source(refuse("fence", &e, inputs), session);
     }
 
     let mut verdict = Verdict::new(
@@ -160,6 +199,7 @@ fn run_in(
         AGENT_VERSION,
     );
     verdict.limits = applied_limits(job);
+    verdict.repository = source.clone();
     verdict.protected = undone;
     verdict.findings.extend(prepare::test_time_findings(
         job,
@@ -202,27 +242,15 @@ fn run_in(
     };
 
     if let Some(install) = &job.install {
-        let socket = dir.path().join("egress.sock");
-        let session = match &opts.proxy {
-            Some(p) => match p.start_with(&install.allow, &socket, &opts.operator.egress) {
+        let session = match session.take() {
+            Some(s) => Some(s),
+            None => match start_egress(opts, &install.allow, &socket) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    verdict.findings.push(finding(
-                        "install",
-                        "egress-proxy",
-                        format!("the egress proxy did not start: {e}"),
-                    ));
+                    verdict.findings.push(finding("install", "egress-proxy", e));
                     None
                 }
             },
-            None => {
-                verdict.findings.push(finding(
-                    "install",
-                    "egress-proxy",
-                    "no egress proxy configured: the install phase had loopback only",
-                ));
-                None
-            }
         };
         let forward = session.as_ref().map(|_| ForwardSpec {
             port: RELAY_PORT,
@@ -371,4 +399,173 @@ fn run_in(
         check_after_test(&mut verdict, p, &repo_dir, &dir.fs.join("protected-after"));
     }
     verdict
+}
+
+/// Starts the install network's egress proxy session on `socket`, or says why there is none.
+fn start_egress(
+    opts: &RunOptions,
+    allow: &[AllowEntry],
+    socket: &Path,
+) -> Result<Box<dyn EgressSession>, String> {
+    match &opts.proxy {
+        Some(p) => p
+            .start_with(allow, socket, &opts.operator.egress)
+            .map_err(|e| format!("the egress proxy did not start: {e}")),
+        None => Err("no egress proxy configured: the install phase had loopback only".into()),
+    }
+}
+
+/// What the fetch of `[repository] url` needs of the run.
+struct FetchCtx<'a> {
+    job: &'a Job,
+    opts: &'a RunOptions,
+    dir: &'a RunDir,
+    read_paths: &'a [PathBuf],
+    root: bool,
+    uid: u32,
+    gid: u32,
+    socket: &'a Path,
+}
+
+/// A fetch that succeeded: the directory it wrote, the verdict's record, the egress session to reuse.
+struct Fetched {
+    dir: PathBuf,
+    source: RepositorySource,
+    session: Option<Box<dyn EgressSession>>,
+}
+
+impl FetchCtx<'_> {
+    /// Runs the fetch phase ([`fetch::script`]) in the install sandbox with the job's install allowlist. A
+    /// failure is the run's verdict ([`classify::fetch_stops`]), carrying the fetch's egress and output.
+    fn fetch(&self, url: &str, pin: &str, install: &InstallSpec) -> Result<Fetched, Box<Verdict>> {
+        let inputs = inputs_of(self.job, self.opts);
+        let mut source = RepositorySource {
+            url: url.to_owned(),
+            fetch: "failed".into(),
+            duration_ms: 0,
+            egress: Vec::new(),
+        };
+        let ended = |outcome: Outcome, why: String, source: RepositorySource, tail: String| {
+            let mut v = if outcome == Outcome::Refused {
+                Verdict::refused(
+                    "repository",
+                    &format!("fetching {url} at {pin}: {why}"),
+                    self.opts.isolation,
+                    inputs.clone(),
+                    AGENT_VERSION,
+                )
+            } else {
+                let mut v =
+                    Verdict::new(outcome, self.opts.isolation, inputs.clone(), AGENT_VERSION);
+                v.findings.push(finding(
+                    "repository",
+                    "fetch",
+                    format!("fetching {url} at {pin}: {why}; no test ran"),
+                ));
+                v
+            };
+            v.limits = applied_limits(self.job);
+            v.repository = Some(source);
+            v.output_tail.install = tail;
+            Box::new(v)
+        };
+        let session = match start_egress(self.opts, &install.allow, self.socket) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(ended(
+                    Outcome::EnvironmentExhausted,
+                    format!("the repository is fetched through the egress proxy, and {e}"),
+                    source,
+                    String::new(),
+                ))
+            }
+        };
+        let fetch_dir = self.dir.fs.join("fetch");
+        let home = self.dir.fs.join("fetch-home");
+        let made = (|| -> Result<(), String> {
+            for d in [&fetch_dir, &home] {
+                fs::create_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+                if self.root {
+                    std::os::unix::fs::lchown(d, Some(self.uid), Some(self.gid))
+                        .map_err(|e| format!("{}: {e}", d.display()))?;
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = made {
+            source.egress = session.finish();
+            return Err(ended(
+                Outcome::EnvironmentExhausted,
+                e,
+                source,
+                String::new(),
+            ));
+        }
+        let ctx = PhaseCtx {
+            job: self.job,
+            opts: self.opts,
+            dir: self.dir,
+            read_paths: self.read_paths,
+            root: self.root,
+            uid: self.uid,
+            gid: self.gid,
+            repo_dir: &fetch_dir,
+            home_dir: &home,
+            protect: None,
+        };
+        let forward = ForwardSpec {
+            port: RELAY_PORT,
+            socket: self.socket.to_owned(),
+        };
+        let command = fetch::script(url, pin, RELAY_PORT);
+        let run = ctx.phase(
+            "fetch",
+            &command,
+            install.timeout_seconds,
+            Some(forward),
+            Some("fetch: [repository] url, the pinned commit only, read afterwards as data by the runner"),
+        );
+        let _ = fs::remove_dir_all(&home);
+        source.duration_ms = run.report.duration_ms;
+        let tail = tail_with_header(&run.header, &run.output);
+        let processes_left = run.left_after_teardown > 0 || !run.report.namespace_dead;
+        let mut facts = run.facts.clone();
+        // git deletes a pack it could not finish, so the scratch is no longer full when the phase ends: its own
+        // words say so (never a line the server sent, which git prefixes with `remote:`).
+        facts.disk_full |=
+            fetch::out_of_disk(&run.output.head) || fetch::out_of_disk(&run.output.tail);
+        let stops = classify::fetch_stops(&facts, &[]);
+        match (stops, processes_left) {
+            (None, false) => {
+                source.fetch = fetch::mode_of(run.report.exit_code)
+                    .unwrap_or("failed")
+                    .to_owned();
+                Ok(Fetched {
+                    dir: fetch_dir,
+                    source,
+                    session: Some(session),
+                })
+            }
+            (None, true) => {
+                source.egress = session.finish();
+                let _ = fs::remove_dir_all(&fetch_dir);
+                Err(ended(
+                    Outcome::EnvironmentExhausted,
+                    format!(
+                        "after the fetch {} process(es) remained and PID 1 dead = {}",
+                        run.left_after_teardown, run.report.namespace_dead
+                    ),
+                    source,
+                    tail,
+                ))
+            }
+            (Some(_), _) => {
+                source.egress = session.finish();
+                let _ = fs::remove_dir_all(&fetch_dir);
+                let (outcome, why) = classify::fetch_stops(&facts, &source.egress)
+                    .unwrap_or((Outcome::EnvironmentExhausted, "the fetch failed".into()));
+                Err(ended(outcome, why, source, tail))
+            }
+        }
+    }
 }

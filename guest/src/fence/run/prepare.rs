@@ -41,10 +41,12 @@ impl Refusal {
 }
 
 /// Prepares the repository of `job` in `dir`, recording its commit, tree, patch hash and protected globs in
-/// `inputs`. `repository` is where intake left it as a directory (`None`: the job's own `repository.path`).
+/// `inputs`. `repository` is where intake left it as a directory (`None`: the job's own `repository.path`);
+/// `fetched` is where the fetch phase wrote a `repository.url` job's repository (read as data).
 pub(super) fn prepare(
     job: &Job,
     repository: Option<&Path>,
+    fetched: Option<&Path>,
     dir: &RunDir,
     inputs: &mut Inputs,
 ) -> Result<Prepared, Refusal> {
@@ -57,13 +59,18 @@ pub(super) fn prepare(
     // sees.
     let store = dir.fs.join("protected");
     inputs.protect = job.test.protect.clone();
-    let (prepared, protected) = match repo::prepare_protected(
-        &source,
-        &repo_dir,
-        job.repository.commit.as_deref(),
-        patch.as_deref(),
-        Some((&job.test.protect, &store)),
-    ) {
+    let protect = Some((&job.test.protect[..], store.as_path()));
+    let done = match (fetched, job.repository.commit.as_deref()) {
+        (Some(f), Some(pin)) => repo::prepare_fetched(f, &repo_dir, pin, patch.as_deref(), protect),
+        _ => repo::prepare_protected(
+            &source,
+            &repo_dir,
+            job.repository.commit.as_deref(),
+            patch.as_deref(),
+            protect,
+        ),
+    };
+    let (prepared, protected) = match done {
         Ok(p) => p,
         Err(e) => return Err(Refusal::new(e.stage(), e.to_string())),
     };

@@ -1,0 +1,166 @@
+//! `[repository] url` in the vm tier: the guest fetches the pinned commit in the fence's install sandbox, through
+//! the egress proxy and the host dialer, from a loopback git server this test starts (smart HTTP), named
+//! `localhost` on the job's allowlist and reached with the operator's `allow_networks = ["127.0.0.1/32"]`. The
+//! toolchain image is used: it has Debian's git with its HTTP transport (the minimal image's lone git binary has
+//! none, and the verdict would say so). Base `tests_failed`, base + fix `tests_passed`, the counts of a direct run
+//! outside the fence, the URL in the verdict and pinned by `verify-attestation --repository`.
+
+use fenced_run_tests::gitserve::{GitServer, Protocol, FIX_PATCH};
+use fenced_run_tests::vm::NONCE;
+use host::image::Manifest;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
+const VERIFY: &str = env!("CARGO_BIN_EXE_verify-attestation-e2e");
+
+/// The toolchain image (the one vm_toolchains.rs builds, kept under CARGO_TARGET_TMPDIR).
+fn toolchain_image() -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vm-image-toolchains");
+    let o = Command::new(BIN)
+        .args([
+            "image",
+            "build",
+            "--toolchains",
+            "go,node,python,rust",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .expect("run fenced-run image build");
+    assert!(
+        o.status.success(),
+        "image build --toolchains: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+fn job(dir: &Path, s: &GitServer, fix: bool) -> PathBuf {
+    let patch = if fix {
+        std::fs::write(dir.join("fix.patch"), FIX_PATCH).expect("patch");
+        "patch = \"fix.patch\"\n"
+    } else {
+        ""
+    };
+    let p = dir.join("job.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[repository]\nurl = \"{}\"\ncommit = \"{}\"\n{patch}[image]\ntoolchains = [\"python\"]\n\
+             [install]\ncommand = \"true\"\nallow = [\"localhost:{}\"]\ntimeout_seconds = 300\n\
+             [test]\ncommand = \"sh test.sh\"\n",
+            s.url(),
+            s.base,
+            s.port
+        ),
+    )
+    .expect("job");
+    p
+}
+
+fn run(job: &Path, image: &Path, operator: &Path, evidence: &Path) -> serde_json::Value {
+    let o = Command::new(BIN)
+        .args([
+            "run",
+            "--isolation",
+            "vm",
+            "--json",
+            "--nonce",
+            NONCE,
+            "--image",
+        ])
+        .arg(image)
+        .arg("--operator-config")
+        .arg(operator)
+        .arg("--evidence")
+        .arg(evidence)
+        .arg(job)
+        .output()
+        .expect("run");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
+
+#[test]
+fn the_guest_fetches_the_pinned_commit_through_the_host_dialer() {
+    if fenced_run_tests::vm::missing(&[
+        "mkfs.erofs",
+        "dump.erofs",
+        "veritysetup",
+        "apt-get",
+        "dpkg-deb",
+    ])
+    .is_some()
+    {
+        return;
+    }
+    let image = toolchain_image();
+    let m = Manifest::load(&image).expect("manifest");
+    let s = GitServer::start(Protocol::Smart);
+    let t = tempfile::tempdir().expect("tmp");
+    let operator = t.path().join("operator.toml");
+    std::fs::write(&operator, "[egress]\nallow_networks = [\"127.0.0.1/32\"]\n").expect("operator");
+    for (fix, outcome, passed, failed) in
+        [(false, "tests_failed", 0, 1), (true, "tests_passed", 1, 0)]
+    {
+        let d = t.path().join(if fix { "fix" } else { "base" });
+        std::fs::create_dir(&d).expect("mkdir");
+        let j = job(&d, &s, fix);
+        let evidence = d.join("run.evidence");
+        let v = run(&j, &image, &operator, &evidence);
+        assert_eq!(v["outcome"], outcome, "{v}");
+        assert_eq!(v["isolation"], "vm", "{v}");
+        assert_eq!(v["tests"]["passed"], passed, "{v}");
+        assert_eq!(v["tests"]["failed"], failed, "{v}");
+        assert_eq!(v["repository"]["url"], s.url(), "{v}");
+        assert_eq!(v["repository"]["fetch"], "shallow", "{v}");
+        assert_eq!(v["inputs"]["commit"], s.base.as_str(), "{v}");
+        let fetched = v["install"]["egress"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|e| e["host"] == "localhost" && e["allowed"] == true)
+                    .count()
+            })
+            .unwrap_or(0);
+        assert!(fetched > 0, "{v}");
+        let pin = |url: &str| {
+            Command::new(VERIFY)
+                .args([
+                    "evidence",
+                    "--allow-simulated",
+                    "--json",
+                    "--nonce",
+                    NONCE,
+                    "--measurement",
+                    &m.measurements.vm,
+                    "--repository",
+                    url,
+                ])
+                .arg(&evidence)
+                .output()
+                .expect("verify")
+        };
+        let held = pin(&s.url());
+        assert_eq!(
+            held.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&held.stdout)
+        );
+        let other = pin("http://localhost:1/other.git");
+        assert_eq!(
+            other.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&other.stdout)
+        );
+        assert!(String::from_utf8_lossy(&other.stdout).contains("pin-repository"));
+    }
+}
