@@ -1170,6 +1170,8 @@ fn the_measurement_claim_names_the_set_entry_and_its_signers() {
             ovmf_sha256: None,
             tdvf_sha256: None,
         },
+        not_after: Some("2099-01-01T00:00:00Z".into()),
+        identity: Vec::new(),
         snp: Vec::new(),
         tdx: Vec::new(),
         sim: vec![SimEntry {

@@ -104,16 +104,21 @@ pub enum Judged {
 }
 
 /// Intake on the host, then the bundle packed from the tree intake judged (its work directory, removed before
-/// this returns), never from `job_path` again. `after_intake` runs between the two: the seam a test uses to
+/// this returns), never from `job_path` again; `egress` is the operator's (its `allow_networks` apply to a
+/// repository URL's addresses here as in the dialer). `after_intake` runs between the two: the seam a test uses to
 /// change the original after intake judged it. `Err` when the input is unusable or cannot be packed.
-pub fn judge_and_pack(job_path: &Path, after_intake: impl FnOnce()) -> Result<Judged, String> {
+pub fn judge_and_pack(
+    job_path: &Path,
+    egress: &job_policy::egress::OperatorEgress,
+    after_intake: impl FnOnce(),
+) -> Result<Judged, String> {
     let work = tempfile::Builder::new()
         .prefix("fenced-run-intake-vm-")
         .tempdir()
         .map_err(|e| format!("cannot create intake's work directory: {e}"))?;
     // The operator's allow_networks apply to a repository URL's addresses here as in the dialer.
     let mut runner = intake::normalise::RunnerPolicy::probe();
-    runner.operator.egress = opts.egress.clone();
+    runner.operator.egress = egress.clone();
     let mut report = intake::run_stages(
         job_path,
         &intake::IntakeOptions::for_tier(intake::normalise::Isolation::Vm)
@@ -150,7 +155,7 @@ pub fn judge_and_pack(job_path: &Path, after_intake: impl FnOnce()) -> Result<Ju
 
 /// Intake on the host, then the job in the VM with `opts` filled from the job's budgets.
 pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<HostRun, String> {
-    let (job, kind, bytes) = match judge_and_pack(job_path, || {})? {
+    let (job, kind, bytes) = match judge_and_pack(job_path, &opts.egress, || {})? {
         Judged::Refused(reason) => return Ok(HostRun::Refused(reason)),
         Judged::Packed { job, kind, bytes } => (job, kind, bytes),
     };

@@ -338,14 +338,16 @@ fn pack_judged_within(
             .map(|p| p.to_string_lossy().into_owned());
         // A patch inside the repository's directory is in its tree already (a member written twice is refused).
         let patch = patch.filter(|p| copied.is_none() || !Path::new(p).starts_with(&rel));
-        for (i, rel) in std::iter::once(rel).chain(patch).enumerate() {
+        // A `[repository] url` job carries no repository: the fence fetches it in the guest.
+        let repo = job.repository.url.is_none().then_some((rel, true));
+        for (rel, is_repo) in repo.into_iter().chain(patch.map(|p| (p, false))) {
             if !relative_inside(&rel) {
                 return Err(PackError::NotBeside {
                     path: input.to_path_buf(),
                     rel,
                 });
             }
-            match copied.filter(|_| i == 0) {
+            match copied.filter(|_| is_repo) {
                 Some(dir) => add_tree(&mut b, dir, Path::new(&rel))?,
                 None => {
                     let p = root.join(&rel);
@@ -656,7 +658,7 @@ mod tests {
             } else {
                 b.clone()
             };
-            let judged = crate::cli::vm::judge_and_pack(&input, || {
+            let judged = crate::cli::vm::judge_and_pack(&input, &Default::default(), || {
                 std::fs::write(b.join("repo/added.sh"), "echo pwned\n").expect("add");
                 std::fs::write(b.join("repo/tests/t.sh"), "echo '9 passed'\n").expect("rewrite");
             })
@@ -686,7 +688,7 @@ mod tests {
         std::fs::write(d.path().join("repo/a"), "a\n").expect("write");
         let job = d.path().join("job.toml");
         std::fs::write(&job, "[repository]\npath = \"repo\"\n").expect("write");
-        let e = crate::cli::vm::judge_and_pack(&job, || {
+        let e = crate::cli::vm::judge_and_pack(&job, &Default::default(), || {
             std::fs::write(
                 &job,
                 "[repository]\npath = \"repo\"\n[test]\ncommand = \"true\"\n",
