@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod fence;
 pub mod protect;
+pub mod registry;
 pub mod task;
 pub mod viewer;
 pub mod vm;
