@@ -685,7 +685,13 @@ impl Fixture {
         for (rel, text) in project_files(eco, &self.server.url(), patched) {
             write(&repo.join(rel), text.as_bytes());
         }
-        let ca = self.ca.ca_pem();
+        // The system bundle and the test CA, as the fence gives the install phase; the runner's own CA and
+        // package-manager settings (its environment, npm's global `cafile`, pip's `cert`) are overridden.
+        let ca = scratch.join("ca-bundle.crt");
+        let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+        bundle.push(b'\n');
+        bundle.extend(std::fs::read(self.ca.ca_pem()).expect("ca.pem"));
+        write(&ca, &bundle);
         let real_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
         let rustup = std::env::var_os("RUSTUP_HOME")
             .map(PathBuf::from)
@@ -696,22 +702,28 @@ impl Fixture {
             r.install.to_owned()
         };
         let run = |command: &str| {
-            let o = Command::new("sh")
-                .args(["-c", command])
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", command])
                 .current_dir(&repo)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("LANG", "C.UTF-8")
                 .env("HOME", &home)
                 .env("CARGO_HOME", home.join(".cargo"))
                 .env("RUSTUP_HOME", &rustup)
-                .env("CARGO_HTTP_CAINFO", &ca)
-                .env("NODE_EXTRA_CA_CERTS", &ca)
-                .env("PIP_CERT", &ca)
                 .env("npm_config_cache", home.join(".npm"))
-                .env_remove("HTTP_PROXY")
-                .env_remove("HTTPS_PROXY")
-                .env_remove("http_proxy")
-                .env_remove("https_proxy")
-                .output()
-                .expect("sh");
+                .env("npm_config_cafile", &ca);
+            for var in [
+                "SSL_CERT_FILE",
+                "NODE_EXTRA_CA_CERTS",
+                "PIP_CERT",
+                "REQUESTS_CA_BUNDLE",
+                "CARGO_HTTP_CAINFO",
+                "GIT_SSL_CAINFO",
+            ] {
+                cmd.env(var, &ca);
+            }
+            let o = cmd.output().expect("sh");
             let mut out = o.stdout;
             out.extend_from_slice(&o.stderr);
             (o.status.code(), out)
@@ -787,6 +799,17 @@ pub fn toolchain_image(bin: &str, target_tmp: &Path) -> PathBuf {
             out
         })
         .clone()
+}
+
+/// For the process tier, which uses only the image's toolchain tree: the image under `target_tmp` as it is when
+/// it already holds one (whatever agent it was built with), else [`toolchain_image`].
+pub fn toolchain_tree(bin: &str, target_tmp: &Path) -> PathBuf {
+    let out = target_tmp.join("vm-image-toolchains");
+    if out.join("toolchains.tree/usr/bin").is_dir() && out.join("manifest.json").is_file() {
+        out
+    } else {
+        toolchain_image(bin, target_tmp)
+    }
 }
 
 /// SHA-256 (hex) of a file.
