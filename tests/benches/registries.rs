@@ -16,6 +16,9 @@ use std::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 
+/// Per tier: whole runs, install phases, test phases (seconds) and the vm tier's step durations (ms).
+type Samples = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<BTreeMap<String, u64>>);
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -25,10 +28,23 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// One fenced run: wall seconds, the verdict, and the vm tier's step durations (ms) by step.
-fn fenced(tier: &str, bundle: &Path, image: &Path, op: &Path) -> (f64, serde_json::Value, BTreeMap<String, u64>) {
+fn fenced(
+    tier: &str,
+    bundle: &Path,
+    image: &Path,
+    op: &Path,
+) -> (f64, serde_json::Value, BTreeMap<String, u64>) {
     let started = Instant::now();
     let o = Command::new(BIN)
-        .args(["run", "--isolation", tier, "--json", "--progress", "json", "--image"])
+        .args([
+            "run",
+            "--isolation",
+            tier,
+            "--json",
+            "--progress",
+            "json",
+            "--image",
+        ])
         .arg(image)
         .arg("--operator-config")
         .arg(op)
@@ -52,17 +68,29 @@ fn fenced(tier: &str, bundle: &Path, image: &Path, op: &Path) -> (f64, serde_jso
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let runs: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1);
     if registry::missing_toolchains().is_some()
-        || fenced_run_tests::vm::missing(&["mkfs.erofs", "dump.erofs", "veritysetup", "apt-get", "dpkg-deb"])
-            .is_some()
+        || fenced_run_tests::vm::missing(&[
+            "mkfs.erofs",
+            "dump.erofs",
+            "veritysetup",
+            "apt-get",
+            "dpkg-deb",
+        ])
+        .is_some()
     {
         return;
     }
     let image = match args.get(1) {
         Some(p) => PathBuf::from(p),
-        None => registry::toolchain_image(BIN, &Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp")),
+        None => registry::toolchain_image(
+            BIN,
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/tmp"),
+        ),
     };
     let fx = Fixture::start();
     let t = tempfile::tempdir().expect("tmp");
@@ -74,7 +102,7 @@ fn main() {
     println!("|---|---|---:|---:|---:|---:|---|");
     for eco in ECOSYSTEMS {
         let mut direct = (Vec::new(), Vec::new(), Vec::new());
-        let mut tiers: BTreeMap<&str, (Vec<f64>, Vec<f64>, Vec<f64>, Vec<BTreeMap<String, u64>>)> = BTreeMap::new();
+        let mut tiers: BTreeMap<&str, Samples> = BTreeMap::new();
         for i in 0..runs {
             let d = t.path().join(format!("{eco}-direct-{i}"));
             let run = fx.direct(&d, eco, true);
@@ -104,10 +132,19 @@ fn main() {
             median(direct.2.clone())
         );
         for (tier, (wall, install, test, steps)) in &tiers {
-            let (w, i, te) = (median(wall.clone()), median(install.clone()), median(test.clone()));
+            let (w, i, te) = (
+                median(wall.clone()),
+                median(install.clone()),
+                median(test.clone()),
+            );
             let fixed = if *tier == "vm" {
                 let step = |name: &str| {
-                    median(steps.iter().map(|s| s.get(name).copied().unwrap_or(0) as f64 / 1000.0).collect())
+                    median(
+                        steps
+                            .iter()
+                            .map(|s| s.get(name).copied().unwrap_or(0) as f64 / 1000.0)
+                            .collect(),
+                    )
                 };
                 format!(
                     "{:.1} s ({:.1}, {:.1}, {:.1}, {:.1}, {:.1})",
@@ -121,7 +158,9 @@ fn main() {
             } else {
                 format!("{:.1} s (no VM)", w - i - te)
             };
-            println!("| {eco} | {tier} tier | {runs} | {w:.1} s | {i:.1} s | {te:.1} s | {fixed} |");
+            println!(
+                "| {eco} | {tier} tier | {runs} | {w:.1} s | {i:.1} s | {te:.1} s | {fixed} |"
+            );
         }
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

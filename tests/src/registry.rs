@@ -45,7 +45,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 impl TestCa {
     /// Makes a P-256 CA (`CN=fenced-run test registry CA`, basicConstraints CA:TRUE) and a server certificate
     /// for `localhost` signed by it, valid for two days.
-    pub fn new() -> TestCa {
+    pub fn create() -> TestCa {
         let dir = tempfile::Builder::new()
             .prefix("registry-ca-")
             .tempdir()
@@ -54,17 +54,43 @@ impl TestCa {
         openssl(
             d,
             &[
-                "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj",
-                "/CN=fenced-run test registry CA", "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=fenced-run test registry CA",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
             ],
         );
         openssl(
             d,
             &[
-                "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost",
+                "req",
+                "-new",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=localhost",
             ],
         );
         std::fs::write(
@@ -76,8 +102,21 @@ impl TestCa {
         openssl(
             d,
             &[
-                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "server.ext",
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "server.ext",
             ],
         );
         TestCa { dir }
@@ -239,10 +278,7 @@ fn answer(method: &str, target: &str, root: &Path) -> (u16, Vec<u8>, &'static st
     }
     let path = target.split(['?', '#']).next().unwrap_or_default();
     let rel = Path::new(path.trim_start_matches('/'));
-    if rel
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_)))
-    {
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
         return not_found;
     }
     let mut file = root.join(rel);
@@ -274,7 +310,8 @@ pub fn tar_gz(files: &[(&str, &str)]) -> Vec<u8> {
         h.set_mode(0o644);
         h.set_mtime(1_700_000_000);
         h.set_entry_type(tar::EntryType::Regular);
-        b.append_data(&mut h, path, text.as_bytes()).expect("tar entry");
+        b.append_data(&mut h, path, text.as_bytes())
+            .expect("tar entry");
     }
     b.into_inner().expect("tar").finish().expect("gzip")
 }
@@ -367,7 +404,8 @@ pub fn pypi_wheel(root: &Path, name: &str, version: &str, files: &[(&str, &str)]
     );
     write(
         &root.join("simple").join("index.html"),
-        format!("<!DOCTYPE html>\n<html><body>\n<a href=\"{name}/\">{name}</a>\n</body></html>\n").as_bytes(),
+        format!("<!DOCTYPE html>\n<html><body>\n<a href=\"{name}/\">{name}</a>\n</body></html>\n")
+            .as_bytes(),
     );
 }
 
@@ -397,7 +435,11 @@ pub fn cargo_crate(root: &Path, url: &str, name: &str, version: &str, lib_rs: &s
     ]);
     let cksum = hex::encode(sha2::Sha256::digest(&krate));
     write(
-        &root.join("crates").join(name).join(version).join("download"),
+        &root
+            .join("crates")
+            .join(name)
+            .join(version)
+            .join("download"),
         &krate,
     );
     let line = serde_json::json!({
@@ -448,7 +490,8 @@ pub fn recipe(name: &str) -> Recipe {
         "python" => Recipe {
             name: "python",
             toolchain: "python",
-            install: "python3 -m venv --system-site-packages .venv && .venv/bin/pip install --no-input \
+            install:
+                "python3 -m venv --system-site-packages .venv && .venv/bin/pip install --no-input \
                       --disable-pip-version-check --retries 0 --timeout 20 -r requirements.txt",
             test: ".venv/bin/python -m pytest -p no:cacheprovider",
             parser: "pytest",
@@ -589,7 +632,7 @@ pub struct DirectRun {
 impl Fixture {
     /// Makes the CA, starts the server and writes the three registries' packages.
     pub fn start() -> Fixture {
-        let ca = TestCa::new();
+        let ca = TestCa::create();
         let root = tempfile::Builder::new()
             .prefix("registry-root-")
             .tempdir()
@@ -692,7 +735,9 @@ impl Fixture {
         bundle.push(b'\n');
         bundle.extend(std::fs::read(self.ca.ca_pem()).expect("ca.pem"));
         write(&ca, &bundle);
-        let real_home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+        let real_home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
         let rustup = std::env::var_os("RUSTUP_HOME")
             .map(PathBuf::from)
             .unwrap_or_else(|| real_home.join(".rustup"));
@@ -764,10 +809,18 @@ pub fn missing_toolchains() -> Option<String> {
             || Path::new("/usr/sbin").join(name).is_file()
     };
     let why = missing().or_else(|| {
-        ["cargo", "npm", "node", "mkfs.erofs", "veritysetup", "apt-get", "dpkg-deb"]
-            .into_iter()
-            .find(|t| !on_path(t))
-            .map(|t| format!("{t} is not installed"))
+        [
+            "cargo",
+            "npm",
+            "node",
+            "mkfs.erofs",
+            "veritysetup",
+            "apt-get",
+            "dpkg-deb",
+        ]
+        .into_iter()
+        .find(|t| !on_path(t))
+        .map(|t| format!("{t} is not installed"))
     });
     let why = why.or_else(|| {
         let ok = Command::new("/usr/bin/python3")

@@ -43,7 +43,8 @@ fn findings(v: &serde_json::Value) -> String {
 }
 
 #[test]
-fn each_ecosystems_base_fails_and_its_patch_passes_through_the_loopback_registry_as_outside_the_fence() {
+fn each_ecosystems_base_fails_and_its_patch_passes_through_the_loopback_registry_as_outside_the_fence(
+) {
     if skipped() {
         return;
     }
@@ -68,7 +69,10 @@ fn each_ecosystems_base_fails_and_its_patch_passes_through_the_loopback_registry
                     let bundle = fx.bundle(&t.join(&name), eco, *patched);
                     let started = std::time::Instant::now();
                     let v = run(&bundle, image, op);
-                    eprintln!("{name}: process tier {:.1} s", started.elapsed().as_secs_f64());
+                    eprintln!(
+                        "{name}: process tier {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
                     let started = std::time::Instant::now();
                     let direct = fx.direct(&t.join(format!("{name}-direct")), eco, *patched);
                     eprintln!("{name}: direct {:.1} s", started.elapsed().as_secs_f64());
@@ -82,17 +86,28 @@ fn each_ecosystems_base_fails_and_its_patch_passes_through_the_loopback_registry
         let (direct, log) = (d.counts, &d.log);
         let r = registry::recipe(eco);
         let name = format!("{eco} {}", if *patched { "patched" } else { "base" });
-        let want = if *patched { "tests_passed" } else { "tests_failed" };
+        let want = if *patched {
+            "tests_passed"
+        } else {
+            "tests_failed"
+        };
         assert_eq!(v["outcome"], want, "{name}: {v}");
         assert_eq!(v["tests"]["parser"], r.parser, "{name}: {v}");
-        let direct = direct.unwrap_or_else(|| panic!("{name}: the direct run counted nothing:\n{log}"));
+        let direct =
+            direct.unwrap_or_else(|| panic!("{name}: the direct run counted nothing:\n{log}"));
         assert_eq!(
             (direct.passed, direct.failed),
             if *patched { (3, 0) } else { (1, 2) },
             "{name}: direct run:\n{log}"
         );
-        assert_eq!(v["tests"]["passed"], direct.passed, "{name}: {v}\ndirect:\n{log}");
-        assert_eq!(v["tests"]["failed"], direct.failed, "{name}: {v}\ndirect:\n{log}");
+        assert_eq!(
+            v["tests"]["passed"], direct.passed,
+            "{name}: {v}\ndirect:\n{log}"
+        );
+        assert_eq!(
+            v["tests"]["failed"], direct.failed,
+            "{name}: {v}\ndirect:\n{log}"
+        );
         let install = &v["install"];
         assert_eq!(install["exit_code"], 0, "{name}: {v}");
         assert_eq!(
@@ -114,11 +129,17 @@ fn each_ecosystems_base_fails_and_its_patch_passes_through_the_loopback_registry
         );
         let sandbox = install["sandbox"].to_string();
         assert!(
-            sandbox.contains("CA bundle: /etc/ssl/certs/ca-certificates.crt") && sandbox.contains(&ca_sha),
+            sandbox.contains("CA bundle: /etc/ssl/certs/ca-certificates.crt")
+                && sandbox.contains(&ca_sha),
             "{name}: {sandbox}"
         );
         let env = install["env_names"].to_string();
-        for var in ["SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "PIP_CERT", "CARGO_HTTP_CAINFO"] {
+        for var in [
+            "SSL_CERT_FILE",
+            "NODE_EXTRA_CA_CERTS",
+            "PIP_CERT",
+            "CARGO_HTTP_CAINFO",
+        ] {
             assert!(env.contains(var), "{name}: {var} not in {env}");
         }
         assert!(
@@ -187,7 +208,11 @@ fn an_install_whose_registry_is_refused_by_policy_is_environment_exhausted_at_on
             "{eco}: {v}"
         );
     }
-    assert!(fx.server.requests().is_empty(), "{:?}", fx.server.requests());
+    assert!(
+        fx.server.requests().is_empty(),
+        "{:?}",
+        fx.server.requests()
+    );
 }
 
 /// The same npm project with the address allowed but without the operator's CA: the client cannot verify the
@@ -206,14 +231,21 @@ fn without_the_operators_ca_npm_cannot_verify_the_loopback_registry() {
     let v = run(&bundle, &image, &op);
     assert_ne!(v["outcome"], "tests_passed", "{v}");
     assert!(v["test"].is_null(), "{v}");
-    assert!(v["install"]["operator_egress"].get("ca_certificates_sha256").is_none(), "{v}");
+    assert!(
+        v["install"]["operator_egress"]
+            .get("ca_certificates_sha256")
+            .is_none(),
+        "{v}"
+    );
     let tail = v["output_tail"]["install"].as_str().unwrap_or_default();
     assert!(
         tail.contains("certificate") || tail.contains("CERT"),
         "npm names the certificate it could not verify: {tail}"
     );
     assert!(
-        !v["install"]["env_names"].to_string().contains("NODE_EXTRA_CA_CERTS"),
+        !v["install"]["env_names"]
+            .to_string()
+            .contains("NODE_EXTRA_CA_CERTS"),
         "{v}"
     );
 }
