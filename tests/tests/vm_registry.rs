@@ -106,7 +106,14 @@ fn each_ecosystems_registry_run_matches_outside_the_fence_in_the_vm_tier_and_a_r
                             let evidence = t.join(format!("{name}.evidence"));
                             let started = std::time::Instant::now();
                             let v = run(&bundle, image, op, &evidence);
-                            eprintln!("{name}: vm tier {:.1} s", started.elapsed().as_secs_f64());
+                            eprintln!(
+                            "{name}: vm tier {:.1} s, outcome {}, install {} ms, test {} ms, tests {}",
+                            started.elapsed().as_secs_f64(),
+                            v["outcome"],
+                            v["install"]["duration_ms"],
+                            v["test"]["duration_ms"],
+                            v["tests"]
+                        );
                             let direct = reaches.then(|| {
                                 fx.direct(&t.join(format!("{name}-direct")), eco, *patched)
                             });
