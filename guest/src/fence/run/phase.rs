@@ -86,6 +86,12 @@ fn protected_line(plan: &BindPlan) -> String {
     line
 }
 
+/// Whether the system root `root` has a regular file (not a link) at [`spec::SYSTEM_CA_BUNDLE`], the file the
+/// operator's CA certificates are bound over.
+fn system_bundle_is_file(root: &Path) -> bool {
+    fs::symlink_metadata(spec::under_root(root, spec::SYSTEM_CA_BUNDLE)).is_ok_and(|m| m.is_file())
+}
+
 impl PhaseCtx<'_> {
     /// Where the sandbox's system directories come from: the toolchain root when the job asks for toolchains.
     fn system_root(&self) -> Option<&Path> {
@@ -110,13 +116,10 @@ impl PhaseCtx<'_> {
         if phase != "install" {
             return Ok(None);
         }
-        let sys = spec::under_root(
-            self.system_root().unwrap_or(Path::new("/")),
-            spec::SYSTEM_CA_BUNDLE,
-        );
-        match fs::symlink_metadata(&sys) {
-            Ok(m) if m.is_file() => Ok(Some(ca)),
-            _ => Err(finding(
+        if system_bundle_is_file(self.system_root().unwrap_or(Path::new("/"))) {
+            Ok(Some(ca))
+        } else {
+            Err(finding(
                 phase,
                 "operator-ca-not-bound",
                 format!(
@@ -124,7 +127,7 @@ impl PhaseCtx<'_> {
                      regular file in the sandbox's system directories",
                     spec::SYSTEM_CA_BUNDLE
                 ),
-            )),
+            ))
         }
     }
 
@@ -542,5 +545,36 @@ impl PhaseCtx<'_> {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operators_ca_is_bound_only_over_a_regular_system_bundle() {
+        let root = tempfile::tempdir().expect("tmp");
+        assert!(!system_bundle_is_file(root.path()), "no bundle at all");
+        let certs = root.path().join("etc/ssl/certs");
+        fs::create_dir_all(&certs).expect("mkdir");
+        std::os::unix::fs::symlink(
+            "/etc/ssl/certs/ca-certificates.crt",
+            certs.join("ca-certificates.crt"),
+        )
+        .expect("link");
+        assert!(
+            !system_bundle_is_file(root.path()),
+            "a link is not bound over"
+        );
+        fs::remove_file(certs.join("ca-certificates.crt")).expect("rm");
+        fs::create_dir(certs.join("ca-certificates.crt")).expect("dir");
+        assert!(
+            !system_bundle_is_file(root.path()),
+            "a directory is not bound over"
+        );
+        fs::remove_dir(certs.join("ca-certificates.crt")).expect("rmdir");
+        fs::write(certs.join("ca-certificates.crt"), "pem").expect("bundle");
+        assert!(system_bundle_is_file(root.path()));
     }
 }
