@@ -239,6 +239,11 @@ pub struct OperatorEgress {
     /// The HTTP CONNECT proxy allowed connections went through (`http://HOST:PORT`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_proxy: Option<String>,
+    /// SHA-256 (hex) of the operator's `ca_certificates` PEM text (CRLF made LF) the install phase trusted
+    /// besides the system bundle, if any: such an anchor lets the operator serve any package for an
+    /// allowlisted name (docs/threat-model.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_certificates_sha256: Option<String>,
 }
 
 /// The network the test phase had: only `none` exists.
@@ -1040,9 +1045,14 @@ mod tests {
             i.operator_egress = Some(OperatorEgress {
                 allow_networks: vec!["10.20.0.0/16".into()],
                 upstream_proxy: Some("http://proxy.example:3128".into()),
+                ca_certificates_sha256: Some("ab".repeat(32)),
             });
         }
         let j = v.to_json_value();
+        assert_eq!(
+            j["install"]["operator_egress"]["ca_certificates_sha256"],
+            "ab".repeat(32)
+        );
         assert_eq!(
             j["install"]["operator_egress"]["allow_networks"][0],
             "10.20.0.0/16"

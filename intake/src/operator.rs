@@ -38,7 +38,8 @@ pub enum OperatorConfigError {
     Entry {
         /// The file.
         path: String,
-        /// `env.passthrough`, `sandbox.read`, `egress.allow_networks` or `egress.upstream_proxy`.
+        /// `env.passthrough`, `sandbox.read`, `egress.allow_networks`, `egress.upstream_proxy` or
+        /// `egress.ca_certificates`.
         key: &'static str,
         /// What is wrong with the entry.
         why: String,
@@ -58,6 +59,7 @@ struct RawOperator {
 struct RawEgress {
     allow_networks: Option<Vec<String>>,
     upstream_proxy: Option<String>,
+    ca_certificates: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -82,8 +84,9 @@ pub struct OperatorPolicy {
     /// Host paths (absolute, or `~/` for the runner's home) a job may list in `[sandbox] read`, or any path
     /// under one of them.
     pub read: Vec<String>,
-    /// The `[egress]` table: networks the address policy accepts for allowlisted names, and the HTTP CONNECT
-    /// proxy allowed connections go through (none by default).
+    /// The `[egress]` table: networks the address policy accepts for allowlisted names, the HTTP CONNECT
+    /// proxy allowed connections go through, and CA certificates the install phase trusts besides the system's
+    /// (none by default).
     #[serde(skip)]
     pub egress: job_policy::egress::OperatorEgress,
     /// Where the policy came from (a file, or the built-in defaults), for messages.
@@ -106,8 +109,8 @@ impl Default for OperatorPolicy {
 
 impl OperatorPolicy {
     /// Reads an operator configuration file (TOML: `[env] passthrough`, `[sandbox] read`, `[egress]
-    /// allow_networks` and `upstream_proxy`); a table or key left out keeps its default (the default read list
-    /// and the egress settings are empty).
+    /// allow_networks`, `upstream_proxy` and `ca_certificates`); a table or key left out keeps its default (the
+    /// default read list and the egress settings are empty).
     pub fn load(path: &Path) -> Result<OperatorPolicy, OperatorConfigError> {
         use std::io::Read;
         let name = path.display().to_string();
@@ -128,7 +131,9 @@ impl OperatorPolicy {
         OperatorPolicy::from_toml(&text, &name)
     }
 
-    /// Parses the text of an operator configuration; `source` names it in messages.
+    /// Parses the text of an operator configuration; `source` names it in messages and is the file a relative
+    /// `[egress] ca_certificates` path is resolved against (its directory; the working directory when it has
+    /// none). The CA file is read and checked here ([`job_policy::egress::CaCertificates::parse`]).
     pub fn from_toml(text: &str, source: &str) -> Result<OperatorPolicy, OperatorConfigError> {
         let raw: RawOperator = toml::from_str(text).map_err(|e| OperatorConfigError::Parse {
             path: source.to_owned(),
@@ -160,6 +165,12 @@ impl OperatorPolicy {
                 .map(job_policy::egress::UpstreamProxy::parse)
                 .transpose()
                 .map_err(|e| entry("egress.upstream_proxy", e.to_string()))?;
+            if let Some(file) = &e.ca_certificates {
+                p.egress.ca_certificates = Some(
+                    read_ca_certificates(file, source)
+                        .map_err(|why| entry("egress.ca_certificates", why))?,
+                );
+            }
         }
         p.check().map_err(|(key, why)| OperatorConfigError::Entry {
             path: source.to_owned(),
@@ -259,6 +270,30 @@ impl OperatorPolicy {
             self.read.join(" ")
         }
     }
+}
+
+/// Reads and checks the operator's `ca_certificates` file, `file` relative to the directory of `source` (the
+/// operator file) unless absolute.
+fn read_ca_certificates(
+    file: &str,
+    source: &str,
+) -> Result<job_policy::egress::CaCertificates, String> {
+    use job_policy::egress::{CaCertificates, MAX_CA_BYTES};
+    use std::io::Read;
+    if file.is_empty() {
+        return Err("an empty path".into());
+    }
+    let path = match Path::new(source).parent() {
+        Some(dir) if Path::new(file).is_relative() => dir.join(file),
+        _ => PathBuf::from(file),
+    };
+    let shown = path.display().to_string();
+    let f = std::fs::File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_CA_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    CaCertificates::parse(&bytes, &shown).map_err(|e| e.to_string())
 }
 
 /// `raw` (absolute or `~/...`) as a path, `~` expanded against `home` when given.
@@ -384,5 +419,59 @@ mod tests {
         let with_env =
             OperatorPolicy::from_toml("[env]\npassthrough = [\"TERM\"]\n", "op.toml").expect("env");
         assert!(!with_env.only_egress());
+    }
+
+    #[test]
+    fn the_ca_certificates_file_is_read_beside_the_operator_file_and_checked() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let ca = concat!(
+            "-----BEGIN CERTIFICATE-----\n",
+            "MIIBqzCCAVGgAwIBAgIUTVViumSfOSjTpQ2ubY2o/aVmUGkwCgYIKoZIzj0EAwIw\n",
+            "IjEgMB4GA1UEAwwXZmVuY2VkLXJ1biB1bml0LXRlc3QgQ0EwIBcNMjYxMjA1MDkz\n",
+            "ODI2WhgPMjEyNjExMTEwOTM4MjZaMCIxIDAeBgNVBAMMF2ZlbmNlZC1ydW4gdW5p\n",
+            "dC10ZXN0IENBMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEe6p/nLW3fRXCg8Se\n",
+            "Q7VNfMlA+ICS86yylCoVRh61X09XZVZ/enJNCwWnj52l2W6z+l42ePJ2GM3T0a9D\n",
+            "hEesKKNjMGEwHQYDVR0OBBYEFAW9+cJ2wX12MkcIGc6QvhxRjrEOMB8GA1UdIwQY\n",
+            "MBaAFAW9+cJ2wX12MkcIGc6QvhxRjrEOMA8GA1UdEwEB/wQFMAMBAf8wDgYDVR0P\n",
+            "AQH/BAQDAgIEMAoGCCqGSM49BAMCA0gAMEUCIEJ3+KJvSBa3Eg0glfJRmIc08OFT\n",
+            "M5NvIj6/zlfW/v1RAiEAvLx2fbDhskhwoT1VH4t8rS2Q0CzMad2LQMewRT/Rh4w=\n",
+            "-----END CERTIFICATE-----\n"
+        );
+        std::fs::write(dir.path().join("ca.pem"), ca).expect("ca");
+        std::fs::write(dir.path().join("bad.pem"), "no certificate\n").expect("bad");
+        let op = dir.path().join("operator.toml");
+        std::fs::write(&op, "[egress]\nca_certificates = \"ca.pem\"\n").expect("op");
+        let p = OperatorPolicy::load(&op).expect("load");
+        let got = p.egress.ca_certificates.as_ref().expect("ca");
+        assert_eq!(got.subjects(), ["CN=fenced-run unit-test CA"]);
+        assert_eq!(got.pem(), ca);
+        assert!(!p.egress.is_empty() && p.only_egress());
+        let abs = dir.path().join("ca.pem");
+        let p = OperatorPolicy::from_toml(
+            &format!(
+                "[egress]\nca_certificates = {:?}\n",
+                abs.display().to_string()
+            ),
+            "elsewhere/op.toml",
+        )
+        .expect("absolute path");
+        assert!(p.egress.ca_certificates.is_some());
+        std::fs::write(&op, "[egress]\nca_certificates = \"bad.pem\"\n").expect("op");
+        let e = OperatorPolicy::load(&op).expect_err("bad").to_string();
+        let bad = dir.path().join("bad.pem");
+        assert_eq!(
+            e,
+            format!(
+                "{}: egress.ca_certificates: {}: no PEM certificate in it (expected -----BEGIN CERTIFICATE----- blocks)",
+                op.display(),
+                bad.display()
+            )
+        );
+        std::fs::write(&op, "[egress]\nca_certificates = \"missing.pem\"\n").expect("op");
+        let e = OperatorPolicy::load(&op).expect_err("missing").to_string();
+        assert!(
+            e.contains("egress.ca_certificates: ") && e.contains("missing.pem: "),
+            "{e}"
+        );
     }
 }

@@ -3,12 +3,14 @@
 //! ([`hostport`]) and the isolation tiers ([`Isolation`]). Intake, the fence, its egress proxy and the
 //! verdict all use these, so a rule is written once. Nothing here touches the network or runs anything.
 //!
-//! Without the default `job` feature only [`addr`], [`hostport`] and [`Isolation`] are built (serde and
-//! thiserror only): that is what the `attestation` crate, and so the founder's verifier, depends on.
+//! Without the default `job` feature only [`addr`], [`hostport`] and [`Isolation`] are built (serde and thiserror
+//! only; not [`egress`], whose CA certificates need an X.509 parser): that is what the `attestation` crate, and so
+//! the founder's verifier, depends on.
 
 #![forbid(unsafe_code)]
 
 pub mod addr;
+#[cfg(feature = "job")]
 pub mod egress;
 pub mod hostport;
 mod isolation;

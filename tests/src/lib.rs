@@ -4,6 +4,7 @@ pub mod cli;
 pub mod fence;
 pub mod gitserve;
 pub mod protect;
+pub mod registry;
 pub mod task;
 pub mod viewer;
 pub mod vm;

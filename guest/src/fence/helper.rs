@@ -695,6 +695,19 @@ fn build_root(spec: &PhaseSpec) -> Result<(), String> {
         }
         bind(p, &target, RO)?;
     }
+    if let Some(ca) = &spec.ca_bundle {
+        // The operator's CA certificates with the system's, read-only over the system bundle: the path resolved
+        // below the sandbox's root without following a link (an absolute link would name a host path here).
+        let rel = Path::new(spec::SYSTEM_CA_BUNDLE.trim_start_matches('/'));
+        open_below_no_links(root, rel).map_err(|e| {
+            format!(
+                "the operator's CA certificates over {}: {}",
+                spec::SYSTEM_CA_BUNDLE,
+                e.trim_start_matches(spec::SANDBOX_REPO)
+            )
+        })?;
+        bind(ca, &under(root, Path::new(spec::SYSTEM_CA_BUNDLE)), RO)?;
+    }
     if let Some(tests) = &spec.tests_dir {
         // A task's pristine tests: read-only, and only in the phase that runs them.
         let target = under(root, Path::new(spec::SANDBOX_TESTS));

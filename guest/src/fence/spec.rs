@@ -16,6 +16,19 @@ pub const SANDBOX_TMP: &str = "/tmp";
 /// Where the sandbox shows a second scratch temporary directory, empty at the start of each phase (tools that
 /// want a temporary directory surviving a reboot use it whatever TMPDIR says).
 pub const SANDBOX_VAR_TMP: &str = "/var/tmp";
+/// The system CA bundle (Debian's path) the install phase's combined bundle is bound over when the operator
+/// set `[egress] ca_certificates`.
+pub const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The variables that point the common clients at [`SYSTEM_CA_BUNDLE`] when the operator's CA certificates are
+/// in force (OpenSSL and Python's ssl, Node, pip, requests, cargo, git).
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "CARGO_HTTP_CAINFO",
+    "GIT_SSL_CAINFO",
+];
 /// Host name the sandbox sees (its own UTS namespace).
 pub const SANDBOX_HOSTNAME: &str = "fence";
 /// System directories bound read-only into the sandbox when they exist on the host (symlinks are recreated).
@@ -73,6 +86,10 @@ pub struct PhaseSpec {
     /// A task's pristine `tests/`, shown read-only at [`SANDBOX_TESTS`] (a task's test phase only).
     #[serde(default)]
     pub tests_dir: Option<PathBuf>,
+    /// The system bundle plus the operator's CA certificates, bound read-only over [`SYSTEM_CA_BUNDLE`] (the
+    /// install phase only, when the operator set `[egress] ca_certificates`).
+    #[serde(default)]
+    pub ca_bundle: Option<PathBuf>,
     /// The uid the command runs as (inside the user namespace when [`PhaseSpec::user_ns`]).
     pub uid: u32,
     /// The gid the command runs as.

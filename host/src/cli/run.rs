@@ -393,11 +393,15 @@ pub fn summary(v: &Verdict) -> String {
             if let Some(o) = &i.operator_egress {
                 let _ = writeln!(
                     out,
-                    "  operator egress: allow_networks [{}], upstream_proxy {}",
+                    "  operator egress: allow_networks [{}], upstream_proxy {}, ca_certificates {}",
                     escape(&o.allow_networks.join(", ")),
                     o.upstream_proxy
                         .as_deref()
                         .map(escape)
+                        .unwrap_or("none".into()),
+                    o.ca_certificates_sha256
+                        .as_deref()
+                        .map(|h| format!("sha256:{}", escape(h)))
                         .unwrap_or("none".into())
                 );
             }

@@ -65,6 +65,7 @@ pub fn operator_record(operator: &OperatorEgress) -> Option<attestation::verdict
     (!operator.is_empty()).then(|| attestation::verdict::OperatorEgress {
         allow_networks: operator.allow_networks.entries(),
         upstream_proxy: operator.upstream_proxy.as_ref().map(|u| u.url()),
+        ca_certificates_sha256: operator.ca_certificates.as_ref().map(|c| c.sha256_hex()),
     })
 }
 

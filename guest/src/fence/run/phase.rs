@@ -86,6 +86,12 @@ fn protected_line(plan: &BindPlan) -> String {
     line
 }
 
+/// Whether the system root `root` has a regular file (not a link) at [`spec::SYSTEM_CA_BUNDLE`], the file the
+/// operator's CA certificates are bound over.
+fn system_bundle_is_file(root: &Path) -> bool {
+    fs::symlink_metadata(spec::under_root(root, spec::SYSTEM_CA_BUNDLE)).is_ok_and(|m| m.is_file())
+}
+
 impl PhaseCtx<'_> {
     /// Where the sandbox's system directories come from: the toolchain root when the job asks for toolchains.
     fn system_root(&self) -> Option<&Path> {
@@ -98,7 +104,34 @@ impl PhaseCtx<'_> {
             .map(|t| t.dir.as_path())
     }
 
-    fn env(&self, forward: Option<&ForwardSpec>) -> Vec<(String, String)> {
+    /// The operator's CA certificates when `phase` gets them (the install phase, when they are set), or a
+    /// finding when the system root has no regular file at [`spec::SYSTEM_CA_BUNDLE`] to bind them over.
+    fn operator_ca(
+        &self,
+        phase: &str,
+    ) -> Result<Option<&job_policy::egress::CaCertificates>, Finding> {
+        let Some(ca) = self.opts.operator.egress.ca_certificates.as_ref() else {
+            return Ok(None);
+        };
+        if phase != "install" {
+            return Ok(None);
+        }
+        if system_bundle_is_file(self.system_root().unwrap_or(Path::new("/"))) {
+            Ok(Some(ca))
+        } else {
+            Err(finding(
+                phase,
+                "operator-ca-not-bound",
+                format!(
+                    "the operator's [egress] ca_certificates were not given to the install phase: {} is not a \
+                     regular file in the sandbox's system directories",
+                    spec::SYSTEM_CA_BUNDLE
+                ),
+            ))
+        }
+    }
+
+    fn env(&self, forward: Option<&ForwardSpec>, ca: bool) -> Vec<(String, String)> {
         let mut env: BTreeMap<String, String> = BTreeMap::new();
         let mut path = String::new();
         for p in self.read_paths {
@@ -129,6 +162,11 @@ impl PhaseCtx<'_> {
             let url = format!("http://127.0.0.1:{}", f.port);
             for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
                 env.insert(k.into(), url.clone());
+            }
+        }
+        if ca {
+            for k in spec::CA_BUNDLE_VARS {
+                env.insert((*k).into(), spec::SYSTEM_CA_BUNDLE.into());
             }
         }
         env.into_iter().collect()
@@ -232,6 +270,28 @@ impl PhaseCtx<'_> {
         lines
     }
 
+    /// Writes the system bundle of the sandbox's system root followed by the operator's CA certificates to
+    /// `to` (mode 0644: the sandbox's uid reads it through the bind).
+    fn write_ca_bundle(
+        &self,
+        to: &Path,
+        ca: &job_policy::egress::CaCertificates,
+    ) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let sys = spec::under_root(
+            self.system_root().unwrap_or(Path::new("/")),
+            spec::SYSTEM_CA_BUNDLE,
+        );
+        let mut bundle = fs::read(&sys).map_err(|e| format!("{}: {e}", sys.display()))?;
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.pem().as_bytes());
+        fs::write(to, &bundle).map_err(|e| format!("{}: {e}", to.display()))?;
+        fs::set_permissions(to, fs::Permissions::from_mode(0o644))
+            .map_err(|e| format!("{}: {e}", to.display()))
+    }
+
     pub(super) fn phase(
         &self,
         phase: &str,
@@ -241,7 +301,11 @@ impl PhaseCtx<'_> {
         note: Option<&str>,
     ) -> PhaseRun {
         let mut findings = Vec::new();
-        let env = self.env(forward.as_ref());
+        let ca = self.operator_ca(phase).unwrap_or_else(|f| {
+            findings.push(f);
+            None
+        });
+        let env = self.env(forward.as_ref(), ca.is_some());
         let env_names: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
         let l = &self.job.limits;
         let cgroup_name = format!(
@@ -267,6 +331,16 @@ impl PhaseCtx<'_> {
         };
         let mut sandbox =
             self.sandbox_lines(phase, forward.as_ref(), cgroup.as_ref(), timeout_seconds);
+        if let Some(ca) = ca {
+            sandbox.push(format!(
+                "CA bundle: {} read-only, the system bundle plus the operator's [egress] ca_certificates ({} \
+                 certificate(s), SHA-256 {}); {} point at it",
+                spec::SYSTEM_CA_BUNDLE,
+                ca.subjects().len(),
+                ca.sha256_hex(),
+                spec::CA_BUNDLE_VARS.join(" ")
+            ));
+        }
         sandbox.extend(note.map(str::to_owned));
         let mut header = format!(
             "# fenced-run {phase} phase: {command}\n# env: {}\n",
@@ -284,6 +358,7 @@ impl PhaseCtx<'_> {
         let spec_path = base.join(format!("{phase}.spec.json"));
         let report_path = base.join(format!("{phase}.report.json"));
         let stderr_path = base.join(format!("{phase}.helper.log"));
+        let ca_path = base.join(format!("{phase}.ca-certificates.crt"));
         let spec = PhaseSpec {
             phase: phase.into(),
             command: command.into(),
@@ -301,6 +376,7 @@ impl PhaseCtx<'_> {
             read_paths: self.read_paths.to_vec(),
             system_root: self.system_root().map(Path::to_path_buf),
             tests_dir: self.opts.tests_dir.clone().filter(|_| phase == "test"),
+            ca_bundle: ca.map(|_| ca_path.clone()),
             uid: self.uid,
             gid: self.gid,
             user_ns: !self.root,
@@ -329,6 +405,9 @@ impl PhaseCtx<'_> {
                     std::os::unix::fs::lchown(d, Some(self.uid), Some(self.gid))
                         .map_err(|e| format!("{}: {e}", d.display()))?;
                 }
+            }
+            if let Some(ca) = ca {
+                self.write_ca_bundle(&ca_path, ca)?;
             }
             let json = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
             fs::write(&spec_path, json).map_err(|e| format!("{}: {e}", spec_path.display()))
@@ -362,6 +441,7 @@ impl PhaseCtx<'_> {
         let _ = fs::remove_dir_all(&tmp_dir);
         let _ = fs::remove_dir_all(&var_tmp_dir);
         let _ = fs::remove_dir(&root_dir);
+        let _ = fs::remove_file(&ca_path);
         let disk_full = self.root
             && run
                 .report
@@ -465,5 +545,36 @@ impl PhaseCtx<'_> {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operators_ca_is_bound_only_over_a_regular_system_bundle() {
+        let root = tempfile::tempdir().expect("tmp");
+        assert!(!system_bundle_is_file(root.path()), "no bundle at all");
+        let certs = root.path().join("etc/ssl/certs");
+        fs::create_dir_all(&certs).expect("mkdir");
+        std::os::unix::fs::symlink(
+            "/etc/ssl/certs/ca-certificates.crt",
+            certs.join("ca-certificates.crt"),
+        )
+        .expect("link");
+        assert!(
+            !system_bundle_is_file(root.path()),
+            "a link is not bound over"
+        );
+        fs::remove_file(certs.join("ca-certificates.crt")).expect("rm");
+        fs::create_dir(certs.join("ca-certificates.crt")).expect("dir");
+        assert!(
+            !system_bundle_is_file(root.path()),
+            "a directory is not bound over"
+        );
+        fs::remove_dir(certs.join("ca-certificates.crt")).expect("rmdir");
+        fs::write(certs.join("ca-certificates.crt"), "pem").expect("bundle");
+        assert!(system_bundle_is_file(root.path()));
     }
 }
