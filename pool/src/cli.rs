@@ -546,9 +546,17 @@ fn check_run_id(id: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Intake stages 1-5 on `job` for `tier`: the job's own time budget (seconds) when accepted, the refusal or
-/// the unusable input otherwise (`Err((exit code, message))`).
-fn intake_first(job: &Path, tier: &str) -> Result<u64, (u8, String)> {
+/// What `submit` sends: the job's own time budget (seconds), and the bundle packed from intake's copy.
+struct Judged {
+    budget: u64,
+    kind: guest::channel::BundleKind,
+    bytes: Vec<u8>,
+}
+
+/// Intake stages 1-5 on `job` for `tier`, then the bundle packed from the tree intake judged
+/// (`host::vm::bundle::pack_judged`, never from `job` again) when accepted; the refusal or the unusable input
+/// otherwise (`Err((exit code, message))`).
+fn intake_first(job: &Path, tier: &str) -> Result<Judged, (u8, String)> {
     let isolation = match tier {
         "process" => intake::normalise::Isolation::Process,
         "vm" => intake::normalise::Isolation::Vm,
@@ -575,7 +583,15 @@ fn intake_first(job: &Path, tier: &str) -> Result<u64, (u8, String)> {
     } else {
         match (report.accepted, report.job.as_ref()) {
             (true, Some(j)) => {
-                Ok(j.test.timeout_seconds + j.install.as_ref().map_or(0, |i| i.timeout_seconds))
+                let budget =
+                    j.test.timeout_seconds + j.install.as_ref().map_or(0, |i| i.timeout_seconds);
+                host::vm::bundle::pack_judged(&report)
+                    .map(|(kind, bytes)| Judged {
+                        budget,
+                        kind,
+                        bytes,
+                    })
+                    .map_err(|e| (2, escape(&e.to_string()).into_owned()))
             }
             _ => Err((
                 1,
@@ -615,14 +631,14 @@ async fn submit(a: SubmitArgs) -> ExitCode {
     if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
         return fail("submit", json, 2, &e);
     }
-    // Intake first: a refused bundle never enters the pool.
-    let budget = match intake_first(&a.job, &a.isolation) {
-        Ok(b) => b,
+    // Intake first: a refused bundle never enters the pool; what is sent is the tree intake judged.
+    let Judged {
+        budget,
+        kind,
+        bytes,
+    } = match intake_first(&a.job, &a.isolation) {
+        Ok(j) => j,
         Err((code, e)) => return fail("submit", json, code, &e),
-    };
-    let (kind, bytes) = match host::vm::bundle::pack(&a.job) {
-        Ok(b) => b,
-        Err(e) => return fail("submit", json, 2, &escape(&e.to_string())),
     };
     let kind = kind.extension();
     let mut store = match Store::connect(&a.store.store).await {

@@ -1,10 +1,42 @@
-//! Helpers of the vm-tier tests (vm_tier.rs, vm_toolchains.rs): the founder's check of sim evidence.
+//! Helpers of the vm-tier tests (vm_tier.rs, vm_toolchains.rs, vm_registry.rs, vm_repo_url.rs): a run with an
+//! operator file, the founder's check of sim evidence.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 /// The nonce the vm-tier tests run their jobs with.
 pub const NONCE: &str = "00112233445566778899aabbccddeeff0011223344556677";
+
+/// `BIN run --isolation vm --json --nonce NONCE --image IMAGE --operator-config OPERATOR --evidence EVIDENCE JOB`
+/// (`bin` is an integration test's `CARGO_BIN_EXE_fenced-run-e2e`): the run's JSON, or a panic naming the job
+/// with both output streams.
+pub fn run_with_operator(
+    bin: &str,
+    job: &Path,
+    image: &Path,
+    operator: &Path,
+    evidence: &Path,
+) -> serde_json::Value {
+    let o = Command::new(bin)
+        .args(["run", "--isolation", "vm", "--json", "--nonce", NONCE])
+        .arg("--image")
+        .arg(image)
+        .arg("--operator-config")
+        .arg(operator)
+        .arg("--evidence")
+        .arg(evidence)
+        .arg(job)
+        .output()
+        .expect("run fenced-run");
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}\n{}\n{}",
+            job.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    })
+}
 
 /// `verify-attestation evidence --allow-simulated --json --nonce NONCE --measurement MEASUREMENT EVIDENCE`, run
 /// with the binary `verify` (an integration test's `CARGO_BIN_EXE_verify-attestation-e2e`).

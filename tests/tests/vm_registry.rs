@@ -10,10 +10,9 @@
 //! Eight TCG boots: skipped with a reason on stderr where QEMU, the kernel or the image tools are missing.
 
 use fenced_run_tests::registry::{self, Fixture, ECOSYSTEMS};
-use fenced_run_tests::vm::NONCE;
+use fenced_run_tests::vm::run_with_operator;
 use host::image::Manifest;
 use std::path::Path;
-use std::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 const VERIFY: &str = env!("CARGO_BIN_EXE_verify-attestation-e2e");
@@ -28,36 +27,6 @@ fn skipped() -> bool {
     ])
     .is_some()
         || registry::missing_toolchains().is_some()
-}
-
-/// `fenced-run run --isolation vm --image IMAGE --operator-config OP --evidence E BUNDLE/job.toml --json`.
-fn run(bundle: &Path, image: &Path, operator: &Path, evidence: &Path) -> serde_json::Value {
-    let o = Command::new(BIN)
-        .args([
-            "run",
-            "--isolation",
-            "vm",
-            "--json",
-            "--nonce",
-            NONCE,
-            "--image",
-        ])
-        .arg(image)
-        .arg("--operator-config")
-        .arg(operator)
-        .arg("--evidence")
-        .arg(evidence)
-        .arg(bundle.join("job.toml"))
-        .output()
-        .expect("run");
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e}\n{}\n{}",
-            bundle.display(),
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
 }
 
 #[test]
@@ -105,7 +74,7 @@ fn each_ecosystems_registry_run_matches_outside_the_fence_in_the_vm_tier_and_a_r
                             let bundle = fx.bundle(&t.join(&name), eco, *patched);
                             let evidence = t.join(format!("{name}.evidence"));
                             let started = std::time::Instant::now();
-                            let v = run(&bundle, image, op, &evidence);
+                            let v = run_with_operator(BIN, &bundle.join("job.toml"), image, op, &evidence);
                             eprintln!(
                             "{name}: vm tier {:.1} s, outcome {}, install {} ms, test {} ms, tests {}",
                             started.elapsed().as_secs_f64(),

@@ -6,7 +6,7 @@
 //! outside the fence, the URL in the verdict and pinned by `verify-attestation --repository`.
 
 use fenced_run_tests::gitserve::{GitServer, Protocol, FIX_PATCH};
-use fenced_run_tests::vm::NONCE;
+use fenced_run_tests::vm::{run_with_operator, NONCE};
 use host::image::Manifest;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,34 +59,6 @@ fn job(dir: &Path, s: &GitServer, fix: bool) -> PathBuf {
     p
 }
 
-fn run(job: &Path, image: &Path, operator: &Path, evidence: &Path) -> serde_json::Value {
-    let o = Command::new(BIN)
-        .args([
-            "run",
-            "--isolation",
-            "vm",
-            "--json",
-            "--nonce",
-            NONCE,
-            "--image",
-        ])
-        .arg(image)
-        .arg("--operator-config")
-        .arg(operator)
-        .arg("--evidence")
-        .arg(evidence)
-        .arg(job)
-        .output()
-        .expect("run");
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}\n{}\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        )
-    })
-}
-
 #[test]
 fn the_guest_fetches_the_pinned_commit_through_the_host_dialer() {
     if fenced_run_tests::vm::missing(&[
@@ -113,7 +85,7 @@ fn the_guest_fetches_the_pinned_commit_through_the_host_dialer() {
         std::fs::create_dir(&d).expect("mkdir");
         let j = job(&d, &s, fix);
         let evidence = d.join("run.evidence");
-        let v = run(&j, &image, &operator, &evidence);
+        let v = run_with_operator(BIN, &j, &image, &operator, &evidence);
         assert_eq!(v["outcome"], outcome, "{v}");
         assert_eq!(v["isolation"], "vm", "{v}");
         assert_eq!(v["tests"]["passed"], passed, "{v}");
