@@ -51,6 +51,24 @@ pub fn oracle_venv() -> PathBuf {
         .unwrap_or_else(|| workspace().join("target/sev-snp-venv"))
 }
 
+/// Debian's kernel the oracles measure: `$FENCED_RUN_DEBIAN_KERNEL`, else the last `vmlinuz-*` by name under
+/// `target/debian-kernel/boot` of the workspace (where `.ci/run` extracts it); `None` when there is none.
+pub fn debian_kernel() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FENCED_RUN_DEBIAN_KERNEL") {
+        return Some(PathBuf::from(p));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(workspace().join("target/debian-kernel/boot"))
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .collect();
+    found.sort();
+    found.pop()
+}
+
 /// What a test skipped for want of. The suite's closing line (`skip_summary`) counts skips by kind, and each
 /// kind has a variable (`FENCED_RUN_REQUIRE_<KIND>=1`) that turns its skip into a failure: `.ci/run` sets it
 /// where it installs the component.

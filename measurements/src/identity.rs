@@ -249,30 +249,21 @@ impl SnpFirmware {
                 self.sections.len()
             ));
         }
-        let mut img = vec![0u8; PAGE];
-        let size = 16 + 12 * self.sections.len();
-        img[META_AT..META_AT + 4].copy_from_slice(b"ASEV");
-        img[META_AT + 4..META_AT + 8].copy_from_slice(&(size as u32).to_le_bytes());
-        img[META_AT + 8..META_AT + 12].copy_from_slice(&1u32.to_le_bytes());
-        img[META_AT + 12..META_AT + 16]
-            .copy_from_slice(&(self.sections.len() as u32).to_le_bytes());
+        let mut sections = Vec::with_capacity(self.sections.len());
         for (i, s) in self.sections.iter().enumerate() {
             let code = kind_code(&s.kind)
                 .ok_or_else(|| format!("section {}: unknown kind {:?}", i + 1, s.kind))?;
-            let at = META_AT + 16 + 12 * i;
-            img[at..at + 4].copy_from_slice(&u32_of("section gpa", s.gpa.0)?.to_le_bytes());
-            img[at + 4..at + 8].copy_from_slice(&u32_of("section size", s.size.0)?.to_le_bytes());
-            img[at + 8..at + 12].copy_from_slice(&code.to_le_bytes());
+            sections.push((
+                u32_of("section gpa", s.gpa.0)?,
+                u32_of("section size", s.size.0)?,
+                code,
+            ));
         }
         let mut ht = u32_of("sev_hashes_table", self.sev_hashes_table.0)?
             .to_le_bytes()
             .to_vec();
         ht.extend_from_slice(&0x400u32.to_le_bytes());
-        let entries: [([u8; 16], Vec<u8>); 3] = [
-            (
-                snp::OVMF_SEV_METADATA_GUID,
-                ((PAGE - META_AT) as u32).to_le_bytes().to_vec(),
-            ),
+        let entries = [
             (
                 snp::SEV_ES_RESET_BLOCK_GUID,
                 u32_of("sev_es_reset_eip", self.sev_es_reset_eip.0)?
@@ -281,17 +272,9 @@ impl SnpFirmware {
             ),
             (snp::SEV_HASH_TABLE_RV_GUID, ht),
         ];
-        let mut table = Vec::new();
-        for (guid, data) in entries.iter().rev() {
-            table.extend_from_slice(data);
-            table.extend_from_slice(&((data.len() + 18) as u16).to_le_bytes());
-            table.extend_from_slice(guid);
-        }
-        let footer_at = PAGE - 32 - 18;
-        let start = footer_at - table.len();
-        img[start..footer_at].copy_from_slice(&table);
-        img[footer_at..footer_at + 2].copy_from_slice(&((table.len() + 18) as u16).to_le_bytes());
-        img[footer_at + 2..footer_at + 18].copy_from_slice(&snp::OVMF_TABLE_FOOTER_GUID);
+        let mut img = vec![0u8; PAGE];
+        snp::write_ovmf_tables(&mut img, META_AT, &sections, &entries)
+            .ok_or_else(|| "the sections do not fit in one page".to_string())?;
         let ovmf = Ovmf::parse(img).map_err(|e| e.to_string())?;
         ovmf.kernel_hashes_offset().map_err(|e| e.to_string())?;
         Ok(ovmf)

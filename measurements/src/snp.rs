@@ -170,6 +170,51 @@ fn le_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
+/// Writes into `img` what [`Ovmf::parse`] reads: the SEV metadata block (`ASEV`, version 1) at `meta_at` with
+/// `sections` as `(gpa, size, kind code)`, and the GUIDed table that ends 32 bytes before the image's end: the SEV
+/// metadata entry (pointing at `meta_at`) followed by `entries`, laid out backwards up to the footer. The
+/// inverse of the parser, for an identity entry's stand-in image (crate::identity) and for the tests' synthetic
+/// builds. `None` when it does not fit in `img` (or overlaps the metadata).
+pub fn write_ovmf_tables(
+    img: &mut [u8],
+    meta_at: usize,
+    sections: &[(u32, u32, u32)],
+    entries: &[([u8; 16], Vec<u8>)],
+) -> Option<()> {
+    let len = img.len();
+    let size = 16 + 12 * sections.len();
+    let meta_end = meta_at.checked_add(size)?;
+    let meta = img.get_mut(meta_at..meta_end)?;
+    meta[0..4].copy_from_slice(b"ASEV");
+    meta[4..8].copy_from_slice(&u32::try_from(size).ok()?.to_le_bytes());
+    meta[8..12].copy_from_slice(&1u32.to_le_bytes());
+    meta[12..16].copy_from_slice(&u32::try_from(sections.len()).ok()?.to_le_bytes());
+    for (i, (gpa, sz, kind)) in sections.iter().enumerate() {
+        let at = 16 + 12 * i;
+        meta[at..at + 4].copy_from_slice(&gpa.to_le_bytes());
+        meta[at + 4..at + 8].copy_from_slice(&sz.to_le_bytes());
+        meta[at + 8..at + 12].copy_from_slice(&kind.to_le_bytes());
+    }
+    let from_end = u32::try_from(len.checked_sub(meta_at)?).ok()?;
+    let metadata_entry = (OVMF_SEV_METADATA_GUID, from_end.to_le_bytes().to_vec());
+    let mut table = Vec::new();
+    for (guid, data) in std::iter::once(&metadata_entry).chain(entries).rev() {
+        table.extend_from_slice(data);
+        table.extend_from_slice(&u16::try_from(data.len() + 18).ok()?.to_le_bytes());
+        table.extend_from_slice(guid);
+    }
+    let footer_at = len.checked_sub(32 + 18)?;
+    let start = footer_at.checked_sub(table.len())?;
+    if start < meta_end {
+        return None;
+    }
+    img[start..footer_at].copy_from_slice(&table);
+    img[footer_at..footer_at + 2]
+        .copy_from_slice(&u16::try_from(table.len() + 18).ok()?.to_le_bytes());
+    img[footer_at + 2..footer_at + 18].copy_from_slice(&OVMF_TABLE_FOOTER_GUID);
+    Some(())
+}
+
 impl Ovmf {
     /// Parses an image: the GUIDed table that ends 32 bytes before its end, and the SEV metadata it points to.
     /// An image without the table is accepted (the OVMF-hash mode needs none); lookups then fail by name.
@@ -919,42 +964,14 @@ mod tests {
         hashes_base: u32,
     ) -> Vec<u8> {
         let mut img = vec![0xA5u8; pages * PAGE];
-        let len = img.len();
-        // SEV metadata at 0x100 in the first page.
-        let meta_at = 0x100;
-        let size = 16 + 12 * sections.len();
-        img[meta_at..meta_at + 4].copy_from_slice(b"ASEV");
-        img[meta_at + 4..meta_at + 8].copy_from_slice(&(size as u32).to_le_bytes());
-        img[meta_at + 8..meta_at + 12].copy_from_slice(&1u32.to_le_bytes());
-        img[meta_at + 12..meta_at + 16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
-        for (i, (gpa, sz, kind)) in sections.iter().enumerate() {
-            let at = meta_at + 16 + 12 * i;
-            img[at..at + 4].copy_from_slice(&gpa.to_le_bytes());
-            img[at + 4..at + 8].copy_from_slice(&sz.to_le_bytes());
-            img[at + 8..at + 12].copy_from_slice(&kind.to_le_bytes());
-        }
-        let mut entries: Vec<([u8; 16], Vec<u8>)> = vec![
-            (
-                OVMF_SEV_METADATA_GUID,
-                ((len - meta_at) as u32).to_le_bytes().to_vec(),
-            ),
-            (SEV_ES_RESET_BLOCK_GUID, 0x80b004u32.to_le_bytes().to_vec()),
-        ];
         let mut ht = hashes_base.to_le_bytes().to_vec();
         ht.extend_from_slice(&0x400u32.to_le_bytes());
-        entries.push((SEV_HASH_TABLE_RV_GUID, ht));
-        // Lay entries out backwards ending at the footer.
-        let mut table = Vec::new();
-        for (guid, data) in entries.iter().rev() {
-            table.extend_from_slice(data);
-            table.extend_from_slice(&((data.len() + 18) as u16).to_le_bytes());
-            table.extend_from_slice(guid);
-        }
-        let footer_at = len - 32 - 18;
-        let start = footer_at - table.len();
-        img[start..footer_at].copy_from_slice(&table);
-        img[footer_at..footer_at + 2].copy_from_slice(&((table.len() + 18) as u16).to_le_bytes());
-        img[footer_at + 2..footer_at + 18].copy_from_slice(&OVMF_TABLE_FOOTER_GUID);
+        let entries = [
+            (SEV_ES_RESET_BLOCK_GUID, 0x80b004u32.to_le_bytes().to_vec()),
+            (SEV_HASH_TABLE_RV_GUID, ht),
+        ];
+        // SEV metadata at 0x100 in the first page.
+        write_ovmf_tables(&mut img, 0x100, sections, &entries).expect("fits");
         img
     }
 

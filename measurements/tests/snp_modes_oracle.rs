@@ -9,29 +9,9 @@ use std::process::Command;
 
 use attestation::vectors::{skip_for, SkipKind};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn venv() -> Option<PathBuf> {
     let v = attestation::vectors::oracle_venv();
     v.join("bin/sev-snp-measure").exists().then_some(v)
-}
-
-fn debian_kernel() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FENCED_RUN_DEBIAN_KERNEL") {
-        return Some(PathBuf::from(p));
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir(workspace().join("target/debian-kernel/boot"))
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .collect();
-    found.sort();
-    found.pop()
 }
 
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
@@ -51,7 +31,7 @@ fn inputs() -> Option<Inputs> {
         );
         return None;
     };
-    let Some(kernel) = debian_kernel() else {
+    let Some(kernel) = attestation::vectors::debian_kernel() else {
         skip_for(
             SkipKind::Vectors,
             "Debian kernel not found (target/debian-kernel/boot/vmlinuz-*; .ci/run extracts it)",
@@ -85,47 +65,17 @@ fn guid_le(s: &str) -> [u8; 16] {
 /// sections (GPAs inside where the image will sit), and an SVSM_INFO entry with entry point offset `entry`.
 fn synthetic_svsm(pages: usize, entry: u32) -> Vec<u8> {
     let mut img: Vec<u8> = (0..pages * 4096).map(|i| (i * 7 % 251) as u8).collect();
-    let len = img.len();
     let sections: [(u32, u32, u32); 4] = [
         (0x80_0000, 0x3000, 1),
         (0x80_3000, 0x1000, 2),
         (0x80_4000, 0x1000, 3),
         (0x80_5000, 0x2000, 4),
     ];
-    let meta_at = 0x200;
-    let size = 16 + 12 * sections.len();
-    img[meta_at..meta_at + 4].copy_from_slice(b"ASEV");
-    img[meta_at + 4..meta_at + 8].copy_from_slice(&(size as u32).to_le_bytes());
-    img[meta_at + 8..meta_at + 12].copy_from_slice(&1u32.to_le_bytes());
-    img[meta_at + 12..meta_at + 16].copy_from_slice(&(sections.len() as u32).to_le_bytes());
-    for (i, (gpa, sz, kind)) in sections.iter().enumerate() {
-        let at = meta_at + 16 + 12 * i;
-        img[at..at + 4].copy_from_slice(&gpa.to_le_bytes());
-        img[at + 4..at + 8].copy_from_slice(&sz.to_le_bytes());
-        img[at + 8..at + 12].copy_from_slice(&kind.to_le_bytes());
-    }
-    let entries: Vec<([u8; 16], Vec<u8>)> = vec![
-        (
-            guid_le("dc886566-984a-4798-a75e-5585a7bf67cc"),
-            ((len - meta_at) as u32).to_le_bytes().to_vec(),
-        ),
-        (
-            guid_le("a789a612-0597-4c4b-a49f-cbb1fe9d1ddd"),
-            entry.to_le_bytes().to_vec(),
-        ),
-    ];
-    let mut table = Vec::new();
-    for (guid, data) in entries.iter().rev() {
-        table.extend_from_slice(data);
-        table.extend_from_slice(&((data.len() + 18) as u16).to_le_bytes());
-        table.extend_from_slice(guid);
-    }
-    let footer_at = len - 32 - 18;
-    let start = footer_at - table.len();
-    img[start..footer_at].copy_from_slice(&table);
-    img[footer_at..footer_at + 2].copy_from_slice(&((table.len() + 18) as u16).to_le_bytes());
-    img[footer_at + 2..footer_at + 18]
-        .copy_from_slice(&guid_le("96b582de-1fb2-45f7-baea-a366c55a082d"));
+    let entries = [(
+        guid_le("a789a612-0597-4c4b-a49f-cbb1fe9d1ddd"),
+        entry.to_le_bytes().to_vec(),
+    )];
+    measurements::snp::write_ovmf_tables(&mut img, 0x200, &sections, &entries).expect("fits");
     img
 }
 

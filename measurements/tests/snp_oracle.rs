@@ -9,10 +9,6 @@ use std::process::Command;
 
 use measurements::snp;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn skip(why: &str) {
     attestation::vectors::skip(why);
 }
@@ -21,24 +17,6 @@ fn skip(why: &str) {
 fn venv() -> Option<PathBuf> {
     let v = attestation::vectors::oracle_venv();
     v.join("bin/sev-snp-measure").exists().then_some(v)
-}
-
-/// Debian's kernel as .ci/run extracts it (or FENCED_RUN_DEBIAN_KERNEL).
-fn debian_kernel() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FENCED_RUN_DEBIAN_KERNEL") {
-        return Some(PathBuf::from(p));
-    }
-    let dir = workspace().join("target/debian-kernel/boot");
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .collect();
-    found.sort();
-    found.pop()
 }
 
 fn shared_ovmf() -> PathBuf {
@@ -174,7 +152,7 @@ fn inputs() -> Option<Inputs> {
         );
         return None;
     };
-    let Some(kernel) = debian_kernel() else {
+    let Some(kernel) = attestation::vectors::debian_kernel() else {
         skip("Debian kernel not found (target/debian-kernel/boot/vmlinuz-*; .ci/run extracts it)");
         return None;
     };
