@@ -436,19 +436,7 @@ mod tests {
         let (kind, bytes) = pack(&job).expect("pack");
         assert_eq!(kind, BundleKind::Tar);
         // The repository's own directory comes before `.git`, and nothing is listed before its directory.
-        let mut archive = tar::Archive::new(bytes.as_slice());
-        let names: Vec<String> = archive
-            .entries()
-            .expect("entries")
-            .map(|e| {
-                e.expect("entry")
-                    .path()
-                    .expect("path")
-                    .to_string_lossy()
-                    .trim_end_matches('/')
-                    .to_owned()
-            })
-            .collect();
+        let names = members_once_in_order(&bytes);
         let repo_at = names.iter().position(|n| n == "repo");
         let git_at = names.iter().position(|n| n == "repo/.git");
         assert!(
