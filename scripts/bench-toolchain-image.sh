@@ -5,7 +5,8 @@
 # Run from the workspace root after `cargo build -p host` and one `fenced-run image build` (for the agent).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-agent=target/x86_64-unknown-linux-gnu/guest-agent/guest-agent
+# The static agent `fenced-run image build` links in this build tree (host::image::agent, docs/vm.md "One build").
+agent=target/debug/fenced-run-agent
 case "${1:-}" in
 build)
   out="${2:?OUTDIR}"

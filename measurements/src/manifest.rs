@@ -148,6 +148,28 @@ pub struct Manifest {
     /// root hash is also on [`Manifest::cmdline`], which every launch measurement covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub toolchains: Option<ToolchainImage>,
+    /// How the agent was built, where the image builder knows it: what a second builder must match to reproduce
+    /// [`Manifest::agent`]'s bytes, hence the measurements (docs/vm.md, "Reproducing the agent").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_build: Option<AgentBuild>,
+}
+
+/// The toolchain, target, profile and lockfile the guest agent was built with (not measured: a record for a
+/// second builder).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentBuild {
+    /// `release:` of `rustc -vV` (e.g. `1.95.0`).
+    pub rustc_release: String,
+    /// `commit-hash:` of `rustc -vV`.
+    pub rustc_commit_hash: String,
+    /// `host:` of `rustc -vV`.
+    pub rustc_host: String,
+    /// The target triple the agent was linked for.
+    pub target: String,
+    /// The cargo profile (`dev` for the README's commands, `release` for `cargo install` and the package).
+    pub profile: String,
+    /// SHA-256 of the workspace's Cargo.lock, hex.
+    pub cargo_lock_sha256: String,
 }
 
 /// One Debian package unpacked into the toolchain image.

@@ -269,6 +269,7 @@ fn image_dir(dir: &Path) -> PathBuf {
             tdx: None,
         },
         toolchains: None,
+        agent_build: None,
     };
     std::fs::write(
         img.join(measurements::manifest::MANIFEST_FILE),

@@ -933,8 +933,9 @@ fn without_qemu_the_demo_runs_the_process_tier_and_its_first_line_says_why() {
             let _ = std::os::unix::fs::symlink(e.path(), bin.join(&name));
         }
     }
-    let script = std::fs::canonicalize(image::agent::workspace_root().join("scripts/vm-setup.sh"))
-        .expect("scripts/vm-setup.sh");
+    let script =
+        std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/vm-setup.sh"))
+            .expect("scripts/vm-setup.sh");
     let not_installed = format!(
         "qemu-system-x86_64 is not installed (to install it from bookworm-backports: sudo {})",
         script.display()
@@ -986,8 +987,8 @@ fn without_qemu_the_demo_runs_the_process_tier_and_its_first_line_says_why() {
             )
         );
         assert!(err.contains("vm-setup: apt said no"), "{err}");
-        let target =
-            std::fs::canonicalize(image::agent::workspace_root().join("target")).expect("target");
+        let target = std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+            .expect("target");
         let ran = std::fs::read_to_string(&log).expect("the set-up ran");
         let ran = std::fs::canonicalize(ran.trim()).expect("its target argument exists");
         assert_eq!(ran, target, "the set-up's target directory");

@@ -195,7 +195,8 @@ fn toolchain_image_is_reproducible_and_its_root_hash_is_on_the_measured_command_
     let other = tempfile::tempdir().expect("tmp");
     let opts = rootfs::RootfsOptions {
         toolchains: t.toolchains.clone(),
-        deb_cache: host::image::agent::workspace_root().join("target/toolchain-debs"),
+        deb_cache: std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/toolchain-debs"),
         source_date_epoch: t.source_date_epoch,
     };
     let started = std::time::Instant::now();

@@ -8,6 +8,11 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "fenced-run", version, about, long_about = None)]
 struct Cli {
+    /// Where the vm tier's files are kept: the static agent, the kernel, the guest image (default
+    /// $FENCED_RUN_DATA_DIR, else the checkout's target/ in a build tree, else $XDG_DATA_HOME/fenced-run or
+    /// ~/.local/share/fenced-run; docs/install.md).
+    #[arg(long, global = true, value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -46,6 +51,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Some(d) = cli.data_dir {
+        host::image::datadir::set_flag(d);
+    }
     match cli.command {
         Command::Demo(args) => cli::demo::run(args),
         Command::Run(args) => cli::run::run(args),

@@ -42,7 +42,8 @@ pub struct Args {
     /// `auto` (the vm tier where it can run, else process), `vm` or `process`.
     #[arg(long, default_value = "auto", value_name = "TIER")]
     pub isolation: String,
-    /// The vm tier's guest image (default target/vm-image of this workspace, built there when missing).
+    /// The vm tier's guest image (default vm-image/ of the data directory, docs/install.md; built there when
+    /// missing).
     #[arg(long, value_name = "DIR")]
     pub image: Option<PathBuf>,
     /// Progress of a vm run on stderr: `auto`, `json` or `none`.
@@ -57,7 +58,7 @@ pub struct Args {
     pub view: bool,
     /// Never install what the vm tier lacks. Without it, a demo run as root on a machine with apt whose QEMU or
     /// kernel is missing first runs scripts/vm-setup.sh (QEMU from bookworm-backports, the 6.12 kernel under
-    /// target/vm-kernel).
+    /// vm-kernel/ of the data directory).
     #[arg(long)]
     pub no_setup: bool,
 }
@@ -75,8 +76,14 @@ fn vm_missing(image: &Path) -> Option<String> {
         && super::image::default_kernel().is_none()
     {
         return Some(format!(
-            "no guest image in {} and no kernel under target/vm-kernel to build one ({} fetches it)",
+            "no guest image in {} and no kernel under {} to build one ({} fetches it)",
             image.display(),
+            crate::image::datadir::resolve()
+                .map(|d| d
+                    .join(crate::image::datadir::KERNEL_DIR)
+                    .display()
+                    .to_string())
+                .unwrap_or_else(|_| "vm-kernel/ of the data directory".into()),
             super::vm::setup_command()
         ));
     }
@@ -90,7 +97,11 @@ fn vm_setup(no_setup: bool) -> Result<bool, String> {
     if no_setup || !nix::unistd::geteuid().is_root() || !on_path("apt-get") || !on_path("bash") {
         return Ok(false);
     }
-    let target = crate::image::agent::workspace_root().join("target");
+    // The set-up extracts the kernel into the data directory (the checkout's target/ in a build tree).
+    let target = crate::image::datadir::resolve()
+        .map_err(|e| e.to_string())?
+        .dir;
+    std::fs::create_dir_all(&target).map_err(|e| format!("{}: {e}", target.display()))?;
     // Progress, on stderr: stdout's first line stays the tier and why.
     eprintln!(
         "setup       the vm tier needs QEMU and Debian's 6.12 kernel: installing them through apt (scripts/vm-setup.sh)"

@@ -12,7 +12,7 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// The guest image to check (default target/vm-image).
+    /// The guest image to check (default vm-image/ of the data directory, docs/install.md).
     #[arg(long, value_name = "DIR")]
     pub image: Option<PathBuf>,
     /// The QEMU binary to check.
@@ -43,6 +43,45 @@ pub struct Report {
     pub auto: String,
     /// Why.
     pub auto_why: String,
+    /// Where the vm tier's files are kept (image::datadir), or why none can be named.
+    pub data_dir: DataDirReport,
+}
+
+/// The data directory as `doctor` shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct DataDirReport {
+    /// The directory, when one can be named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
+    /// How it was chosen (`--data-dir`, `FENCED_RUN_DATA_DIR`, the build tree, XDG, HOME), or why none is.
+    pub source: String,
+    /// The static agent an image build would use without `--agent`: linked from the build tree, or the file
+    /// installed in the data directory or /usr/share/fenced-run; absent when there is none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+/// The data directory's report.
+pub fn data_dir_report() -> DataDirReport {
+    use crate::image::datadir;
+    match datadir::resolve() {
+        Ok(d) => DataDirReport {
+            dir: Some(d.dir.display().to_string()),
+            source: d.source.as_str().into(),
+            agent: match &d.build_tree {
+                Some(t) => Some(format!(
+                    "linked from this build tree on image build (`{}`)",
+                    crate::image::agent::command(&t.profile)
+                )),
+                None => d.installed_agent().map(|p| p.display().to_string()),
+            },
+        },
+        Err(e) => DataDirReport {
+            dir: None,
+            source: e.to_string(),
+            agent: None,
+        },
+    }
 }
 
 /// The report for `env`.
@@ -63,6 +102,7 @@ pub fn report(env: &HostEnv) -> Report {
         tiers,
         auto: auto.tier.as_str().into(),
         auto_why: auto.why,
+        data_dir: data_dir_report(),
     }
 }
 
@@ -92,6 +132,31 @@ pub fn render(r: &Report) -> String {
         "auto     {} ({})",
         r.auto,
         attestation::text::escape(&r.auto_why)
+    );
+    let d = &r.data_dir;
+    match &d.dir {
+        Some(dir) => {
+            let _ = writeln!(
+                out,
+                "data     {} ({})",
+                attestation::text::escape(dir),
+                attestation::text::escape(&d.source)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "data     none: {}",
+                attestation::text::escape(&d.source)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "agent    {}",
+        attestation::text::escape(d.agent.as_deref().unwrap_or(
+            "none (scripts/install.sh installs the static guest agent; image build --agent FILE)"
+        ))
     );
     out
 }
@@ -171,6 +236,9 @@ mod tests {
         let text = render(&r);
         assert!(text.contains("sev-snp  cannot run"), "{text}");
         assert!(text.contains("MISS"), "{text}");
+        // The data directory and the agent an image build would use are named (image::datadir).
+        assert!(text.lines().any(|l| l.starts_with("data     ")), "{text}");
+        assert!(text.lines().any(|l| l.starts_with("agent    ")), "{text}");
         let v: serde_json::Value = serde_json::to_value(&r).expect("json");
         assert_eq!(v["tiers"][0]["tier"], "process");
         assert_eq!(v["tiers"][0]["can_run"], true);

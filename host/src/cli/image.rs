@@ -24,14 +24,16 @@ pub struct BuildArgs {
     /// The output directory (vmlinuz, initramfs.cpio, manifest.json).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// The kernel (default: Debian's 6.12 that scripts/vm-setup.sh extracts under target/vm-kernel); its modules are
+    /// The kernel (default: Debian's 6.12 that scripts/vm-setup.sh extracts under vm-kernel/ of the data directory,
+    /// docs/install.md); its modules are
     /// taken from the lib/modules tree beside it (`boot/vmlinuz-V` -> `lib/modules/V`), or from --modules.
     #[arg(long, value_name = "FILE")]
     pub kernel: Option<PathBuf>,
     /// The kernel's module tree (its package's `lib/modules/<version>`), where it is not beside the kernel.
     #[arg(long, value_name = "DIR")]
     pub modules: Option<PathBuf>,
-    /// A static guest-agent to use instead of building one with cargo from this workspace.
+    /// A static guest-agent to use instead of linking one from this build tree (or, installed, the data
+    /// directory's).
     #[arg(long, value_name = "FILE")]
     pub agent: Option<PathBuf>,
     /// The static busybox for shell test suites (default /bin/busybox from busybox-static).
@@ -53,14 +55,16 @@ pub struct BuildArgs {
     /// packages: any of rust, python, node, go, comma-separated. Its root hash goes on the command line.
     #[arg(long, value_name = "LIST")]
     pub toolchains: Option<String>,
-    /// Where downloaded .deb files are kept between builds (default: target/toolchain-debs of this workspace).
+    /// Where downloaded .deb files are kept between builds (default: toolchain-debs/ of the data directory).
     #[arg(long, value_name = "DIR", requires = "toolchains")]
     pub deb_cache: Option<PathBuf>,
 }
 
-/// The default kernel: `target/vm-kernel/boot/vmlinuz-*` of this workspace.
+/// The default kernel: the newest `vm-kernel/boot/vmlinuz-*` of the data directory (image::datadir: the checkout's
+/// target/ in a build tree, else `~/.local/share/fenced-run`), where scripts/vm-setup.sh extracts it.
 pub fn default_kernel() -> Option<PathBuf> {
-    let boot = image::agent::workspace_root().join("target/vm-kernel/boot");
+    let data = image::datadir::resolve().ok()?;
+    let boot = data.join(image::datadir::KERNEL_DIR).join("boot");
     let mut found: Vec<PathBuf> = std::fs::read_dir(boot)
         .ok()?
         .filter_map(Result::ok)
@@ -73,6 +77,48 @@ pub fn default_kernel() -> Option<PathBuf> {
         .collect();
     found.sort();
     found.pop()
+}
+
+/// The static agent for an image: `--agent`; in a build tree, linked from that build (image::agent::build, with
+/// its build record); else the one `scripts/install.sh` or the Debian package put in the data directory (with the
+/// record beside it, if any). Refused, naming the ways to get one, when there is none.
+pub fn agent(
+    given: Option<&std::path::Path>,
+    data: &image::datadir::DataDir,
+) -> Result<(PathBuf, Option<image::AgentBuild>), String> {
+    if let Some(a) = given {
+        return Ok((a.to_path_buf(), None));
+    }
+    if let Some(tree) = &data.build_tree {
+        let (bin, record) = image::agent::build(tree)?;
+        return Ok((bin, Some(record)));
+    }
+    let Some(found) = data.installed_agent() else {
+        return Err(format!(
+            "no static guest agent: this fenced-run is installed (not in a build tree) and neither {} nor {} holds \
+             one; install it from a checkout of the same commit with `scripts/install.sh` (docs/install.md), or \
+             give --agent FILE",
+            data.join(image::datadir::AGENT_FILE).display(),
+            std::path::Path::new(image::datadir::SYSTEM_DIR)
+                .join(image::datadir::AGENT_FILE)
+                .display()
+        ));
+    };
+    let record = found.with_file_name(image::datadir::AGENT_BUILD_FILE);
+    let record = match std::fs::read(&record) {
+        Ok(b) => Some(
+            serde_json::from_slice(&b)
+                .map_err(|e| format!("the agent's build record {}: {e}", record.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(format!(
+                "the agent's build record {}: {e}",
+                record.display()
+            ))
+        }
+    };
+    Ok((found, record))
 }
 
 /// Runs the subcommand.
@@ -94,6 +140,18 @@ pub fn run(args: Args) -> ExitCode {
                 m.initramfs.sha256,
                 m.initramfs.size
             );
+            outln!("agent       sha256 {}", m.agent.sha256);
+            if let Some(a) = &m.agent_build {
+                outln!(
+                    "agent build rustc {} ({}, {}), target {}, profile {}, Cargo.lock sha256 {}",
+                    a.rustc_release,
+                    a.rustc_commit_hash,
+                    a.rustc_host,
+                    a.target,
+                    a.profile,
+                    a.cargo_lock_sha256
+                );
+            }
             outln!("cmdline     {}", m.cmdline.value);
             if let Some(t) = &m.toolchains {
                 outln!(
@@ -145,16 +203,18 @@ pub fn run(args: Args) -> ExitCode {
 
 /// Builds the image `b` describes.
 pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
+    let data = image::datadir::resolve().map_err(|e| e.to_string())?;
     let kernel = match &b.kernel {
         Some(k) => k.clone(),
-        None => default_kernel().ok_or(
-            "--kernel: no kernel given and none under target/vm-kernel/boot (run scripts/vm-setup.sh, or pass --kernel FILE)",
-        )?,
+        None => default_kernel().ok_or_else(|| {
+            format!(
+                "--kernel: no kernel given and none under {}/boot (run `{}`, or pass --kernel FILE)",
+                data.join(image::datadir::KERNEL_DIR).display(),
+                super::vm::setup_command()
+            )
+        })?,
     };
-    let agent = match &b.agent {
-        Some(a) => a.clone(),
-        None => image::agent::build(&image::agent::workspace_root())?,
-    };
+    let (agent, agent_build) = agent(b.agent.as_deref(), &data)?;
     let busybox = match &b.busybox {
         Some(p) => Some(p.clone()),
         None => Some(PathBuf::from("/bin/busybox")).filter(|p| p.is_file()),
@@ -170,7 +230,7 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
             deb_cache: b
                 .deb_cache
                 .clone()
-                .unwrap_or_else(|| image::agent::workspace_root().join("target/toolchain-debs")),
+                .unwrap_or_else(|| data.join(image::datadir::DEB_CACHE_DIR)),
             source_date_epoch: image::rootfs::source_date_epoch().map_err(|e| e.to_string())?,
         }),
         None => None,
@@ -182,6 +242,7 @@ pub fn build(b: &BuildArgs) -> Result<image::Manifest, String> {
         modules: Some(modules),
         kernel,
         agent,
+        agent_build,
         busybox,
         git,
         ovmf: b.ovmf.clone(),
@@ -214,7 +275,8 @@ pub fn module_tree(
             .join(", ")
     };
     let fix = "give --modules DIR (the lib/modules/<version> directory of the kernel's package), or keep the \
-               layout scripts/vm-setup.sh makes under target/vm-kernel (boot/vmlinuz-V beside lib/modules/V)";
+               layout scripts/vm-setup.sh makes under vm-kernel/ of the data directory (boot/vmlinuz-V beside \
+               lib/modules/V)";
     let dir = match modules {
         Some(d) => d.to_path_buf(),
         None => image::modules_beside(kernel).ok_or_else(|| {

@@ -20,7 +20,7 @@ pub struct Args {
     /// `auto` (the best this host offers: sev-snp, tdx, vm, process).
     #[arg(long, default_value = "process", value_name = "TIER")]
     pub isolation: String,
-    /// The guest image of the `vm` tier (`fenced-run image build --out DIR`; default target/vm-image).
+    /// The guest image of the `vm` tier (`fenced-run image build --out DIR`; default vm-image/ of the data directory, docs/install.md).
     #[arg(long, value_name = "DIR")]
     pub image: Option<PathBuf>,
     /// Print the verdict as JSON (the contract form) instead of a summary.

@@ -73,11 +73,42 @@ pub fn on_path(name: &str) -> bool {
     crate::vm::qemu::which(Path::new(name)).is_some()
 }
 
-/// The command that installs the vm tier's pieces (QEMU, busybox, the kernel), as a user would type it.
+/// The command that installs the vm tier's pieces (QEMU, busybox, the kernel into the data directory), as a user
+/// would type it: the checkout's scripts/vm-setup.sh in a build tree, the package's copy where it is installed,
+/// else this binary's `demo`, which runs the set-up it embeds as root.
 pub fn setup_command() -> String {
-    let script = crate::image::agent::workspace_root().join("scripts/vm-setup.sh");
-    let script = std::fs::canonicalize(&script).unwrap_or(script);
-    format!("sudo {}", script.display())
+    use crate::image::datadir;
+    let data = datadir::resolve().ok();
+    let tree_target = data
+        .as_ref()
+        .and_then(|d| d.build_tree.as_ref())
+        .map(|t| t.target.clone());
+    // The data directory as an argument, unless it is the script's own default (the checkout's target/).
+    let arg = |d: &datadir::DataDir| match &tree_target {
+        Some(t) if *t == d.dir => String::new(),
+        _ => format!(" {}", d.dir.display()),
+    };
+    match &data {
+        Some(d) => match &d.build_tree {
+            Some(t) => {
+                let script = t.workspace.join("scripts/vm-setup.sh");
+                let script = std::fs::canonicalize(&script).unwrap_or(script);
+                format!("sudo {}{}", script.display(), arg(d))
+            }
+            None => {
+                let packaged = std::path::Path::new(datadir::SYSTEM_DIR).join("vm-setup.sh");
+                if packaged.is_file() {
+                    format!("sudo {}{}", packaged.display(), arg(d))
+                } else {
+                    let exe = std::env::current_exe()
+                        .map(|e| e.display().to_string())
+                        .unwrap_or_else(|_| "fenced-run".into());
+                    format!("sudo {exe} --data-dir {} demo", d.dir.display())
+                }
+            }
+        },
+        None => "sudo fenced-run --data-dir DIR demo".into(),
+    }
 }
 
 /// The verdict of a VM run on the host's side: intake's refusal before launch, or the run.
@@ -196,12 +227,15 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
         .map_err(|e| e.to_string())
 }
 
-/// The default image directory: `target/vm-image` of this workspace.
+/// The default image directory: `vm-image/` of the data directory (crate::image::datadir: the checkout's target/
+/// in a build tree, else `~/.local/share/fenced-run`); `vm-image` under the current directory when none can be
+/// named (no HOME), which the caller's messages then show.
 pub fn default_image() -> PathBuf {
-    let root = crate::image::agent::workspace_root();
-    std::fs::canonicalize(&root)
-        .unwrap_or(root)
-        .join("target/vm-image")
+    use crate::image::datadir;
+    match datadir::resolve() {
+        Ok(d) => d.join(datadir::IMAGE_DIR),
+        Err(_) => PathBuf::from(datadir::IMAGE_DIR),
+    }
 }
 
 /// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.

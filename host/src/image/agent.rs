@@ -1,93 +1,136 @@
-//! Builds the static `guest-agent` for the image with fixed settings: the gnu target with
-//! `-C target-feature=+crt-static`, the `guest-agent` profile of the workspace (fixed codegen units, no debug
-//! info, stripped), and `--remap-path-prefix` for the workspace and the cargo home (with the same maps as
-//! `-ffile-prefix-map` for C compiled into it, such as aws-lc's `__FILE__` strings), so that the binary embeds
-//! no path of the machine that built it.
+//! The static `guest-agent` of the image, linked from the same build as `fenced-run`: host's `fenced-run-agent`
+//! binary (the source of guest's `guest-agent`) with `cargo rustc -p host --bin fenced-run-agent --profile P --
+//! -C target-feature=+crt-static -C strip=symbols`, where P is the profile `fenced-run` itself was built with. The
+//! two flags reach the agent's own crate only, so cargo reuses every dependency the `fenced-run` build compiled (the
+//! same package, hence the same features, profile and flags) and only links the agent: static glibc, no symbols,
+//! no debug info. The workspace's rustc wrapper (scripts/rustc-remap) keeps machine paths out of every crate, so
+//! two builders of one commit with the same toolchain and profile get the same bytes (docs/vm.md, "Reproducing
+//! the agent"); [`AgentBuild`] records what they must share.
 
+use super::datadir::BuildTree;
+pub use measurements::manifest::AgentBuild;
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
-/// The target triple of the agent.
+/// The target triple of the agent (the host's: the agent is linked in the host's build).
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
-/// The cargo profile of the agent (root Cargo.toml).
-pub const PROFILE: &str = "guest-agent";
+/// The binary of host that is the agent.
+pub const BIN: &str = "fenced-run-agent";
+/// The flags `cargo rustc` passes to the agent's own crate only.
+pub const RUSTC_FLAGS: &[&str] = &["-C", "target-feature=+crt-static", "-C", "strip=symbols"];
 
-/// The workspace this `fenced-run` was built from.
-pub fn workspace_root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+/// The directory of `profile`'s outputs under a target directory (`dev` writes to `debug`).
+pub fn profile_dir(profile: &str) -> &str {
+    match profile {
+        "dev" | "test" => "debug",
+        "bench" => "release",
+        p => p,
+    }
 }
 
-/// Where cargo keeps its registry (the prefix remapped out of the binary).
-fn cargo_home() -> PathBuf {
-    std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cargo"))
-}
-
-/// The rustc flags of the agent build.
-pub fn rustflags(workspace: &Path) -> Vec<String> {
-    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
-    let home = std::fs::canonicalize(cargo_home()).unwrap_or_else(|_| cargo_home());
-    vec![
-        "-C".into(),
-        "target-feature=+crt-static".into(),
-        format!("--remap-path-prefix={}=/fenced-run", ws.display()),
-        format!("--remap-path-prefix={}=/cargo", home.display()),
-    ]
-}
-
-/// The C compiler flags of the agent build: the same path maps as [`rustflags`], for C that crates compile in
-/// (cc-rs reads them from `CFLAGS_<target>`).
-pub fn cflags(workspace: &Path) -> String {
-    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_owned());
-    let home = std::fs::canonicalize(cargo_home()).unwrap_or_else(|_| cargo_home());
+/// The command line a user would type for [`build`] in `tree` (for messages and docs).
+pub fn command(profile: &str) -> String {
     format!(
-        "-ffile-prefix-map={}=/fenced-run -ffile-prefix-map={}=/cargo",
-        ws.display(),
-        home.display()
+        "cargo rustc --locked -p host --bin {BIN} --profile {profile} -- {}",
+        RUSTC_FLAGS.join(" ")
     )
 }
 
-/// Builds the agent with cargo in `workspace` and returns the binary's path.
-pub fn build(workspace: &Path) -> Result<PathBuf, String> {
+/// Links the static agent in the build tree `tree` with cargo (its progress on this process's stderr) and returns
+/// the binary's path and its build record.
+pub fn build(tree: &BuildTree) -> Result<(PathBuf, AgentBuild), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = std::process::Command::new(&cargo)
-        .current_dir(workspace)
-        .args([
-            "build",
-            "--locked",
-            "--quiet",
-            "--profile",
-            PROFILE,
-            "-p",
-            "guest",
-        ])
-        .args(["--bin", "guest-agent", "--target", TARGET])
-        .env_remove("RUSTFLAGS")
-        .env("CARGO_ENCODED_RUSTFLAGS", rustflags(workspace).join("\x1f"))
-        .env(
-            format!("CFLAGS_{}", TARGET.replace('-', "_")),
-            cflags(workspace),
-        )
-        .status()
-        .map_err(|e| format!("cannot run cargo to build the guest agent: {e}"))?;
+    eprintln!(
+        "agent       linking the static guest agent from this build in {} (`{}`; dependencies already compiled \
+         are reused)",
+        tree.workspace.display(),
+        command(&tree.profile)
+    );
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(&cargo)
+        .current_dir(&tree.workspace)
+        .args(["rustc", "--locked", "-p", "host", "--bin", BIN])
+        .args(["--profile", tree.profile.as_str(), "--"])
+        .args(RUSTC_FLAGS)
+        .env("CARGO_TARGET_DIR", &tree.target)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run cargo to link the guest agent: {e}"))?;
+    // Cargo draws its own progress bar on a terminal; elsewhere it prints a line per crate, and linking the
+    // agent alone may take a minute: a line every few seconds says it is still at work.
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for cargo (linking the guest agent): {e}")),
+        }
+        let waited = started.elapsed().as_secs();
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let now = started.elapsed().as_secs();
+        if now / 5 != waited / 5 && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!("agent       cargo is still building the agent ({now} s)");
+        }
+    };
     if !status.success() {
         return Err(format!(
-            "building the guest agent in {} failed ({status})",
-            workspace.display()
+            "linking the guest agent in {} failed ({status}; cargo's messages are above): `{}`",
+            tree.workspace.display(),
+            command(&tree.profile)
         ));
     }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"));
-    let bin = target_dir.join(TARGET).join(PROFILE).join("guest-agent");
+    let bin = tree.target.join(profile_dir(&tree.profile)).join(BIN);
     if !bin.is_file() {
         return Err(format!(
-            "cargo built the guest agent but {} is missing",
+            "cargo linked the guest agent but {} is missing",
             bin.display()
         ));
     }
-    Ok(bin)
+    eprintln!(
+        "agent       {} ({:.1} s)",
+        bin.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok((bin, record(&tree.workspace, &tree.profile)?))
+}
+
+/// What two builders must share for the same agent bytes: the toolchain (`rustc -vV` of `workspace`), the target,
+/// the profile, and the lockfile.
+pub fn record(workspace: &Path, profile: &str) -> Result<AgentBuild, String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = std::process::Command::new(&rustc)
+        .current_dir(workspace)
+        .arg("-vV")
+        .output()
+        .map_err(|e| format!("cannot run rustc -vV: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("rustc -vV failed ({})", out.status));
+    }
+    let lock = workspace.join("Cargo.lock");
+    let lock = std::fs::read(&lock).map_err(|e| format!("{}: {e}", lock.display()))?;
+    parse_record(&String::from_utf8_lossy(&out.stdout), profile, &lock)
+}
+
+/// The record from `rustc -vV`'s output, the profile and Cargo.lock's bytes.
+pub fn parse_record(
+    rustc_vv: &str,
+    profile: &str,
+    cargo_lock: &[u8],
+) -> Result<AgentBuild, String> {
+    let field = |name: &str| {
+        rustc_vv
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(": "))
+            .map(|v| v.trim().to_string())
+            .ok_or_else(|| format!("rustc -vV printed no `{name}:` line"))
+    };
+    Ok(AgentBuild {
+        rustc_release: field("release")?,
+        rustc_commit_hash: field("commit-hash")?,
+        rustc_host: field("host")?,
+        target: TARGET.into(),
+        profile: profile.into(),
+        cargo_lock_sha256: hex::encode(Sha256::digest(cargo_lock)),
+    })
 }
 
 /// Why a file cannot be the guest image's `/init`: the guest runs it with no loader and no library beside it,
@@ -123,8 +166,8 @@ pub enum AgentError {
     #[error(
         "guest agent {path}: dynamically linked ({why}), but the guest agent runs as /init with no loader or \
          library beside it and must be static: build it as `fenced-run image build` does without --agent \
-         (`cargo build -p guest --bin guest-agent --profile {PROFILE} --target {TARGET}` with \
-         RUSTFLAGS='-C target-feature=+crt-static'), or for x86_64-unknown-linux-musl"
+         (`cargo rustc --locked -p host --bin fenced-run-agent --profile dev -- -C target-feature=+crt-static -C \
+         strip=symbols`, or scripts/install.sh), or for x86_64-unknown-linux-musl"
     )]
     Dynamic {
         /// The file.
@@ -310,6 +353,39 @@ pub fn check_static(path: &Path, bytes: &[u8]) -> Result<(), AgentError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_record_names_the_toolchain_target_profile_and_lockfile() {
+        let vv = "rustc 1.95.0 (59807616e 2026-04-14)\nbinary: rustc\ncommit-hash: \
+                  59807616e1fa2540724bfbac14d7976d7e4a3860\ncommit-date: 2026-04-14\nhost: \
+                  x86_64-unknown-linux-gnu\nrelease: 1.95.0\nLLVM version: 22.1.2\n";
+        let r = parse_record(vv, "dev", b"lock").expect("record");
+        assert_eq!(
+            r,
+            AgentBuild {
+                rustc_release: "1.95.0".into(),
+                rustc_commit_hash: "59807616e1fa2540724bfbac14d7976d7e4a3860".into(),
+                rustc_host: "x86_64-unknown-linux-gnu".into(),
+                target: TARGET.into(),
+                profile: "dev".into(),
+                cargo_lock_sha256: hex::encode(Sha256::digest(b"lock")),
+            }
+        );
+        // A rustc that prints no commit hash (a local build) is named, not recorded half.
+        let e = parse_record("release: 1.95.0\nhost: x\n", "dev", b"").expect_err("no hash");
+        assert_eq!(e, "rustc -vV printed no `commit-hash:` line");
+    }
+
+    #[test]
+    fn the_agent_is_linked_in_the_profile_fenced_run_was_built_with() {
+        assert_eq!(profile_dir("dev"), "debug");
+        assert_eq!(profile_dir("release"), "release");
+        assert_eq!(
+            command("dev"),
+            "cargo rustc --locked -p host --bin fenced-run-agent --profile dev -- -C target-feature=+crt-static \
+             -C strip=symbols"
+        );
+    }
 
     fn file(p: &str) -> Option<Vec<u8>> {
         std::fs::read(p).ok()

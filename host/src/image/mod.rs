@@ -6,13 +6,14 @@
 
 pub mod agent;
 pub mod cpio;
+pub mod datadir;
 pub mod pvh;
 pub mod rootfs;
 
 use cpio::{Entry, Tree};
 pub use measurements::manifest::{
-    Artifact, Cmdline, Included, Manifest, Measurements, RtmrEvent, SnpMeasurement, TdxMeasurement,
-    MANIFEST_FILE, MANIFEST_FORMAT,
+    AgentBuild, Artifact, Cmdline, Included, Manifest, Measurements, RtmrEvent, SnpMeasurement,
+    TdxMeasurement, MANIFEST_FILE, MANIFEST_FORMAT,
 };
 use sha2::{Digest, Sha256, Sha384};
 use std::path::{Path, PathBuf};
@@ -105,6 +106,8 @@ pub struct BuildOptions {
     pub modules: Option<PathBuf>,
     /// The static guest agent.
     pub agent: PathBuf,
+    /// How the agent was built, recorded in the manifest, where known.
+    pub agent_build: Option<AgentBuild>,
     /// A static busybox (shell and tools for test suites), when present.
     pub busybox: Option<PathBuf>,
     /// `git` to include with its shared libraries (the fence computes tree hashes and applies patches with it).
@@ -391,6 +394,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
             tdx,
         },
         toolchains,
+        agent_build: opts.agent_build.clone(),
     };
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let mut json = serde_json::to_string_pretty(&manifest).map_err(|e| format!("manifest: {e}"))?;
