@@ -287,28 +287,19 @@ async fn submit(State(g): State<Arc<Gateway>>, req: Request) -> Result<Response,
         Err(e) => return Err(unavailable("the store", e)),
     }
     drop(founders);
-    let bytes =
-        match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, g.max_bundle)).await {
-            Err(_) => {
-                return Err(ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "the bundle did not arrive within {} s",
-                        BODY_TIMEOUT.as_secs()
-                    ),
-                ))
-            }
-            Ok(Err(_)) => {
-                return Err(ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "the bundle is larger than this gateway takes ({} MiB) or was cut off",
-                        g.max_bundle / (1024 * 1024)
-                    ),
-                ))
-            }
-            Ok(Ok(b)) => b,
-        };
+    let bytes = match tokio::time::timeout(BODY_TIMEOUT, read_bundle(body, g.max_bundle)).await {
+        Err(_) => {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the bundle did not arrive within {} s",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            ))
+        }
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(b)) => b,
+    };
     if bytes.is_empty() {
         return Err(bad("the bundle (the request body) is empty".into()));
     }
@@ -345,6 +336,47 @@ async fn submit(State(g): State<Arc<Gateway>>, req: Request) -> Result<Response,
         Err((1, e)) => Err(ApiError::new(StatusCode::CONFLICT, e)),
         Err((_, e)) => Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e)),
     }
+}
+
+/// The most of an oversized bundle read (and dropped) before the gateway answers 413, so that the client,
+/// still sending, reads the answer instead of a reset connection; beyond it the connection is cut.
+pub const DRAIN_LIMIT: usize = 1024 * 1024 * 1024;
+
+/// Reads the request body, at most `limit` bytes kept: 413 for more (the rest read and dropped up to
+/// [`DRAIN_LIMIT`], or 4 x `limit` if that is less), 400 for a body cut off.
+async fn read_bundle(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut kept = Vec::new();
+    let mut total: usize = 0;
+    let drain = limit.saturating_mul(4).min(DRAIN_LIMIT);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the bundle was cut off: {}", escape(&e.to_string())),
+            )
+        })?;
+        if let Ok(data) = frame.into_data() {
+            total = total.saturating_add(data.len());
+            if total <= limit {
+                kept.extend_from_slice(&data);
+            } else if total > drain {
+                break;
+            }
+        }
+    }
+    if total > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the bundle ({total}{} bytes) is larger than this gateway takes ({} MiB, --max-bundle-mib)",
+                if total > drain { "+" } else { "" },
+                limit / (1024 * 1024)
+            ),
+        ));
+    }
+    Ok(kept)
 }
 
 #[derive(Deserialize)]
