@@ -513,12 +513,13 @@ impl Postgres {
             .expect("runtime");
         rt.block_on(async move {
             let config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
-            let (client, conn) = config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| format!("{e}"))?;
+            let said = |e: tokio_postgres::Error| match e.as_db_error() {
+                Some(d) => d.message().to_owned(),
+                None => e.to_string(),
+            };
+            let (client, conn) = config.connect(tokio_postgres::NoTls).await.map_err(said)?;
             let task = tokio::spawn(conn);
-            let rows = client.simple_query(sql).await.map_err(|e| format!("{e}"))?;
+            let rows = client.simple_query(sql).await.map_err(said)?;
             drop(client);
             let _ = task.await;
             Ok(rows
