@@ -664,3 +664,160 @@ fn postgres_killed_mid_run_loses_nothing() {
         attempts.len()
     );
 }
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let o = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl");
+    assert!(
+        o.status.success(),
+        "openssl {}: {}",
+        args.join(" "),
+        text(&o)
+    );
+}
+
+/// A P-256 test CA (`ca.pem`) and a server certificate it issued for 127.0.0.1 (`server.pem`, `server.key`).
+fn test_ca(d: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut a = vec!["req", "-x509"];
+    a.extend(ec);
+    a.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=pool gateway test CA",
+    ]);
+    a.extend([
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    openssl(d, &a);
+    let mut a = vec!["req", "-new"];
+    a.extend(ec);
+    a.extend([
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(d, &a);
+    std::fs::write(
+        d.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("ext");
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+}
+
+#[test]
+fn the_gateway_over_tls() {
+    if Command::new("openssl").arg("version").output().is_err() {
+        skip("the openssl CLI is not installed (it makes the test CA)");
+        return;
+    }
+    let certs = tempfile::tempdir().expect("certs");
+    test_ca(certs.path());
+    let cert = certs.path().join("server.pem");
+    let key = certs.path().join("server.key");
+    let ca = certs.path().join("ca.pem");
+    let Some(p) = Pool::start(
+        false,
+        &[
+            "--tls-cert",
+            cert.to_str().expect("utf8"),
+            "--tls-key",
+            key.to_str().expect("utf8"),
+        ],
+    ) else {
+        return;
+    };
+    assert!(
+        p.gateway.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        p.gateway.url
+    );
+    let tf = p.token_file("alice");
+    let founder = |extra: &[&str], args: &[&str]| {
+        Command::new(POOL)
+            .args(args)
+            .args(["--gateway", &p.gateway.url, "--token-file"])
+            .arg(&tf)
+            .args(extra)
+            .output()
+            .expect("pool")
+    };
+    let cas = ["--gateway-ca", ca.to_str().expect("utf8")];
+    // Through TLS with the test CA trusted: a whole run, and its status.
+    let job = Job::new("echo '1 passed, 0 failed'\n", 60);
+    let jobp = job.path();
+    let o = founder(
+        &cas,
+        &[
+            "submit",
+            jobp.to_str().expect("utf8"),
+            "--nonce",
+            NONCE_A,
+            "--run-id",
+            "run-tls",
+            "--wait",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json_of(&o)["outcome"], "tests_passed", "{}", text(&o));
+    let o = founder(&cas, &["status", "run-tls", "--json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json_of(&o)["outcome"], "tests_passed", "{}", text(&o));
+    // Without the CA (the system's roots do not know it): refused by the client, nothing sent.
+    let o = founder(&[], &["status", "run-tls"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("TLS"),
+        "{}",
+        text(&o)
+    );
+    // Plain HTTP to the TLS port gets no answer it can use.
+    let plain = p.gateway.url.replace("https://", "http://");
+    let o = Command::new(POOL)
+        .args(["status", "run-tls", "--gateway", &plain, "--token-file"])
+        .arg(&tf)
+        .output()
+        .expect("pool");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}

@@ -75,7 +75,7 @@ fn tls_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, String> {
             }
             if roots.is_empty() {
                 return Err(
-                    "--gateway https://...: no trusted roots on this system; give --gateway-ca FILE".into(),
+                    "--gateway https://...: TLS: no trusted roots on this system; give --gateway-ca FILE".into(),
                 );
             }
         }
