@@ -44,6 +44,84 @@ pub struct StoreArgs {
     pub json: bool,
 }
 
+/// How a founder's command reaches the pool: through the gateway (`--gateway URL` and a token: what founders
+/// use), or, for the operator only, straight to Temporal and the store (`--temporal` and `--store`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct AccessArgs {
+    /// The founder gateway: `http://HOST:PORT`, `https://HOST:PORT` or `unix:PATH` (docs/pool.md). The token
+    /// comes from --token-file or FENCED_RUN_POOL_TOKEN.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["temporal", "store"])]
+    pub gateway: Option<String>,
+    /// With --gateway: the file holding the founder's token (default: the FENCED_RUN_POOL_TOKEN variable).
+    #[arg(long, value_name = "FILE", requires = "gateway")]
+    pub token_file: Option<PathBuf>,
+    /// With an `https://` gateway: the PEM certificate(s) to trust for it (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "gateway")]
+    pub gateway_ca: Option<PathBuf>,
+    /// Operator only: the Temporal frontend, HOST:PORT (founders use --gateway and never get this address).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub temporal: Option<String>,
+    /// Operator only: the Temporal namespace.
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// Operator only: the store, a PostgreSQL connection URL.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Where a command goes, from [`AccessArgs`].
+pub enum Access {
+    /// Through the founder gateway.
+    Gateway(crate::gateway::client::GatewayClient),
+    /// Straight to Temporal and the store (the operator).
+    Direct {
+        /// Temporal.
+        temporal: TemporalArgs,
+        /// The store URL.
+        store: String,
+    },
+}
+
+/// The environment variable holding a founder's gateway token when --token-file is not given.
+pub const TOKEN_ENV: &str = "FENCED_RUN_POOL_TOKEN";
+
+impl AccessArgs {
+    /// The gateway client, or Temporal and the store; an error naming what is missing or unusable.
+    pub fn access(&self) -> Result<Access, String> {
+        if let Some(url) = &self.gateway {
+            let token = match &self.token_file {
+                Some(f) => std::fs::read_to_string(f)
+                    .map_err(|e| format!("--token-file {}: {e}", f.display()))?,
+                None => std::env::var(TOKEN_ENV).map_err(|_| {
+                    format!("--gateway: no token: give --token-file FILE or set {TOKEN_ENV}")
+                })?,
+            };
+            let client = crate::gateway::client::GatewayClient::new(
+                url,
+                token.trim(),
+                self.gateway_ca.as_deref(),
+            )?;
+            return Ok(Access::Gateway(client));
+        }
+        match (&self.temporal, &self.store) {
+            (Some(t), Some(s)) => Ok(Access::Direct {
+                temporal: TemporalArgs {
+                    temporal: t.clone(),
+                    namespace: self.namespace.clone(),
+                },
+                store: s.clone(),
+            }),
+            _ => Err(
+                "give --gateway URL (founders), or --temporal HOST:PORT and --store URL (the operator)"
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
 /// The pool's commands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -70,12 +148,9 @@ pub enum Command {
     Status {
         /// The run ID.
         run_id: String,
-        /// Temporal.
+        /// The gateway, or (the operator) Temporal and the store.
         #[command(flatten)]
-        temporal: TemporalArgs,
-        /// The store.
-        #[command(flatten)]
-        store: StoreArgs,
+        access: AccessArgs,
     },
     /// Write the evidence of the run's accepted attempt (for `verify-attestation evidence --pool-attempt N`).
     Fetch {
@@ -84,36 +159,36 @@ pub enum Command {
         /// Where to write the evidence.
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
-        /// Temporal.
+        /// The gateway, or (the operator) Temporal and the store.
         #[command(flatten)]
-        temporal: TemporalArgs,
-        /// The store.
-        #[command(flatten)]
-        store: StoreArgs,
+        access: AccessArgs,
     },
     /// Cancel a run: its processes or VM are killed and its files removed.
     Cancel {
         /// The run ID.
         run_id: String,
         /// How long to wait for the workflow to confirm, in seconds.
-        #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+        #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=3600))]
         wait_seconds: u64,
-        /// Temporal.
+        /// The gateway, or (the operator) Temporal and the store.
         #[command(flatten)]
-        temporal: TemporalArgs,
-        /// The store.
-        #[command(flatten)]
-        store: StoreArgs,
+        access: AccessArgs,
     },
+    /// The founder gateway: the only service founders talk to (docs/pool.md, "The founder gateway").
+    Gateway(crate::gateway::GatewayArgs),
 }
 
 /// `founder` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum FounderCommand {
-    /// Create a founder's login role: it reads (and submits) only its own runs.
+    /// Register a founder and print their gateway token (once; the store keeps only its SHA-256). Founders get
+    /// no database role.
     Add {
-        /// The role name (a-z, 0-9, _).
+        /// The founder's name (a-z, 0-9, _).
         name: String,
+        /// Issue a new token for an existing founder; the old one stops working.
+        #[arg(long)]
+        replace: bool,
         /// The Temporal server (unused; accepted like every pool command).
         #[arg(long, value_name = "HOST:PORT")]
         temporal: Option<String>,
@@ -163,12 +238,9 @@ pub struct WorkerArgs {
 pub struct SubmitArgs {
     /// The job: a job file or a bundle, as for `fenced-run run`.
     pub job: PathBuf,
-    /// Temporal.
+    /// The gateway, or (the operator) Temporal and the store.
     #[command(flatten)]
-    pub temporal: TemporalArgs,
-    /// The store.
-    #[command(flatten)]
-    pub store: StoreArgs,
+    pub access: AccessArgs,
     /// The founder's nonce, hex, 16 to 64 bytes; attempt N runs with a nonce derived from it (docs/pool.md).
     #[arg(long, value_name = "HEX")]
     pub nonce: String,
@@ -181,8 +253,9 @@ pub struct SubmitArgs {
     /// The run ID (the workflow ID; used once). Default: a random one.
     #[arg(long, value_name = "ID")]
     pub run_id: Option<String>,
-    /// The founder the run belongs to (default: the store role connecting).
-    #[arg(long, value_name = "ROLE")]
+    /// Operator only: the founder the run belongs to (default: the store role connecting). Through the gateway
+    /// the founder is the token's.
+    #[arg(long, value_name = "ROLE", conflicts_with = "gateway")]
     pub founder: Option<String>,
     /// Most attempts (host failures are retried on another worker up to this bound).
     #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
@@ -221,24 +294,28 @@ pub fn main_with(cli: Cli) -> ExitCode {
         match cli.command {
             Command::Init { store, .. } => init(store).await,
             Command::Founder {
-                action: FounderCommand::Add { name, store, .. },
-            } => founder_add(&name, store).await,
+                action:
+                    FounderCommand::Add {
+                        name,
+                        replace,
+                        store,
+                        ..
+                    },
+            } => founder_add(&name, replace, store).await,
             Command::Worker(a) => worker(a).await,
             Command::Submit(a) => submit(a).await,
-            Command::Status {
-                run_id,
-                temporal,
-                store,
-            } => status(&run_id, temporal, store).await,
+            Command::Status { run_id, access } => status(&run_id, access).await,
             Command::Fetch {
-                run_id, out, store, ..
-            } => fetch(&run_id, &out, store).await,
+                run_id,
+                out,
+                access,
+            } => fetch(&run_id, &out, access).await,
             Command::Cancel {
                 run_id,
                 wait_seconds,
-                temporal,
-                store,
-            } => cancel(&run_id, wait_seconds, temporal, store).await,
+                access,
+            } => cancel(&run_id, wait_seconds, access).await,
+            Command::Gateway(a) => crate::gateway::main(a).await,
         }
     })
 }
@@ -257,7 +334,14 @@ async fn init(store: StoreArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail("init", store.json, 2, &e),
     };
-    match s.migrate().await {
+    let migrated = match s.migrate().await {
+        Ok(before) => match crate::founders::Founders::connect(&store.store).await {
+            Ok(mut f) => f.migrate().await.map(|_| before).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(e) => Err(e),
+    };
+    match migrated {
         Ok(before) => {
             if store.json {
                 println!(
@@ -276,7 +360,7 @@ async fn init(store: StoreArgs) -> ExitCode {
     }
 }
 
-async fn founder_add(name: &str, store: StoreArgs) -> ExitCode {
+async fn founder_add(name: &str, replace: bool, store: StoreArgs) -> ExitCode {
     let mut s = match Store::connect(&store.store).await {
         Ok(s) => s,
         Err(e) => return fail("founder add", store.json, 2, &e),
@@ -284,16 +368,27 @@ async fn founder_add(name: &str, store: StoreArgs) -> ExitCode {
     if let Err(e) = s.migrate().await {
         return fail("founder add", store.json, 2, &e);
     }
-    match s.add_founder(name).await {
-        Ok(()) => {
+    drop(s);
+    let mut f = match crate::founders::Founders::connect(&store.store).await {
+        Ok(f) => f,
+        Err(e) => return fail("founder add", store.json, 2, &e.to_string()),
+    };
+    if let Err(e) = f.migrate().await {
+        return fail("founder add", store.json, 2, &e.to_string());
+    }
+    match f.issue(name, replace).await {
+        Ok(token) => {
             if store.json {
-                println!("{}", json!({ "founder": name }));
+                println!("{}", json!({ "founder": name, "token": token }));
             } else {
-                println!("founder role {name} created");
+                println!(
+                    "founder {name}: gateway token (shown once; give it to the founder only):"
+                );
+                println!("{token}");
             }
             ExitCode::SUCCESS
         }
-        Err(e) => fail("founder add", store.json, 2, &e),
+        Err(e) => fail("founder add", store.json, 2, &e.to_string()),
     }
 }
 
@@ -611,8 +706,86 @@ fn intake_first(job: &Path, tier: &str) -> Result<Judged, (u8, String)> {
     result
 }
 
+/// What starting a run needs: the direct (operator) path and the gateway both start runs through [`start_run`].
+pub(crate) struct NewRun<'a> {
+    /// The founder the run belongs to.
+    pub founder: &'a str,
+    /// The run ID (the workflow ID).
+    pub run_id: &'a str,
+    /// The bundle's kind (`tar`, `tar.gz`, `zip`).
+    pub kind: &'a str,
+    /// The bundle intake judged.
+    pub bytes: &'a [u8],
+    /// The founder's nonce.
+    pub nonce: &'a [u8],
+    /// The task queue.
+    pub queue: &'a str,
+    /// The isolation tier.
+    pub isolation: &'a str,
+    /// Most attempts.
+    pub max_attempts: u32,
+    /// The lease, seconds.
+    pub heartbeat_seconds: u64,
+    /// The longest one attempt may take, seconds.
+    pub attempt_seconds: u64,
+}
+
+/// Stores the bundle and registers the run (one transaction), then starts the run's workflow with workflow ID =
+/// run ID; the bundle's digest, or the exit code (1: the ID is taken; 2: a server failed) and why. A run whose
+/// workflow could not be started is withdrawn from the store.
+pub(crate) async fn start_run(
+    store: &mut Store,
+    client: &temporalio_client::Client,
+    r: &NewRun<'_>,
+) -> Result<String, (u8, String)> {
+    // The bundle and the run are in the store (one transaction) before the workflow refers to them.
+    let digest = store
+        .submit(
+            r.founder,
+            r.run_id,
+            r.kind,
+            r.bytes,
+            r.nonce,
+            r.queue,
+            r.isolation,
+        )
+        .await
+        .map_err(|e| (1, e))?;
+    let input = RunInput {
+        run_id: r.run_id.to_owned(),
+        founder: r.founder.to_owned(),
+        bundle_digest: digest.clone(),
+        nonce: hex::encode(r.nonce),
+        isolation: r.isolation.to_owned(),
+        max_attempts: r.max_attempts,
+        heartbeat_seconds: r.heartbeat_seconds,
+        attempt_seconds: r.attempt_seconds,
+    };
+    let options =
+        temporalio_client::WorkflowStartOptions::new(r.queue.to_owned(), r.run_id.to_owned())
+            .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
+            .build();
+    match client.start_workflow(PoolRun::run, input, options).await {
+        Ok(_) => Ok(digest),
+        Err(temporalio_client::errors::WorkflowStartError::AlreadyStarted { .. }) => Err((
+            1,
+            format!(
+                "run ID {}: a workflow with this ID already exists; a run ID is used once",
+                escape(r.run_id)
+            ),
+        )),
+        Err(e) => {
+            let _ = store.withdraw(r.run_id).await;
+            Err((
+                2,
+                format!("starting the workflow: {}", escape(&e.to_string())),
+            ))
+        }
+    }
+}
+
 async fn submit(a: SubmitArgs) -> ExitCode {
-    let json = a.store.json;
+    let json = a.access.json;
     let nonce = match host::cli::parse_nonce(&a.nonce) {
         Ok(n) => n,
         Err(e) => {
@@ -628,10 +801,17 @@ async fn submit(a: SubmitArgs) -> ExitCode {
     if let Err(e) = check_run_id(&run_id) {
         return fail("submit", json, 2, &e);
     }
-    if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
-        return fail("submit", json, 2, &e);
+    let access = match a.access.access() {
+        Ok(x) => x,
+        Err(e) => return fail("submit", json, 2, &e),
+    };
+    if let Access::Direct { temporal, .. } = &access {
+        if let Err(e) = crate::temporal::target(&temporal.temporal) {
+            return fail("submit", json, 2, &e);
+        }
     }
-    // Intake first: a refused bundle never enters the pool; what is sent is the tree intake judged.
+    // Intake first, on this machine: a refused bundle never enters the pool; what is sent is the tree intake
+    // judged.
     let Judged {
         budget,
         kind,
@@ -641,128 +821,184 @@ async fn submit(a: SubmitArgs) -> ExitCode {
         Err((code, e)) => return fail("submit", json, code, &e),
     };
     let kind = kind.extension();
-    let mut store = match Store::connect(&a.store.store).await {
-        Ok(s) => s,
-        Err(e) => return fail("submit", json, 2, &e),
-    };
-    let founder = match &a.founder {
-        Some(f) => f.clone(),
-        None => match store.current_user().await {
-            Ok(u) => u,
-            Err(e) => return fail("submit", json, 2, &e),
-        },
-    };
-    let client = match crate::temporal::connect(
-        &a.temporal.temporal,
-        &a.temporal.namespace,
-        "fenced-run-pool-submit",
-    )
-    .await
-    {
-        Ok(c) => c,
-        Err(e) => return fail("submit", json, 2, &e),
-    };
-    // The bundle and the run are in the store (one transaction) before the workflow refers to them.
-    let digest = match store
-        .submit(
-            &founder,
-            &run_id,
-            kind,
-            &bytes,
-            &nonce,
-            &a.queue,
-            &a.isolation,
-        )
-        .await
-    {
-        Ok(d) => d,
-        Err(e) => return fail("submit", json, 1, &e),
-    };
     // The job's own phase budgets plus room for intake, the fence and (in the vm tier) boot under TCG.
     let attempt_seconds = budget + 180;
-    let input = RunInput {
-        run_id: run_id.clone(),
-        founder: founder.clone(),
-        bundle_digest: digest.clone(),
-        nonce: hex::encode(&nonce),
-        isolation: a.isolation.clone(),
-        max_attempts: a.max_attempts,
-        heartbeat_seconds: a.heartbeat_seconds,
-        attempt_seconds,
-    };
-    let options = temporalio_client::WorkflowStartOptions::new(a.queue.clone(), run_id.clone())
-        .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
-        .build();
-    let handle = match client.start_workflow(PoolRun::run, input, options).await {
-        Ok(h) => h,
-        Err(temporalio_client::errors::WorkflowStartError::AlreadyStarted { .. }) => {
-            return fail(
-                "submit",
-                json,
-                1,
-                &format!(
-                    "run ID {}: a workflow with this ID already exists; a run ID is used once",
-                    escape(&run_id)
-                ),
-            )
-        }
-        Err(e) => {
-            let _ = store.withdraw(&run_id).await;
-            return fail(
-                "submit",
-                json,
-                2,
-                &format!("starting the workflow: {}", escape(&e.to_string())),
-            );
-        }
-    };
-    if !a.wait {
-        if json {
-            println!(
-                "{}",
-                json!({ "run_id": run_id, "bundle_digest": digest, "founder": founder, "queue": a.queue })
-            );
-        } else {
-            println!(
-                "submitted run {run_id} (bundle {digest}) to queue {}",
-                a.queue
-            );
-        }
-        return ExitCode::SUCCESS;
-    }
     let wait = a.wait_timeout.unwrap_or_else(|| {
         QUEUE_WAIT_SECONDS
             .saturating_add(u64::from(a.max_attempts.max(1)).saturating_mul(attempt_seconds))
     });
-    let result: RunResult = match tokio::time::timeout(
-        Duration::from_secs(wait),
-        handle.get_result(Default::default()),
+    match access {
+        Access::Gateway(g) => {
+            let q = crate::gateway::SubmitQuery {
+                run_id: run_id.clone(),
+                nonce: hex::encode(&nonce),
+                queue: a.queue.clone(),
+                isolation: a.isolation.clone(),
+                kind: kind.to_owned(),
+                max_attempts: a.max_attempts,
+                heartbeat_seconds: a.heartbeat_seconds,
+                budget_seconds: budget,
+            };
+            let started = match g.submit(&q, bytes).await {
+                Ok(v) => v,
+                Err(e) => return fail("submit", json, e.code, &e.msg),
+            };
+            // The gateway names the run as the pool knows it (scoped to the founder).
+            let run_id = started.run_id.clone();
+            if !a.wait {
+                print_submitted(&started, json);
+                return ExitCode::SUCCESS;
+            }
+            let result = match g.wait_result(&run_id, Duration::from_secs(wait)).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return fail("submit", json, 2, &gave_up(&run_id, wait)),
+                Err(e) => return fail("submit", json, e.code, &e.msg),
+            };
+            report_result(
+                "submit",
+                &result,
+                json,
+                a.evidence.as_deref(),
+                Evidence::Gateway(&g),
+            )
+            .await
+        }
+        Access::Direct { temporal, store } => {
+            let mut store = match Store::connect(&store).await {
+                Ok(s) => s,
+                Err(e) => return fail("submit", json, 2, &e),
+            };
+            let founder = match &a.founder {
+                Some(f) => f.clone(),
+                None => match store.current_user().await {
+                    Ok(u) => u,
+                    Err(e) => return fail("submit", json, 2, &e),
+                },
+            };
+            let client = match crate::temporal::connect(
+                &temporal.temporal,
+                &temporal.namespace,
+                "fenced-run-pool-submit",
+            )
+            .await
+            {
+                Ok(c) => c,
+                Err(e) => return fail("submit", json, 2, &e),
+            };
+            let new = NewRun {
+                founder: &founder,
+                run_id: &run_id,
+                kind,
+                bytes: &bytes,
+                nonce: &nonce,
+                queue: &a.queue,
+                isolation: &a.isolation,
+                max_attempts: a.max_attempts,
+                heartbeat_seconds: a.heartbeat_seconds,
+                attempt_seconds,
+            };
+            let digest = match start_run(&mut store, &client, &new).await {
+                Ok(d) => d,
+                Err((code, e)) => return fail("submit", json, code, &e),
+            };
+            if !a.wait {
+                print_submitted(
+                    &Submitted {
+                        run_id,
+                        bundle_digest: digest,
+                        founder,
+                        queue: a.queue.clone(),
+                    },
+                    json,
+                );
+                return ExitCode::SUCCESS;
+            }
+            let handle = client.get_workflow_handle::<PoolRun>(run_id.clone());
+            let result: RunResult = match tokio::time::timeout(
+                Duration::from_secs(wait),
+                handle.get_result(Default::default()),
+            )
+            .await
+            {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => {
+                    return fail(
+                        "submit",
+                        json,
+                        2,
+                        &format!("run {run_id}: {}", escape(&e.to_string())),
+                    )
+                }
+                Err(_) => return fail("submit", json, 2, &gave_up(&run_id, wait)),
+            };
+            report_result(
+                "submit",
+                &result,
+                json,
+                a.evidence.as_deref(),
+                Evidence::Store(&store),
+            )
+            .await
+        }
+    }
+}
+
+/// What a started run is (the output of `submit` without `--wait`, and the gateway's answer to a submit).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Submitted {
+    /// The run ID as the pool knows it (through the gateway: `FOUNDER:ID`).
+    pub run_id: String,
+    /// SHA-256 of the stored bundle.
+    pub bundle_digest: String,
+    /// The founder the run belongs to.
+    pub founder: String,
+    /// The task queue.
+    pub queue: String,
+}
+
+fn print_submitted(s: &Submitted, json: bool) {
+    if json {
+        println!(
+            "{}",
+            attestation::text::json_safe(
+                &json!({ "run_id": s.run_id, "bundle_digest": s.bundle_digest, "founder": s.founder, "queue": s.queue })
+                    .to_string()
+            )
+        );
+    } else {
+        println!(
+            "submitted run {} (bundle {}) to queue {}",
+            escape(&s.run_id),
+            escape(&s.bundle_digest),
+            escape(&s.queue)
+        );
+    }
+}
+
+fn gave_up(run_id: &str, wait: u64) -> String {
+    let run_id = escape(run_id);
+    format!(
+        "run {run_id}: no result within {wait} s (--wait-timeout); the run is still in the pool, \
+         queued or running: see `fenced-run pool status {run_id}`, or stop it with `fenced-run pool \
+         cancel {run_id}`"
     )
-    .await
-    {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            return fail(
-                "submit",
-                json,
-                2,
-                &format!("run {run_id}: {}", escape(&e.to_string())),
-            )
+}
+
+/// Where `submit --wait --evidence` reads the accepted evidence from.
+enum Evidence<'a> {
+    /// The store (the operator's direct path).
+    Store(&'a Store),
+    /// The gateway.
+    Gateway(&'a crate::gateway::client::GatewayClient),
+}
+
+impl Evidence<'_> {
+    async fn accepted(&self, run_id: &str) -> Result<(i32, Vec<u8>), (u8, String)> {
+        match self {
+            Evidence::Store(s) => s.accepted_evidence(run_id).await.map_err(|e| (2, e)),
+            Evidence::Gateway(g) => g.evidence(run_id).await.map_err(|e| (e.code, e.msg)),
         }
-        Err(_) => {
-            return fail(
-                "submit",
-                json,
-                2,
-                &format!(
-                    "run {run_id}: no result within {wait} s (--wait-timeout); the run is still in the pool, \
-                     queued or running: see `fenced-run pool status {run_id}`, or stop it with `fenced-run pool \
-                     cancel {run_id}`"
-                ),
-            )
-        }
-    };
-    report_result("submit", &result, json, a.evidence.as_deref(), &store).await
+    }
 }
 
 async fn report_result(
@@ -770,24 +1006,24 @@ async fn report_result(
     r: &RunResult,
     json: bool,
     evidence: Option<&Path>,
-    store: &Store,
+    source: Evidence<'_>,
 ) -> ExitCode {
     let Some(accepted) = &r.accepted else {
         return fail(
             cmd,
             json,
             1,
-            &format!("run {}: no verdict: {}", r.run_id, escape(&r.why)),
+            &format!("run {}: no verdict: {}", escape(&r.run_id), escape(&r.why)),
         );
     };
     if let Some(out) = evidence {
-        match store.accepted_evidence(&r.run_id).await {
+        match source.accepted(&r.run_id).await {
             Ok((_, bytes)) => {
                 if let Err(e) = std::fs::write(out, bytes) {
                     return fail(cmd, json, 2, &format!("--evidence {}: {e}", out.display()));
                 }
             }
-            Err(e) => return fail(cmd, json, 2, &e),
+            Err((_, e)) => return fail(cmd, json, 2, &e),
         }
     }
     let verdict = attestation::verdict::Verdict::from_json(accepted.verdict.to_string().as_bytes());
@@ -798,7 +1034,7 @@ async fn report_result(
             } else {
                 println!(
                     "run {}: attempt {} of {} accepted (worker {})",
-                    r.run_id,
+                    escape(&r.run_id),
                     accepted.attempt,
                     r.attempts,
                     escape(&accepted.worker)
@@ -811,13 +1047,39 @@ async fn report_result(
                 ExitCode::from(1)
             }
         }
-        Err(e) => fail(cmd, json, 2, &format!("run {}: verdict: {e}", r.run_id)),
+        Err(e) => fail(
+            cmd,
+            json,
+            2,
+            &format!("run {}: verdict: {e}", escape(&r.run_id)),
+        ),
     }
 }
 
-async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitCode {
-    let json = store.json;
-    let s = match Store::connect(&store.store).await {
+/// A run ID given to `status`, `fetch` or `cancel`: the same characters `submit --run-id` takes.
+fn check_given_run_id(id: &str) -> Result<(), String> {
+    check_run_id(id).map_err(|e| e.replacen("--run-id ", "run ID ", 1))
+}
+
+async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
+    let json = access.json;
+    if let Err(e) = check_given_run_id(run_id) {
+        return fail("status", json, 2, &e);
+    }
+    let (temporal, store) = match access.access() {
+        Err(e) => return fail("status", json, 2, &e),
+        Ok(Access::Gateway(g)) => {
+            return match g.status(run_id, json).await {
+                Ok(out) => {
+                    print!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail("status", json, e.code, &e.msg),
+            }
+        }
+        Ok(Access::Direct { temporal, store }) => (temporal, store),
+    };
+    let s = match Store::connect(&store).await {
         Ok(s) => s,
         Err(e) => return fail("status", json, 2, &e),
     };
@@ -836,73 +1098,103 @@ async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitC
         Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
         Err(e) => format!("unknown ({e})"),
     };
+    print!("{}", render_status(&run, &attempts, &workflow, json));
+    ExitCode::SUCCESS
+}
+
+/// What `pool status` prints for a run (text, or with `json` the JSON object), newline-terminated: the same
+/// output on the direct path and through the gateway (which renders it and sends it as is).
+pub fn render_status(
+    run: &crate::store::RunRow,
+    attempts: &[crate::store::AttemptRow],
+    workflow: &str,
+    json: bool,
+) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({
-                "run_id": run.run_id,
-                "outcome": run.outcome,
-                "accepted_attempt": run.accepted_attempt,
-                "evidence_digest": run.evidence_digest,
-                "bundle_digest": run.bundle_digest,
-                "queue": run.queue,
-                "isolation": run.isolation,
-                "submitted_at": run.submitted_at,
-                "ended_at": run.ended_at,
-                "ended_why": run.ended_why,
-                "workflow": workflow,
-                "attempts": attempts,
-            }))
-            .unwrap_or_default()
-        );
+        let v = serde_json::to_string_pretty(&json!({
+            "run_id": run.run_id,
+            "outcome": run.outcome,
+            "accepted_attempt": run.accepted_attempt,
+            "evidence_digest": run.evidence_digest,
+            "bundle_digest": run.bundle_digest,
+            "queue": run.queue,
+            "isolation": run.isolation,
+            "submitted_at": run.submitted_at,
+            "ended_at": run.ended_at,
+            "ended_why": run.ended_why,
+            "workflow": workflow,
+            "attempts": attempts,
+        }))
+        .unwrap_or_default();
+        let _ = writeln!(out, "{}", attestation::text::json_safe(&v));
     } else {
-        println!(
+        let _ = writeln!(
+            out,
             "run {}: queue {}, isolation {}",
-            run.run_id, run.queue, run.isolation
+            escape(&run.run_id),
+            escape(&run.queue),
+            escape(&run.isolation)
         );
-        println!("workflow: {workflow}");
-        println!(
+        let _ = writeln!(out, "workflow: {}", escape(workflow));
+        let _ = writeln!(
+            out,
             "outcome: {}",
-            run.outcome.as_deref().unwrap_or("(not final)")
+            escape(run.outcome.as_deref().unwrap_or("(not final)"))
         );
         if let Some(a) = run.accepted_attempt {
-            println!("accepted attempt: {a}");
+            let _ = writeln!(out, "accepted attempt: {a}");
         }
         if let Some(w) = &run.ended_why {
-            println!("ended: {}", escape(w));
+            let _ = writeln!(out, "ended: {}", escape(w));
         }
-        for a in &attempts {
-            println!(
+        for a in attempts {
+            let _ = writeln!(
+                out,
                 "attempt {}: worker {}, start {}, end {}, outcome {}, why {}",
                 a.attempt,
                 escape(&a.worker),
                 a.start,
                 a.end.as_deref().unwrap_or("-"),
-                a.outcome.as_deref().unwrap_or("-"),
+                escape(a.outcome.as_deref().unwrap_or("-")),
                 escape(a.why.as_deref().unwrap_or("(still running)"))
             );
         }
     }
-    ExitCode::SUCCESS
+    out
 }
 
-async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
-    let json = store.json;
-    let s = match Store::connect(&store.store).await {
-        Ok(s) => s,
+async fn fetch(run_id: &str, out: &Path, access: AccessArgs) -> ExitCode {
+    let json = access.json;
+    if let Err(e) = check_given_run_id(run_id) {
+        return fail("fetch", json, 2, &e);
+    }
+    let got = match access.access() {
         Err(e) => return fail("fetch", json, 2, &e),
+        Ok(Access::Gateway(g)) => g.evidence(run_id).await.map_err(|e| (e.code, e.msg)),
+        Ok(Access::Direct { store, .. }) => match Store::connect(&store).await {
+            Ok(s) => s.accepted_evidence(run_id).await.map_err(|e| (1, e)),
+            Err(e) => Err((2, e)),
+        },
     };
-    let (attempt, bytes) = match s.accepted_evidence(run_id).await {
+    let (attempt, bytes) = match got {
         Ok(x) => x,
-        Err(e) => return fail("fetch", json, 1, &e),
+        Err((code, e)) => return fail("fetch", json, code, &e),
     };
     if let Err(e) = std::fs::write(out, &bytes) {
         return fail("fetch", json, 2, &format!("--out {}: {e}", out.display()));
     }
+    print_fetched(run_id, attempt, &bytes, out, json);
+    ExitCode::SUCCESS
+}
+
+/// What `pool fetch` prints once the evidence is written.
+fn print_fetched(run_id: &str, attempt: i32, bytes: &[u8], out: &Path, json: bool) {
     if json {
         println!(
             "{}",
-            json!({ "run_id": run_id, "attempt": attempt, "evidence_digest": crate::digest(&bytes), "out": out.display().to_string() })
+            json!({ "run_id": run_id, "attempt": attempt, "evidence_digest": crate::digest(bytes), "out": out.display().to_string() })
         );
     } else {
         println!(
@@ -911,17 +1203,55 @@ async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
             out.display()
         );
     }
-    ExitCode::SUCCESS
 }
 
-async fn cancel(
+/// Cancels the workflow of `run_id` and waits up to `wait_seconds` for it to confirm; why it ended (or that it
+/// had not yet), or the exit code and why the cancel itself failed.
+pub(crate) async fn cancel_run(
+    client: &temporalio_client::Client,
     run_id: &str,
     wait_seconds: u64,
-    temporal: TemporalArgs,
-    store: StoreArgs,
-) -> ExitCode {
-    let json = store.json;
-    let s = match Store::connect(&store.store).await {
+) -> Result<String, (u8, String)> {
+    let handle = client.get_workflow_handle::<PoolRun>(run_id.to_owned());
+    if let Err(e) = handle.cancel(Default::default()).await {
+        return Err((
+            2,
+            format!("run {}: {}", escape(run_id), escape(&e.to_string())),
+        ));
+    }
+    let waited = tokio::time::timeout(
+        Duration::from_secs(wait_seconds),
+        handle.get_result(Default::default()),
+    )
+    .await;
+    Ok(match waited {
+        Ok(Ok(r)) => r.why,
+        Ok(Err(e)) => escape(&e.to_string()).into_owned(),
+        Err(_) => {
+            format!("cancellation requested; the workflow had not finished after {wait_seconds} s")
+        }
+    })
+}
+
+async fn cancel(run_id: &str, wait_seconds: u64, access: AccessArgs) -> ExitCode {
+    let json = access.json;
+    if let Err(e) = check_given_run_id(run_id) {
+        return fail("cancel", json, 2, &e);
+    }
+    let (temporal, store) = match access.access() {
+        Err(e) => return fail("cancel", json, 2, &e),
+        Ok(Access::Gateway(g)) => {
+            return match g.cancel(run_id, wait_seconds).await {
+                Ok(why) => {
+                    print_cancelled(run_id, &why, json);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail("cancel", json, e.code, &e.msg),
+            }
+        }
+        Ok(Access::Direct { temporal, store }) => (temporal, store),
+    };
+    let s = match Store::connect(&store).await {
         Ok(s) => s,
         Err(e) => return fail("cancel", json, 2, &e),
     };
@@ -939,34 +1269,25 @@ async fn cancel(
         Ok(c) => c,
         Err(e) => return fail("cancel", json, 2, &e),
     };
-    let handle = client.get_workflow_handle::<PoolRun>(run_id.to_owned());
-    if let Err(e) = handle.cancel(Default::default()).await {
-        return fail(
-            "cancel",
-            json,
-            2,
-            &format!("run {run_id}: {}", escape(&e.to_string())),
-        );
-    }
-    let waited = tokio::time::timeout(
-        Duration::from_secs(wait_seconds),
-        handle.get_result(Default::default()),
-    )
-    .await;
-    let why = match waited {
-        Ok(Ok(r)) => r.why,
-        Ok(Err(e)) => escape(&e.to_string()).into_owned(),
-        Err(_) => {
-            format!("cancellation requested; the workflow had not finished after {wait_seconds} s")
+    match cancel_run(&client, run_id, wait_seconds).await {
+        Ok(why) => {
+            print_cancelled(run_id, &why, json);
+            ExitCode::SUCCESS
         }
-    };
+        Err((code, e)) => fail("cancel", json, code, &e),
+    }
+}
+
+/// What `pool cancel` prints once the workflow confirmed (or the wait ran out).
+fn print_cancelled(run_id: &str, why: &str, json: bool) {
     if json {
         println!(
             "{}",
-            json!({ "run_id": run_id, "cancelled": true, "why": why })
+            attestation::text::json_safe(
+                &json!({ "run_id": run_id, "cancelled": true, "why": why }).to_string()
+            )
         );
     } else {
-        println!("run {run_id}: {why}");
+        println!("run {run_id}: {}", escape(why));
     }
-    ExitCode::SUCCESS
 }

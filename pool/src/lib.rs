@@ -3,6 +3,8 @@
 //! PostgreSQL by their SHA-256 and every founder reading only their own runs.
 
 pub mod cli;
+pub mod founders;
+pub mod gateway;
 pub mod store;
 pub mod temporal;
 pub mod worker;

@@ -128,9 +128,10 @@ fn pool_end_to_end() {
         let o = pool(&["init", "--store", &admin, "--json"]);
         assert!(o.status.success(), "{}", text(&o));
     }
+    // Store roles made by the operator (founders get gateway tokens, tests/gateway.rs): the store's own
+    // row-level security on the direct path.
     for f in ["alice", "bob"] {
-        let o = pool(&["founder", "add", f, "--store", &admin]);
-        assert!(o.status.success(), "{}", text(&o));
+        pg.founder_role(f);
     }
     let alice = pg.url("alice");
     let bob = pg.url("bob");
@@ -764,8 +765,7 @@ fn pool_vm_tier_end_to_end() {
     let admin = pg.url("pool_admin");
     let o = pool(&["init", "--store", &admin, "--json"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = pool(&["founder", "add", "alice", "--store", &admin]);
-    assert!(o.status.success(), "{}", text(&o));
+    pg.founder_role("alice");
     let alice = pg.url("alice");
 
     let work = tempfile::Builder::new()

@@ -448,3 +448,189 @@ pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+impl Postgres {
+    /// The postmaster's PID, from `postmaster.pid`.
+    pub fn postmaster_pid(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.path().join("data/postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// SIGKILL to the postmaster, as a crash of the database server would.
+    pub fn kill9(&self) {
+        let pid = self.postmaster_pid().expect("postmaster.pid");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill -9 the postmaster");
+    }
+
+    /// Starts the cluster again after [`Postgres::kill9`] (crash recovery), retrying while the killed server's
+    /// backends are still exiting; bounded.
+    pub fn restart(&self) {
+        let opts = format!(
+            "-k {} -c listen_addresses='' -c fsync=off",
+            self.dir.path().display()
+        );
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let o = as_postgres_user(&self.pg_ctl)
+                .arg("-D")
+                .arg(self.dir.path().join("data"))
+                .args(["-o", &opts, "-l"])
+                .arg(self.dir.path().join("log"))
+                .args(["-w", "-t", "30", "start"])
+                .current_dir(self.dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .output()
+                .expect("pg_ctl start");
+            if o.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not start again within 90 s: {}\n{}",
+                String::from_utf8_lossy(&o.stderr),
+                std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Runs `sql` as `user` and gives every row's columns as text, or the server's error.
+    pub fn query(&self, user: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+        let url = self.url(user);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+            let said = |e: tokio_postgres::Error| match e.as_db_error() {
+                Some(d) => d.message().to_owned(),
+                None => e.to_string(),
+            };
+            let (client, conn) = config.connect(tokio_postgres::NoTls).await.map_err(said)?;
+            let task = tokio::spawn(conn);
+            let rows = client.simple_query(sql).await.map_err(said)?;
+            drop(client);
+            let _ = task.await;
+            Ok(rows
+                .into_iter()
+                .filter_map(|m| match m {
+                    tokio_postgres::SimpleQueryMessage::Row(r) => {
+                        Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                    }
+                    _ => None,
+                })
+                .collect())
+        })
+    }
+
+    /// A store role the operator creates by hand in the founders' group (not something `pool founder add`
+    /// does: founders get gateway tokens, not roles): for the tests of the store's own row-level security on
+    /// the operator's direct path.
+    pub fn founder_role(&self, name: &str) {
+        self.query(
+            "pool_admin",
+            &format!("CREATE ROLE \"{name}\" LOGIN IN ROLE fenced_run_founder"),
+        )
+        .unwrap_or_else(|e| panic!("role {name}: {e}"));
+    }
+}
+
+/// A `fenced-run pool gateway` child process, killed on drop.
+pub struct Gateway {
+    child: Child,
+    /// Its URL (`http://127.0.0.1:PORT` or `unix:PATH`).
+    pub url: String,
+    args: Vec<String>,
+}
+
+impl Gateway {
+    /// Starts a gateway listening on `listen` (`127.0.0.1:0` or `unix:PATH`) with `extra` arguments and waits,
+    /// bounded, for its `listening on` line.
+    pub fn start(temporal: &str, store: &str, listen: &str, extra: &[&str]) -> Gateway {
+        let mut args: Vec<String> = [
+            "gateway",
+            "--listen",
+            listen,
+            "--temporal",
+            temporal,
+            "--store",
+            store,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (child, url) = Self::spawn(&args);
+        Gateway { child, url, args }
+    }
+
+    fn spawn(args: &[String]) -> (Child, String) {
+        use std::io::BufRead;
+        let mut child = Command::new(POOL)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("pool gateway");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("the gateway did not say where it listens within 60 s"));
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("the gateway's first line: {line:?}"))
+            .to_owned();
+        (child, url)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same arguments (after [`Gateway::kill9`]; a Unix socket is reused).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let (child, url) = Self::spawn(&self.args);
+        self.child = child;
+        self.url = url;
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
