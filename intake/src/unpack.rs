@@ -612,7 +612,20 @@ enum TarSource<'a> {
     Spool(PathBuf),
 }
 
+/// A reader that can also seek (the metadata pass skips members' data by seeking).
+trait ReadSeek: Read + io::Seek {}
+impl<T: Read + io::Seek> ReadSeek for T {}
+
 impl TarSource<'_> {
+    fn seekable(&self) -> Result<Box<dyn ReadSeek + '_>, UnpackError> {
+        match self {
+            TarSource::Bytes(b) => Ok(Box::new(Cursor::new(*b))),
+            TarSource::Spool(p) => File::open(p)
+                .map(|f| Box::new(io::BufReader::with_capacity(64 * 1024, f)) as Box<dyn ReadSeek>)
+                .map_err(|e| io_refuse("<archive>", "cannot reopen the inflated archive", e)),
+        }
+    }
+
     fn reader(&self) -> Result<Box<dyn Read + '_>, UnpackError> {
         match self {
             TarSource::Bytes(b) => Ok(Box::new(*b)),
@@ -1004,9 +1017,45 @@ fn pax_size(records: &[u8]) -> Option<u64> {
         .next_back()
 }
 
+/// A reader [`raw_tar_check`] skips members' data in: a tar held in memory by moving past the bytes (no copy of
+/// them), an inflating stream by reading them (it must inflate them into its spool).
+trait SkipRead: Read {
+    /// Skips exactly `n` bytes (`UnexpectedEof` when fewer are left), reading through `sink` if need be.
+    fn skip(&mut self, n: u64, sink: &mut [u8]) -> io::Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let k = usize::try_from(left).unwrap_or(usize::MAX).min(sink.len());
+            self.read_exact(&mut sink[..k])?;
+            left -= k as u64;
+        }
+        Ok(())
+    }
+}
+
+impl SkipRead for &[u8] {
+    fn skip(&mut self, n: u64, _sink: &mut [u8]) -> io::Result<()> {
+        match usize::try_from(n).ok().filter(|n| *n <= self.len()) {
+            Some(n) => {
+                *self = &self[n..];
+                Ok(())
+            }
+            None => {
+                // What reading would have done: consume the rest, then fail.
+                *self = &self[self.len()..];
+                Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "failed to fill whole buffer",
+                ))
+            }
+        }
+    }
+}
+
+impl<R: Read, W: Write> SkipRead for Tee<R, W> {}
+
 /// Pass 0 over raw tar headers: bounds metadata records (held in memory by the tar reader), the declared
 /// total and the entry count before the tar crate reads anything; all in constant memory.
-fn raw_tar_check(r: &mut dyn Read, planner: &Planner) -> Result<(), UnpackError> {
+fn raw_tar_check(r: &mut dyn SkipRead, planner: &Planner) -> Result<(), UnpackError> {
     let limits = planner.limits;
     let mut block = [0u8; 512];
     let mut total: u64 = 0;
@@ -1102,21 +1151,17 @@ fn raw_tar_check(r: &mut dyn Read, planner: &Planner) -> Result<(), UnpackError>
                 ));
             }
         }
-        let mut left = data_size.div_ceil(512) * 512;
-        while left > 0 {
-            let n = (left as usize).min(sink.len());
-            r.read_exact(&mut sink[..n])
-                .map_err(|e| refuse(name.clone(), format!("truncated: {e}")))?;
-            left -= n as u64;
-        }
+        r.skip(data_size.div_ceil(512) * 512, &mut sink)
+            .map_err(|e| refuse(name.clone(), format!("truncated: {e}")))?;
     }
 }
 
 /// The metadata pass over a tar stream whose raw headers were checked ([`OpenedArchive::open`]).
 fn plan_tar(source: &TarSource, planner: &mut Planner) -> Result<(), UnpackError> {
-    let mut ar = tar::Archive::new(source.reader()?);
+    // Headers only: the members' data is seeked over, never read (the write pass reads it once).
+    let mut ar = tar::Archive::new(source.seekable()?);
     let entries = ar
-        .entries()
+        .entries_with_seek()
         .map_err(|e| refuse("<archive>", format!("not a readable tar: {e}")))?;
     for (index, entry) in entries.enumerate() {
         let index = index + 1;
@@ -1467,6 +1512,51 @@ mod tests {
             }
         }
         b.into_inner().expect("tar")
+    }
+
+    /// The header passes move past members' data (a plain tar in memory) or seek over it (the metadata pass)
+    /// instead of reading it; every byte still arrives in the write pass, and a tar cut inside a member's data
+    /// is still refused as truncated, plain or compressed.
+    #[test]
+    fn members_data_is_skipped_by_the_header_passes_and_a_cut_tar_is_still_truncated() {
+        let d = tempfile::tempdir().expect("tmp");
+        let lim = IntakeLimits::default();
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let bytes = tar_of(&[
+            ("job.toml", Some(b"[test]\n")),
+            ("repo/", None),
+            ("repo/big.bin", Some(&big)),
+            ("repo/odd.txt", Some(b"seven b")),
+        ]);
+        let dest = d.path().join("whole");
+        let s = unpack_archive(&bytes, ArchiveFormat::Tar, &dest, &lim).expect("unpack");
+        assert_eq!(s.files, 3);
+        assert!(fs::read(dest.join("repo/big.bin")).expect("read") == big);
+        assert_eq!(
+            fs::read(dest.join("repo/odd.txt")).expect("read"),
+            b"seven b"
+        );
+
+        // Cut inside big.bin's data: the raw check refuses it before anything is written.
+        let cut = &bytes[..512 * 4 + 100_000];
+        let e = unpack_archive(cut, ArchiveFormat::Tar, &d.path().join("cut"), &lim)
+            .expect_err("truncated");
+        assert!(e.reason.contains("truncated"), "{e}");
+        assert!(!d.path().join("cut/repo/big.bin").exists());
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(cut).expect("gzip");
+        let gz = gz.finish().expect("gzip");
+        let e = unpack_archive(&gz, ArchiveFormat::TarGz, &d.path().join("cutgz"), &lim)
+            .expect_err("truncated");
+        assert!(e.reason.contains("truncated"), "{e}");
+
+        // The slice skip itself: exact, and past the end an EOF that consumes the rest.
+        let mut r: &[u8] = b"0123456789";
+        r.skip(4, &mut [0u8; 2]).expect("skip");
+        assert_eq!(r, b"456789");
+        let e = r.skip(7, &mut [0u8; 2]).expect_err("past the end");
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(r.is_empty());
     }
 
     #[test]
