@@ -192,6 +192,27 @@ fn a_sha256_repository_is_refused_at_commit_naming_its_object_format_bundled_or_
         b.dump()
     );
 
+    // Bundled without a claim: it runs, its commit not recorded, a finding naming the object format.
+    let unclaimed = Case::new(BIN);
+    s.clone_base(&unclaimed.path().join("repo"));
+    unclaimed.job("[repository]\npath = \"repo\"\n[test]\ncommand = \"sh test.sh\"\n");
+    let u = unclaimed.run();
+    assert_eq!(u.outcome(), "tests_failed", "{}", u.dump());
+    assert!(u.verdict["inputs"]["commit"].is_null(), "{}", u.dump());
+    let said = u.verdict["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .any(|f| {
+            f["kind"] == "commit-unverified"
+                && f["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("object format is sha256"))
+        });
+    assert!(said, "{}", u.dump());
+    unclaimed.assert_clean(&u, &[]);
+
     // A 64-hex pin: refused before anything is fetched.
     let fetched = Case::new(BIN);
     job(&fetched, Some(&s.url()), &s.base, &allow, false);
@@ -364,4 +385,47 @@ fn a_redirect_to_a_host_off_the_allowlist_is_refused_by_the_egress_proxy() {
     assert!(said, "{}", r.dump());
     assert!(r.verdict["test"].is_null(), "{}", r.dump());
     c.assert_clean(&r, &[]);
+}
+
+#[test]
+fn a_submodule_url_git_s_fsck_refuses_is_refused_fetched_and_contained_bundled() {
+    if skip() {
+        return;
+    }
+    let s = GitServer::start_custom(Protocol::Smart, 0, false, |w| {
+        std::fs::write(
+            w.join(".gitmodules"),
+            "[submodule \"lib\"]\n\tpath = lib\n\turl = -upload-pack=touch\n",
+        )
+        .expect("write");
+    });
+    let allow = format!("localhost:{}", s.port);
+
+    let bundled = Case::new(BIN);
+    s.clone_base(&bundled.path().join("repo"));
+    job(&bundled, None, &s.base, &allow, false);
+    let b = run(&bundled, REACH);
+    assert_eq!(b.outcome(), "tests_failed", "{}", b.dump());
+    assert!(
+        scan_findings(&b)
+            .iter()
+            .any(|(p, kind, _)| p == ".gitmodules:3" && kind == "contained"),
+        "{}",
+        b.dump()
+    );
+
+    let fetched = Case::new(BIN);
+    job(&fetched, Some(&s.url()), &s.base, &allow, false);
+    let f = run(&fetched, REACH);
+    assert_eq!(f.outcome(), "refused", "{}", f.dump());
+    assert_eq!(f.verdict["refusal"]["stage"], "repository", "{}", f.dump());
+    let why = reason(&f);
+    assert!(
+        why.contains("git's fsck refused an object the server sent")
+            && why.contains("gitmodulesUrl"),
+        "{}",
+        f.dump()
+    );
+    bundled.assert_clean(&b, &[]);
+    fetched.assert_clean(&f, &[]);
 }

@@ -593,25 +593,22 @@ impl FetchCtx<'_> {
                              repositories (object format sha1)"
                         ),
                     ),
-                    None => match classify::fetch_stops(&facts, &source.egress) {
+                    None => match (classify::fetch_stops(&facts, &source.egress), fsck) {
                         // Every connection served, and git refused the server's certificate: the trust anchor
                         // is what the environment did not provide.
-                        Some((Outcome::Refused, _)) if untrusted => (
+                        (Some((Outcome::Refused, _)), _) if untrusted => (
                             Outcome::EnvironmentExhausted,
                             "fetch: git did not trust the server's TLS certificate (a private CA is given \
                              through the operator's [egress] ca_certificates)"
                                 .into(),
                         ),
                         // Every connection served, and git's fsck refused what the server sent.
-                        Some((Outcome::Refused, _)) if fsck.is_some() => (
+                        (Some((Outcome::Refused, _)), Some(e)) => (
                             Outcome::Refused,
-                            format!(
-                                "git's fsck refused an object the server sent ({})",
-                                fsck.unwrap_or_default()
-                            ),
+                            format!("git's fsck refused an object the server sent ({e})"),
                         ),
-                        Some(stop) => stop,
-                        None => (Outcome::EnvironmentExhausted, "the fetch failed".into()),
+                        (Some(stop), _) => stop,
+                        (None, _) => (Outcome::EnvironmentExhausted, "the fetch failed".into()),
                     },
                 };
                 Err(ended(outcome, why, source, tail))
