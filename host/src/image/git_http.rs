@@ -69,3 +69,67 @@ pub fn add(t: &mut Tree, included: &mut Vec<Included>, git: &Path) -> Result<(),
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in `git` answering `--exec-path` with `dir`.
+    fn fake_git(at: &Path, dir: &Path) -> PathBuf {
+        let git = at.join("git");
+        std::fs::write(&git, format!("#!/bin/sh\necho '{}'\n", dir.display())).expect("write");
+        std::fs::set_permissions(&git, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        git
+    }
+
+    #[test]
+    fn a_git_without_its_http_transport_fails_naming_it() {
+        let d = tempfile::tempdir().expect("tmp");
+        let exec = d.path().join("git-core");
+        std::fs::create_dir(&exec).expect("mkdir");
+        let git = fake_git(d.path(), &exec);
+        let (mut t, mut included) = (Tree::new(), Vec::new());
+        let e = add(&mut t, &mut included, &git).expect_err("no git-remote-http");
+        assert!(
+            e.contains("git-remote-http") && e.contains("missing"),
+            "{e}"
+        );
+        assert!(included.is_empty());
+    }
+
+    #[test]
+    fn the_transport_its_libraries_and_the_ca_bundle_are_included_once() {
+        let git = Path::new("/usr/bin/git");
+        let Ok(dir) = exec_path(git) else {
+            attestation::vectors::skip_for(
+                attestation::vectors::SkipKind::Host,
+                "no /usr/bin/git answering --exec-path on this machine",
+            );
+            return;
+        };
+        if !dir.join("git-remote-http").is_file() {
+            attestation::vectors::skip_for(
+                attestation::vectors::SkipKind::Host,
+                "this machine's git has no git-remote-http",
+            );
+            return;
+        }
+        let (mut t, mut included) = (Tree::new(), Vec::new());
+        add(&mut t, &mut included, git).expect("added");
+        let helper = dir.join("git-remote-http").to_string_lossy().into_owned();
+        assert!(included.iter().any(|i| i.path == helper), "{included:?}");
+        assert!(
+            included.iter().any(|i| i.path.contains("libcurl")),
+            "{included:?}"
+        );
+        let mut paths: Vec<&str> = included.iter().map(|i| i.path.as_str()).collect();
+        let n = paths.len();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), n, "{included:?}");
+        // A second call adds nothing already listed.
+        add(&mut t, &mut included, git).expect("again");
+        assert_eq!(included.len(), n);
+    }
+}
