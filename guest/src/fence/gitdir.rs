@@ -213,7 +213,7 @@ fn object_format(dir: &Path) -> Result<Option<String>, GitError> {
         .filter(|e| e.section == "extensions" && e.subsection.is_none() && e.key == "objectformat")
         .filter_map(|e| e.value)
         .map(|v| v.trim().to_ascii_lowercase())
-        .last()
+        .next_back()
         .filter(|v| v != "sha1")
         .map(|v| {
             v.chars()
