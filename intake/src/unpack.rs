@@ -1219,6 +1219,45 @@ pub fn copy_dir(
     dest: &Path,
     limits: &IntakeLimits,
 ) -> Result<UnpackSummary, UnpackError> {
+    let planner = plan_dir(src, limits, &[])?;
+    copy_planned(src, dest, &planner)
+}
+
+/// The rules [`copy_dir`] applies (names, links resolving inside the tree, special files, setuid bits, letter
+/// case, sizes and counts), checked on the directory tree `src` in place, writing nothing; the top-level
+/// entries named in `skip_top` (a `.git` the caller made itself) are left out. Returns what a copy would
+/// hold.
+pub fn check_dir(
+    src: &Path,
+    limits: &IntakeLimits,
+    skip_top: &[&str],
+) -> Result<UnpackSummary, UnpackError> {
+    let planner = plan_dir(src, limits, skip_top)?;
+    planner.finish()?;
+    let mut s = UnpackSummary {
+        entries: planner.count,
+        files: 0,
+        bytes: planner.total,
+        symlinks: 0,
+        hardlinks: 0,
+    };
+    for e in &planner.entries {
+        match e.kind {
+            Kind::File => s.files += 1,
+            Kind::Symlink(_) => s.symlinks += 1,
+            Kind::Hardlink(_) => s.hardlinks += 1,
+            Kind::Dir => {}
+        }
+    }
+    Ok(s)
+}
+
+/// Pass 1 of [`copy_dir`] and [`check_dir`] over a directory tree.
+fn plan_dir<'a>(
+    src: &Path,
+    limits: &'a IntakeLimits,
+    skip_top: &[&str],
+) -> Result<Planner<'a>, UnpackError> {
     let mut planner = Planner::new(limits, None);
     let mut stack: Vec<(PathBuf, Vec<String>)> = vec![(src.to_path_buf(), Vec::new())];
     while let Some((dir, rel)) = stack.pop() {
@@ -1232,6 +1271,9 @@ pub fn copy_dir(
             let Some(name) = name.to_str().map(str::to_string) else {
                 return Err(refuse(rel.join("/"), "a file name is not UTF-8"));
             };
+            if rel.is_empty() && skip_top.contains(&name.as_str()) {
+                continue;
+            }
             let mut r = rel.clone();
             r.push(name.clone());
             let full = dir.join(&name);
@@ -1276,7 +1318,12 @@ pub fn copy_dir(
             }
         }
     }
-    let mut w = Writer::start(&planner, dest)?;
+    Ok(planner)
+}
+
+/// Pass 2 of [`copy_dir`]: the planned tree written into `dest`.
+fn copy_planned(src: &Path, dest: &Path, planner: &Planner) -> Result<UnpackSummary, UnpackError> {
+    let mut w = Writer::start(planner, dest)?;
     for e in &planner.entries {
         match e.kind {
             Kind::Dir => w.dir_entry(&e.comps)?,
@@ -1357,6 +1404,29 @@ mod tests {
         v.iter()
             .map(|(p, t)| (p.split('/').map(str::to_string).collect(), t.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn check_dir_applies_copy_dir_s_rules_in_place_leaving_out_what_it_is_told() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path();
+        fs::write(p.join("a"), "12345").expect("write");
+        fs::create_dir(p.join(".git")).expect("mkdir");
+        std::os::unix::fs::symlink("/etc/passwd", p.join(".git/outside")).expect("symlink");
+        let limits = IntakeLimits::default();
+        let s = check_dir(p, &limits, &[".git"]).expect("accepted without .git");
+        assert_eq!((s.entries, s.files, s.bytes), (1, 1, 5));
+        let e = check_dir(p, &limits, &[]).expect_err("the absolute link");
+        assert!(e.reason.contains("absolute symlink"), "{e:?}");
+        fs::remove_file(p.join(".git/outside")).expect("rm");
+        std::os::unix::fs::symlink("../../x", p.join("up")).expect("symlink");
+        let e = check_dir(p, &limits, &[".git"]).expect_err("a link leaving the tree");
+        assert_eq!(e.member, "up");
+        assert!(e.reason.contains("leaves the unpacked tree"), "{e:?}");
+        fs::remove_file(p.join("up")).expect("rm");
+        fs::write(p.join("A"), "").expect("write");
+        let e = check_dir(p, &limits, &[".git"]).expect_err("letter case");
+        assert!(e.reason.contains("letter case"), "{e:?}");
     }
 
     #[test]

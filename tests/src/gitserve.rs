@@ -70,18 +70,34 @@ impl GitServer {
     /// [`GitServer::start`] with a file of `big` incompressible bytes in the base commit (`big.bin`), for the
     /// fetch's disk limit.
     pub fn start_with(protocol: Protocol, big: usize) -> GitServer {
+        GitServer::start_custom(protocol, big, false, |_| {})
+    }
+
+    /// [`GitServer::start_with`], the repository made with `--object-format=sha256` when `sha256`, and `add`
+    /// writing more files into the work tree before the base commit (hooks for stage 5, a symbolic link...).
+    pub fn start_custom(
+        protocol: Protocol,
+        big: usize,
+        sha256: bool,
+        add: impl FnOnce(&Path),
+    ) -> GitServer {
         let dir = tempfile::Builder::new()
             .prefix("gitserve-")
             .tempdir()
             .expect("tempdir");
         let work = dir.path().join("work");
         std::fs::create_dir(&work).expect("mkdir");
-        git(&work, &["init", "-q"]);
+        if sha256 {
+            git(&work, &["init", "-q", "--object-format=sha256"]);
+        } else {
+            git(&work, &["init", "-q"]);
+        }
         std::fs::write(work.join("README"), "a test repository\n").expect("write");
         git(&work, &["add", "."]);
         git(&work, &["commit", "-q", "-m", "initial"]);
         std::fs::write(work.join("calc.sh"), "echo 5\n").expect("write");
         std::fs::write(work.join("test.sh"), TEST_SH).expect("write");
+        add(&work);
         if big > 0 {
             // xorshift64: bytes zlib cannot shrink, without a random number crate.
             let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -166,6 +182,25 @@ impl GitServer {
                 .expect("count")
         };
         (n("passed"), n("failed"))
+    }
+
+    /// A clone of the base (its `.git` with it) at `dest`: the same repository bundled instead of fetched.
+    pub fn clone_base(&self, dest: &Path) {
+        git(
+            dest.parent().expect("parent"),
+            &[
+                "clone",
+                "-q",
+                self.work.to_str().expect("utf-8"),
+                dest.to_str().expect("utf-8"),
+            ],
+        );
+    }
+
+    /// Where the served bare repositories are (`repo.git` under it): a static server of another kind (HTTPS)
+    /// serves this directory as dumb HTTP.
+    pub fn served_root(&self) -> PathBuf {
+        self.dir.path().join("root")
     }
 
     /// The URL of the served repository, by the name `localhost`.

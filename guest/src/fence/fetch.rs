@@ -35,6 +35,66 @@ pub fn out_of_disk(output: &[u8]) -> bool {
     })
 }
 
+/// Why a pin cannot be fetched at all: a 64-hex id names a commit of a SHA-256 repository
+/// (`git init --object-format=sha256`), and the runner reads only SHA-1 object stores (`gitdir`), so nothing is
+/// fetched (the run is `refused` at stage `commit`). `None` for a 40-hex pin.
+pub fn object_format_refusal(pin: &str) -> Option<String> {
+    (pin.len() == 64).then(|| {
+        "the pin is a SHA-256 commit id (64 hex digits): the repository's object format is sha256, and the runner \
+         reads only SHA-1 repositories (object format sha1); nothing was fetched"
+            .to_owned()
+    })
+}
+
+/// The server's object format when git's own output says it differs from ours (`fatal: mismatched
+/// algorithms: client sha1; server sha256`, a 40-hex pin sent to a SHA-256 repository); a line the server sent
+/// (`remote: ...`) never counts.
+pub fn server_object_format(output: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(output).lines().find_map(|l| {
+        let l = l.trim_start();
+        if l.starts_with("remote:") {
+            return None;
+        }
+        let rest = l.split_once("mismatched algorithms:")?.1;
+        let server = rest.split_once("server ")?.1;
+        let name: String = server
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .take(16)
+            .collect();
+        (!name.is_empty()).then_some(name)
+    })
+}
+
+/// Whether git's own output says the server's TLS certificate was not trusted (curl's GnuTLS and OpenSSL
+/// wordings); a line the server sent (`remote: ...`) never counts. The environment did not provide the trust
+/// anchor: the operator gives a private CA through `[egress] ca_certificates`.
+pub fn untrusted_certificate(output: &[u8]) -> bool {
+    String::from_utf8_lossy(output).lines().any(|l| {
+        let l = l.trim_start();
+        !l.starts_with("remote:")
+            && (l.contains("server certificate verification failed")
+                || l.contains("SSL certificate problem")
+                || l.contains("certificate verify failed"))
+    })
+}
+
+/// git's own fsck error when it refused an object the server sent (`error: object ID: msgId: ...`), cut to 200
+/// characters; a line the server sent (`remote: ...`) never counts.
+pub fn fsck_error(output: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(output).lines().find_map(|l| {
+        let l = l.trim_start();
+        let rest = l.strip_prefix("error: object ")?;
+        rest.contains(": ").then(|| {
+            l.chars()
+                .take(200)
+                .collect::<String>()
+                .escape_debug()
+                .to_string()
+        })
+    })
+}
+
 /// `text` as one single-quoted shell word.
 fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -60,11 +120,20 @@ pub fn script(url: &str, pin: &str, proxy_port: u16) -> String {
         "submodule.recurse=false",
         "fetch.fsckObjects=true",
         "transfer.fsckObjects=true",
+        // A `.gitmodules` whose `update` is `!command` is data here (nothing runs submodule commands: no
+        // recursion in the sandbox, none by the runner), and a bundled repository with it is run with a
+        // `contained` stage-5 finding: the fetched one gets the same finding, not a refusal. Every other fsck
+        // check stays fatal.
+        "fetch.fsck.gitmodulesUpdate=warn",
         "fetch.writeCommitGraph=false",
         "gc.auto=0",
         "maintenance.auto=false",
         "http.lowSpeedLimit=1",
         "http.lowSpeedTime=60",
+        // git's default, written out: a redirect of the first request is followed (hosting services answer
+        // `/repo` with `/repo.git/`), and the new host is one more connection the egress proxy judges by the
+        // job's allowlist; no later request is redirected.
+        "http.followRedirects=initial",
     ];
     let mut g = String::from("git");
     for s in settings {
@@ -106,9 +175,11 @@ mod tests {
             "'protocol.http.allow=always'",
             "'protocol.https.allow=always'",
             "'fetch.fsckObjects=true'",
+            "'fetch.fsck.gitmodulesUpdate=warn'",
             "'fetch.recurseSubmodules=false'",
             "'http.lowSpeedLimit=1'",
             "'http.lowSpeedTime=60'",
+            "'http.followRedirects=initial'",
             "GIT_CONFIG_NOSYSTEM=1",
             "GIT_CONFIG_GLOBAL=/dev/null",
             "GIT_TERMINAL_PROMPT=0",
@@ -130,6 +201,46 @@ mod tests {
         assert!(!out_of_disk(
             b"fatal: remote error: upload-pack: not our ref\n"
         ));
+    }
+
+    #[test]
+    fn object_formats_are_named_from_the_pin_and_from_git_not_the_server() {
+        assert!(object_format_refusal(&"a".repeat(40)).is_none());
+        let why = object_format_refusal(&"a".repeat(64)).expect("sha256 pin");
+        assert!(why.contains("sha256") && why.contains("SHA-1"), "{why}");
+        assert_eq!(
+            server_object_format(b"fatal: mismatched algorithms: client sha1; server sha256\n"),
+            Some("sha256".into())
+        );
+        assert_eq!(
+            server_object_format(b"remote: mismatched algorithms: client sha1; server sha256\n"),
+            None
+        );
+        assert_eq!(server_object_format(b"fatal: not our ref\n"), None);
+    }
+
+    #[test]
+    fn an_untrusted_certificate_is_read_from_git_not_from_the_server() {
+        assert!(untrusted_certificate(
+            b"fatal: unable to access 'https://localhost:1/r.git/': server certificate verification failed. CAfile: /etc/ssl/certs/ca-certificates.crt CRLfile: none\n"
+        ));
+        assert!(untrusted_certificate(
+            b"fatal: unable to access 'https://x.example/': SSL certificate problem: unable to get local issuer certificate\n"
+        ));
+        assert!(!untrusted_certificate(
+            b"remote: SSL certificate problem\nfatal: not our ref\n"
+        ));
+    }
+
+    #[test]
+    fn fsck_errors_are_read_from_git_not_from_the_server() {
+        let out = b"error: object 6c56cb: gitmodulesUrl: disallowed submodule url: -x\nfatal: fsck error in packed object\n";
+        assert_eq!(
+            fsck_error(out).as_deref(),
+            Some("error: object 6c56cb: gitmodulesUrl: disallowed submodule url: -x")
+        );
+        assert_eq!(fsck_error(b"remote: error: object 1: x: y\n"), None);
+        assert_eq!(fsck_error(b"fatal: not our ref\n"), None);
     }
 
     #[test]

@@ -135,6 +135,12 @@ pub fn open_pinned(work_tree: &Path, pin: Option<&ObjectId>) -> Result<Option<Gi
             "`.git` is neither a directory nor a file".into(),
         ));
     }
+    if let Some(format) = object_format(&dir)? {
+        return Err(GitError::Refused(format!(
+            "the repository's object format is {format} (`extensions.objectFormat` in `.git/config`): the \
+             runner reads only SHA-1 repositories (object format sha1)"
+        )));
+    }
     for (rel, what) in REFUSED_PATHS {
         if *rel == "shallow" && pin.is_some() && shallow_is_pin(&dir, pin)? {
             continue;
@@ -181,6 +187,45 @@ pub fn open_pinned(work_tree: &Path, pin: Option<&ObjectId>) -> Result<Option<Gi
         .map_err(|e| GitError::Unreadable(format!("the object store `.git/objects`: {e}")))?;
     Ok(Some(GitDir { dir, odb }))
 }
+
+/// The object format `.git/config` names when it is not SHA-1 (`extensions.objectFormat = sha256`, what
+/// `git init --object-format=sha256` writes), read as data ([`intake::scan::parse_git_config`]); `None` for a
+/// SHA-1 repository or no config. A config larger than 1 MiB is unreadable.
+fn object_format(dir: &Path) -> Result<Option<String>, GitError> {
+    let path = dir.join("config");
+    let f = match fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io(&path))?;
+    if bytes.len() as u64 > MAX_CONFIG {
+        return Err(GitError::Unreadable(format!(
+            "`.git/config`: larger than {MAX_CONFIG} bytes"
+        )));
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(intake::scan::parse_git_config(&text)
+        .into_iter()
+        .filter(|e| e.section == "extensions" && e.subsection.is_none() && e.key == "objectformat")
+        .filter_map(|e| e.value)
+        .map(|v| v.trim().to_ascii_lowercase())
+        .next_back()
+        .filter(|v| v != "sha1")
+        .map(|v| {
+            v.chars()
+                .take(32)
+                .collect::<String>()
+                .escape_debug()
+                .to_string()
+        }))
+}
+
+/// Largest `.git/config` read for its object format.
+const MAX_CONFIG: u64 = 1 << 20;
 
 /// Whether `.git/shallow` is a regular file naming exactly `pin` (one line); `false` when it is absent or
 /// names anything else.
@@ -775,6 +820,26 @@ mod tests {
         let head = g.head().expect("head");
         let tree = g.commit_tree(&head).expect("tree");
         (head, tree)
+    }
+
+    #[test]
+    fn a_sha256_repository_is_refused_naming_its_object_format() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path();
+        w(p, "a", "one\n");
+        git(p, &["init", "-q", "--object-format=sha256"]);
+        git(p, &["add", "-A"]);
+        git(p, &["commit", "-qm", "one"]);
+        let e = open(p).map(|_| ()).expect_err("sha256 is refused");
+        let text = e.to_string();
+        assert!(
+            text.contains("object format is sha256") && text.contains("SHA-1"),
+            "{text}"
+        );
+        // A SHA-1 repository that says so is read.
+        let d = repo();
+        git(d.path(), &["config", "extensions.objectFormat", "sha1"]);
+        assert!(open(d.path()).expect("sha1 is read").is_some());
     }
 
     #[test]

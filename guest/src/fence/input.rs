@@ -47,8 +47,11 @@ pub fn run_accepted(bundle: &AcceptedBundle, opts: &RunOptions) -> Verdict {
     verdict
 }
 
-/// Intake's findings as the verdict records them (notes left out).
-fn verdict_findings<'a>(findings: impl IntoIterator<Item = &'a intake::Finding>) -> Vec<Finding> {
+/// Intake's findings as the verdict records them (notes left out): a bundle's from intake, a fetched
+/// repository's from the fence's own stage-5 scan ([`crate::fence::repo::judge_fetched`]).
+pub(crate) fn verdict_findings<'a>(
+    findings: impl IntoIterator<Item = &'a intake::Finding>,
+) -> Vec<Finding> {
     findings
         .into_iter()
         .filter(|f| f.severity != intake::Severity::Note)

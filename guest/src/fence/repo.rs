@@ -72,6 +72,15 @@ pub enum RepoError {
     /// Copying the protected paths failed.
     #[error(transparent)]
     Protect(#[from] ProtectError),
+    /// A fetched repository's tree breaks a rule intake's stage 2 applies to a bundled one (a symbolic link
+    /// leaving the tree, a name, a size or a count over the limits, two names differing only in case).
+    #[error("the fetched repository's `{member}`: {reason}")]
+    Unpack {
+        /// The entry at fault, relative to the repository.
+        member: String,
+        /// The rule it breaks, in intake's words.
+        reason: String,
+    },
     /// git failed where it must not (not a refusal of the patch).
     #[error("git {what}: {reason}")]
     Git {
@@ -91,6 +100,7 @@ impl RepoError {
             | RepoError::TreeDiffers { .. } => "commit",
             RepoError::Patch { .. } => "patch",
             RepoError::Protect(_) => "protect",
+            RepoError::Unpack { .. } => "unpack",
             _ => "repository",
         }
     }
@@ -107,6 +117,9 @@ pub struct Prepared {
     pub patch_sha256: Option<String>,
     /// What the verdict should say about the preparation (why a git repository's commit is not recorded).
     pub notes: Vec<String>,
+    /// A fetched repository's stage-5 findings ([`intake::scan::scan_repository`] on the checked-out tree, as
+    /// intake records them for a bundled one); empty for a repository intake already scanned.
+    pub scan: Vec<intake::Finding>,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RepoError + '_ {
@@ -273,7 +286,30 @@ pub fn prepare_fetched(
     protect: Option<(&[String], &Path)>,
 ) -> Result<(Prepared, Option<Protected>), RepoError> {
     materialise_fetched(fetched, dest, pin)?;
-    finish(dest, Some(pin), patch, protect)
+    let scan = judge_fetched(dest, &intake::IntakeLimits::default())?;
+    let (mut prepared, protected) = finish(dest, Some(pin), patch, protect)?;
+    prepared.scan = scan;
+    Ok((prepared, protected))
+}
+
+/// What intake does to a bundled repository, done to a fetched one's checked-out tree before the patch: stage
+/// 2's rules on every entry ([`intake::unpack::check_dir`]: names, symbolic links resolving inside the tree,
+/// letter case, sizes and counts; a breach refuses the run at stage `unpack`), then stage 5's scan
+/// ([`intake::scan::scan_repository`]: install hooks, `.gitmodules`, cargo configuration...), whose findings are
+/// returned. The `.git` is the runner's own ([`materialise_fetched`]), so its rules and findings are not the
+/// repository's: it is left out of both.
+pub fn judge_fetched(
+    dest: &Path,
+    limits: &intake::IntakeLimits,
+) -> Result<Vec<intake::Finding>, RepoError> {
+    intake::unpack::check_dir(dest, limits, &[".git"]).map_err(|e| RepoError::Unpack {
+        member: e.member,
+        reason: e.reason,
+    })?;
+    Ok(intake::scan::scan_repository(dest, limits)
+        .into_iter()
+        .filter(|f| f.location != ".git" && !f.location.starts_with(".git/"))
+        .collect())
 }
 
 /// The steps after the repository is in `dest`: the commit checked, the protected paths kept, the patch
@@ -334,6 +370,7 @@ fn finish(
             tree,
             patch_sha256,
             notes,
+            scan: Vec::new(),
         },
         protected,
     ))

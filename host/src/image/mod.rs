@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod cpio;
 pub mod datadir;
+pub mod git_http;
 pub mod pvh;
 pub mod rootfs;
 
@@ -230,6 +231,7 @@ pub fn initramfs_tree(opts: &BuildOptions) -> Result<(Tree, Included, Vec<Includ
             });
             t.add(&gp, Entry::File(bytes, true));
         }
+        git_http::add(&mut t, &mut included, git)?;
     }
     if let Some(mods) = &opts.modules {
         let mut list = String::new();

@@ -201,6 +201,10 @@ fn run_in(
     verdict.limits = applied_limits(job);
     verdict.repository = source.clone();
     verdict.protected = undone;
+    // A fetched repository's stage-5 findings, where a bundle's come from intake (the same kinds, first).
+    verdict
+        .findings
+        .extend(crate::fence::input::verdict_findings(&prepared.scan));
     verdict.findings.extend(prepare::test_time_findings(
         job,
         &repo_dir,
@@ -469,6 +473,18 @@ impl FetchCtx<'_> {
             v.output_tail.install = tail;
             Box::new(v)
         };
+        if let Some(why) = fetch::object_format_refusal(pin) {
+            let mut v = Verdict::refused(
+                "commit",
+                &format!("{url} at {pin}: {why}"),
+                self.opts.isolation,
+                inputs,
+                AGENT_VERSION,
+            );
+            v.limits = applied_limits(self.job);
+            v.repository = Some(source);
+            return Err(Box::new(v));
+        }
         let session = match start_egress(self.opts, &install.allow, self.socket) {
             Ok(s) => s,
             Err(e) => {
@@ -562,8 +578,39 @@ impl FetchCtx<'_> {
             (Some(_), _) => {
                 source.egress = session.finish();
                 let _ = fs::remove_dir_all(&fetch_dir);
-                let (outcome, why) = classify::fetch_stops(&facts, &source.egress)
-                    .unwrap_or((Outcome::EnvironmentExhausted, "the fetch failed".into()));
+                let format = fetch::server_object_format(&run.output.head)
+                    .or_else(|| fetch::server_object_format(&run.output.tail));
+                let untrusted = fetch::untrusted_certificate(&run.output.head)
+                    || fetch::untrusted_certificate(&run.output.tail);
+                let fsck = fetch::fsck_error(&run.output.head)
+                    .or_else(|| fetch::fsck_error(&run.output.tail));
+                let (outcome, why) = match format {
+                    // A SHA-256 repository served, a 40-hex pin asked: nothing this runner can read.
+                    Some(f) => (
+                        Outcome::Refused,
+                        format!(
+                            "the server's repository has the object format {f}: the runner reads only SHA-1 \
+                             repositories (object format sha1)"
+                        ),
+                    ),
+                    None => match (classify::fetch_stops(&facts, &source.egress), fsck) {
+                        // Every connection served, and git refused the server's certificate: the trust anchor
+                        // is what the environment did not provide.
+                        (Some((Outcome::Refused, _)), _) if untrusted => (
+                            Outcome::EnvironmentExhausted,
+                            "fetch: git did not trust the server's TLS certificate (a private CA is given \
+                             through the operator's [egress] ca_certificates)"
+                                .into(),
+                        ),
+                        // Every connection served, and git's fsck refused what the server sent.
+                        (Some((Outcome::Refused, _)), Some(e)) => (
+                            Outcome::Refused,
+                            format!("git's fsck refused an object the server sent ({e})"),
+                        ),
+                        (Some(stop), _) => stop,
+                        (None, _) => (Outcome::EnvironmentExhausted, "the fetch failed".into()),
+                    },
+                };
                 Err(ended(outcome, why, source, tail))
             }
         }

@@ -104,7 +104,8 @@ impl PhaseCtx<'_> {
             .map(|t| t.dir.as_path())
     }
 
-    /// The operator's CA certificates when `phase` gets them (the install phase, when they are set), or a
+    /// The operator's CA certificates when `phase` gets them (the install phase and the fetch before it, when
+    /// they are set), or a
     /// finding when the system root has no regular file at [`spec::SYSTEM_CA_BUNDLE`] to bind them over.
     fn operator_ca(
         &self,
@@ -113,7 +114,8 @@ impl PhaseCtx<'_> {
         let Some(ca) = self.opts.operator.egress.ca_certificates.as_ref() else {
             return Ok(None);
         };
-        if phase != "install" {
+        // The fetch of `[repository] url` is part of the install network (same allowlist, same proxy session).
+        if phase != "install" && phase != "fetch" {
             return Ok(None);
         }
         if system_bundle_is_file(self.system_root().unwrap_or(Path::new("/"))) {
