@@ -77,19 +77,36 @@ pub enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Write the evidence of the run's accepted attempt (for `verify-attestation evidence --pool-attempt N`).
+    /// Write the evidence of the run's accepted execution and, with --ledger-out, the run's signed execution
+    /// ledger (for `verify-attestation evidence --pool-ledger FILE --pool-key PUB`).
     Fetch {
         /// The run ID.
         run_id: String,
         /// Where to write the evidence.
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
+        /// Where to write the run's execution ledger, signed with --pool-key.
+        #[arg(long, value_name = "FILE", requires = "pool_key")]
+        ledger_out: Option<PathBuf>,
+        /// The pool's private signing key (from `pool key`), to sign the ledger export.
+        #[arg(long, value_name = "FILE", requires = "ledger_out")]
+        pool_key: Option<PathBuf>,
         /// Temporal.
         #[command(flatten)]
         temporal: TemporalArgs,
         /// The store.
         #[command(flatten)]
         store: StoreArgs,
+    },
+    /// Create the pool's Ed25519 signing key (for the ledger exports founders verify) and print its public key
+    /// for founders to pin; an existing key file is not overwritten (its public key is printed).
+    Key {
+        /// The private key file (PKCS#8 PEM, mode 0600); the public key goes beside it as FILE.pub.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel a run: its processes or VM are killed and its files removed.
     Cancel {
@@ -156,6 +173,14 @@ pub struct WorkerArgs {
     /// The `fenced-run` binary that runs each attempt (default: the one beside this program).
     #[arg(long, value_name = "PATH")]
     pub fenced_run: Option<PathBuf>,
+    /// Tests of the execution ledger only: run every attempt N more times, each with its own nonce, and
+    /// deliver a passing run where there is one (a cherry-picking host).
+    #[arg(long, value_name = "N", default_value_t = 0, hide = true)]
+    pub test_rerun: u32,
+    /// Tests of the execution ledger only: for attempts up to N, kill the run once its nonce is issued and
+    /// report a host failure.
+    #[arg(long, value_name = "N", default_value_t = 0, hide = true)]
+    pub test_host_failure_attempts: u32,
 }
 
 /// Arguments of `pool submit`.
@@ -231,8 +256,22 @@ pub fn main_with(cli: Cli) -> ExitCode {
                 store,
             } => status(&run_id, temporal, store).await,
             Command::Fetch {
-                run_id, out, store, ..
-            } => fetch(&run_id, &out, store).await,
+                run_id,
+                out,
+                ledger_out,
+                pool_key,
+                store,
+                ..
+            } => {
+                fetch(
+                    &run_id,
+                    &out,
+                    ledger_out.as_deref().zip(pool_key.as_deref()),
+                    store,
+                )
+                .await
+            }
+            Command::Key { out, json } => pool_key(&out, json),
             Command::Cancel {
                 run_id,
                 wait_seconds,
@@ -370,6 +409,10 @@ async fn worker(a: WorkerArgs) -> ExitCode {
         operator_config: a.operator_config.clone(),
         work_dir,
         identity: identity.clone(),
+        test: crate::worker::TestMisbehaviour {
+            reruns: a.test_rerun,
+            host_failure_attempts: a.test_host_failure_attempts,
+        },
     };
     match run_worker(&a, config, &identity).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -797,12 +840,15 @@ async fn report_result(
                 println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
             } else {
                 println!(
-                    "run {}: attempt {} of {} accepted (worker {})",
+                    "run {}: attempt {} of {} accepted (execution {}, worker {}){}",
                     r.run_id,
                     accepted.attempt,
                     r.attempts,
-                    escape(&accepted.worker)
+                    accepted.execution,
+                    escape(&accepted.worker),
+                    if accepted.simulated { " SIMULATED" } else { "" }
                 );
+                println!("verified by the pool: {}", escape(&accepted.checked));
                 print!("{}", host::cli::run::summary(&v));
             }
             if v.judged {
@@ -824,6 +870,10 @@ async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitC
     let (run, attempts) = match s.status(run_id).await {
         Ok(x) => x,
         Err(e) => return fail("status", json, 1, &e),
+    };
+    let executions = match s.executions(run_id).await {
+        Ok(x) => x,
+        Err(e) => return fail("status", json, 2, &e),
     };
     // The workflow's own state, from Temporal (the store holds what the workflow recorded).
     let workflow = match crate::temporal::connect(
@@ -852,6 +902,7 @@ async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitC
                 "ended_why": run.ended_why,
                 "workflow": workflow,
                 "attempts": attempts,
+                "executions": executions,
             }))
             .unwrap_or_default()
         );
@@ -881,12 +932,114 @@ async fn status(run_id: &str, temporal: TemporalArgs, store: StoreArgs) -> ExitC
                 a.outcome.as_deref().unwrap_or("-"),
                 escape(a.why.as_deref().unwrap_or("(still running)"))
             );
+            for e in executions.iter().filter(|e| e.attempt == a.attempt) {
+                print_execution(e);
+            }
         }
+        // Executions of attempts without an attempt row (a worker that asked for a nonce and died at once).
+        for e in executions
+            .iter()
+            .filter(|e| !attempts.iter().any(|a| a.attempt == e.attempt))
+        {
+            print_execution(e);
+        }
+        println!(
+            "executions: {} in the ledger, {} verified, {} rejected, {} without a result",
+            executions.len(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_VERIFIED)
+                .count(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_REJECTED)
+                .count(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_NONE)
+                .count()
+        );
     }
     ExitCode::SUCCESS
 }
 
-async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
+/// One line of `pool status` per execution: its number, worker, key hash, when its nonce was issued, and its
+/// result (`verified` with the outcome, `rejected` with why, or `no result delivered`).
+fn print_execution(e: &crate::store::ExecutionRow) {
+    let result = match (&e.outcome, &e.detail) {
+        (Some(o), Some(d)) => format!("{}: {o} ({})", e.result, escape(d)),
+        (None, Some(d)) => format!("{}: {}", e.result, escape(d)),
+        _ => e.result.clone(),
+    };
+    println!(
+        "  attempt {} execution {}: worker {}, key sha256 {}, nonce issued {}, {}",
+        e.attempt,
+        e.execution,
+        escape(&e.worker),
+        e.key_sha256,
+        e.issued_at,
+        result
+    );
+}
+
+/// `pool key --out FILE`: the pool's ledger-signing key, created once, its public key printed.
+fn pool_key(out: &Path, json: bool) -> ExitCode {
+    use attestation::pool_ledger as pl;
+    let pub_path = PathBuf::from(format!("{}.pub", out.display()));
+    let (key, created) = if out.exists() {
+        match pl::load_signing_key(out) {
+            Ok(k) => (k, false),
+            Err(e) => return fail("key", json, 2, &format!("--out: {e}")),
+        }
+    } else {
+        let key = pl::generate_key();
+        let pem = match pl::private_key_pem(&key) {
+            Ok(p) => p,
+            Err(e) => return fail("key", json, 2, &e.to_string()),
+        };
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+            .and_then(|mut f| f.write_all(pem.as_bytes()));
+        if let Err(e) = written {
+            return fail("key", json, 2, &format!("--out {}: {e}", out.display()));
+        }
+        (key, true)
+    };
+    let public = match pl::public_key_pem(&key.verifying_key()) {
+        Ok(p) => p,
+        Err(e) => return fail("key", json, 2, &e.to_string()),
+    };
+    if let Err(e) = std::fs::write(&pub_path, &public) {
+        return fail("key", json, 2, &format!("{}: {e}", pub_path.display()));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({ "key": out.display().to_string(), "created": created, "public_key_file": pub_path.display().to_string(), "public_key_pem": public })
+        );
+    } else {
+        println!(
+            "pool ledger key: {} ({}); founders pin the public key {} with `verify-attestation evidence --pool-key`:",
+            out.display(),
+            if created { "created" } else { "already there" },
+            pub_path.display()
+        );
+        print!("{public}");
+    }
+    ExitCode::SUCCESS
+}
+
+async fn fetch(
+    run_id: &str,
+    out: &Path,
+    ledger: Option<(&Path, &Path)>,
+    store: StoreArgs,
+) -> ExitCode {
     let json = store.json;
     let s = match Store::connect(&store.store).await {
         Ok(s) => s,
@@ -896,20 +1049,76 @@ async fn fetch(run_id: &str, out: &Path, store: StoreArgs) -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail("fetch", json, 1, &e),
     };
+    let digest = crate::digest(&bytes);
+    // The ledger is read and signed before anything is written, so a fetch never leaves evidence without it.
+    let signed = match ledger {
+        Some((_, key)) => {
+            let key = match attestation::pool_ledger::load_signing_key(key) {
+                Ok(k) => k,
+                Err(e) => return fail("fetch", json, 2, &format!("--pool-key: {e}")),
+            };
+            let l = match s.ledger(run_id).await {
+                Ok(l) => l,
+                Err(e) => return fail("fetch", json, 1, &e),
+            };
+            match l.sign(&key) {
+                Ok(b) => Some((l, b)),
+                Err(e) => return fail("fetch", json, 2, &e.to_string()),
+            }
+        }
+        None => None,
+    };
+    let executions = signed.as_ref().map(|(l, _)| l.executions.clone());
+    let execution = executions.as_ref().and_then(|x| {
+        x.iter()
+            .find(|e| {
+                e.evidence_sha256.as_deref() == Some(digest.as_str()) && e.result == "verified"
+            })
+            .map(|e| e.execution)
+    });
     if let Err(e) = std::fs::write(out, &bytes) {
         return fail("fetch", json, 2, &format!("--out {}: {e}", out.display()));
+    }
+    if let (Some((path, _)), Some((_, b))) = (ledger, &signed) {
+        if let Err(e) = std::fs::write(path, b) {
+            return fail(
+                "fetch",
+                json,
+                2,
+                &format!("--ledger-out {}: {e}", path.display()),
+            );
+        }
     }
     if json {
         println!(
             "{}",
-            json!({ "run_id": run_id, "attempt": attempt, "evidence_digest": crate::digest(&bytes), "out": out.display().to_string() })
+            json!({
+                "run_id": run_id,
+                "attempt": attempt,
+                "execution": execution,
+                "executions": executions.as_ref().map(Vec::len),
+                "evidence_digest": digest,
+                "out": out.display().to_string(),
+                "ledger_out": ledger.map(|(p, _)| p.display().to_string()),
+            })
         );
     } else {
-        println!(
-            "run {run_id}: evidence of attempt {attempt} written to {}; verify with `verify-attestation evidence {} --nonce NONCE --pool-attempt {attempt} ...`",
-            out.display(),
-            out.display()
-        );
+        match (ledger, &executions) {
+            (Some((path, _)), Some(x)) => println!(
+                "run {run_id}: evidence of attempt {attempt}{} written to {}; the signed ledger of its {} execution(s) to {}; verify with `verify-attestation evidence {} --nonce NONCE --pool-ledger {} --pool-key POOL.pub ...`",
+                execution.map(|n| format!(" execution {n}")).unwrap_or_default(),
+                out.display(),
+                x.len(),
+                path.display(),
+                out.display(),
+                path.display()
+            ),
+            _ => println!(
+                "run {run_id}: evidence of attempt {attempt} written to {}; with --ledger-out FILE --pool-key KEY the signed execution ledger is written too, for `verify-attestation evidence {} --nonce NONCE --pool-ledger FILE --pool-key POOL.pub ...`",
+                out.display(),
+                out.display()
+            ),
+        }
     }
     ExitCode::SUCCESS
 }

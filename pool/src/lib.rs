@@ -3,6 +3,7 @@
 //! PostgreSQL by their SHA-256 and every founder reading only their own runs.
 
 pub mod cli;
+pub mod ledger;
 pub mod store;
 pub mod temporal;
 pub mod worker;
