@@ -74,9 +74,12 @@ mod tests {
         let mut out = Vec::new();
         let mut input: &[u8] = b"00112233445566778899aabbccddeeff\nrest";
         let n = exchange(&mut out, &mut input, &[0xab; 32]).expect("nonce");
-        assert_eq!(n, hex::decode("00112233445566778899aabbccddeeff").unwrap());
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            n,
+            hex::decode("00112233445566778899aabbccddeeff").expect("hex")
+        );
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
             format!("key-sha256 {}\n", "ab".repeat(32))
         );
     }
