@@ -242,6 +242,14 @@ fn execution_ledger() {
             ],
             "{s}"
         );
+        // What the pool verified, and that it is simulated, is what the run records.
+        assert_eq!(s["ended_why"], "final: tests_passed (SIMULATED)", "{s}");
+        let why = s["attempts"][0]["why"].as_str().unwrap_or("");
+        assert!(
+            why.contains("verified by the pool: nonce of attempt 1 execution 2"),
+            "{s}"
+        );
+        assert!(why.contains("SIMULATED"), "{s}");
         let o = status(&t, &alice, "run-rerun", false);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -437,6 +445,12 @@ fn execution_ledger() {
     // --- the ledger is append-only; a worker's role only asks for nonces -----------------------------------------
     let o = psql(&pg, "pool_admin", "UPDATE pool_executions SET worker = 'x'");
     assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("append-only"),
+        "{}",
+        text(&o)
+    );
+    let o = psql(&pg, "pool_admin", "TRUNCATE pool_executions");
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("append-only"),
         "{}",
