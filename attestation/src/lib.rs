@@ -5,6 +5,7 @@ pub mod binding;
 pub mod cli_io;
 pub mod evidence;
 pub mod hex;
+pub mod pool_ledger;
 pub mod pool_nonce;
 pub mod session;
 pub mod sig;

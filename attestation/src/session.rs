@@ -54,13 +54,43 @@ impl std::fmt::Debug for Session {
     }
 }
 
-impl Session {
-    /// Makes an ephemeral P-384 key, binds it to `nonce` and gets the report from `tee`.
-    ///
-    /// Call this before any untrusted code runs. The nonce must be 16 to 64 bytes.
-    pub fn begin(tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
+/// The first half of a session whose nonce is issued for its key (the hosted pool, docs/pool.md): the ephemeral
+/// key exists and its hash ([`crate::pool_ledger::key_sha256`]) can be announced; the nonce comes after.
+pub struct KeyFirst {
+    key: p384::ecdsa::SigningKey,
+}
+
+impl std::fmt::Debug for KeyFirst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyFirst")
+            .field("key_sha256", &hex::encode(self.key_sha256()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for KeyFirst {
+    fn default() -> Self {
+        KeyFirst::new()
+    }
+}
+
+impl KeyFirst {
+    /// Makes the ephemeral P-384 key.
+    pub fn new() -> KeyFirst {
+        KeyFirst {
+            key: p384::ecdsa::SigningKey::random(&mut rand::rngs::OsRng),
+        }
+    }
+
+    /// SHA-256 of the key's SEC1 point: what is announced before the nonce exists.
+    pub fn key_sha256(&self) -> [u8; 32] {
+        crate::pool_ledger::key_sha256(&p384::PublicKey::from(self.key.verifying_key()))
+    }
+
+    /// Binds the key to `nonce` and gets the report from `tee` (before any untrusted code runs).
+    pub fn begin(self, tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
         binding::check_nonce(nonce)?;
-        let key = p384::ecdsa::SigningKey::random(&mut rand::rngs::OsRng);
+        let key = self.key;
         let public = p384::PublicKey::from(key.verifying_key());
         let report_data = binding::report_data(&public, nonce);
         let label = tee.label();
@@ -75,6 +105,15 @@ impl Session {
             label,
             raw,
         })
+    }
+}
+
+impl Session {
+    /// Makes an ephemeral P-384 key, binds it to `nonce` and gets the report from `tee`.
+    ///
+    /// Call this before any untrusted code runs. The nonce must be 16 to 64 bytes.
+    pub fn begin(tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
+        KeyFirst::new().begin(tee, nonce)
     }
 
     /// The ephemeral public key the report binds.

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod image;
+pub mod nonce_exchange;
 pub mod sim;
 pub mod task;
 pub mod vm;

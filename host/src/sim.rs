@@ -17,6 +17,23 @@ pub fn begin_process_session(nonce: &[u8]) -> Result<(Session, [u8; 48]), Sessio
     Ok((session, measurement))
 }
 
+/// [`begin_process_session`] with the nonce issued for the session's key: the key is made first, its SHA-256
+/// given to `source`, and the report bound to the nonce `source` returns (the hosted pool, docs/pool.md).
+pub fn begin_process_session_for_key(
+    source: &mut dyn crate::nonce_exchange::NonceSource,
+) -> Result<(Session, [u8; 48]), SessionStartError> {
+    let keyed = attestation::session::KeyFirst::new();
+    let nonce = source
+        .nonce_for(&keyed.key_sha256())
+        .map_err(SessionStartError::Nonce)?;
+    let psp = SimPsp::open_default(Product::Milan).map_err(SessionStartError::Psp)?;
+    let measurement =
+        current_process_launch_measurement().map_err(SessionStartError::Measurement)?;
+    let tee = SimSnpTee::new(psp, measurement);
+    let session = keyed.begin(&tee, &nonce)?;
+    Ok((session, measurement))
+}
+
 /// Why a process-tier attestation session could not begin.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -27,6 +44,9 @@ pub enum SessionStartError {
     /// The running binary's launch measurement could not be computed.
     #[error("launch measurement: {0}")]
     Measurement(SimError),
+    /// No nonce was issued for the session's key.
+    #[error("nonce: {0}")]
+    Nonce(String),
     /// The session itself (nonce, key, report) could not begin.
     #[error("attestation: {0}")]
     Session(#[from] SessionError),

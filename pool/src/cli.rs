@@ -152,16 +152,35 @@ pub enum Command {
         #[command(flatten)]
         access: AccessArgs,
     },
-    /// Write the evidence of the run's accepted attempt (for `verify-attestation evidence --pool-attempt N`).
+    /// Write the evidence of the run's accepted execution and, with --ledger-out, the run's signed execution
+    /// ledger (for `verify-attestation evidence --pool-ledger FILE --pool-key PUB`).
     Fetch {
         /// The run ID.
         run_id: String,
         /// Where to write the evidence.
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
+        /// Where to write the run's execution ledger, signed by the pool: through the gateway, with the key the
+        /// gateway holds; on the operator's direct path, with --pool-key.
+        #[arg(long, value_name = "FILE")]
+        ledger_out: Option<PathBuf>,
+        /// The pool's private signing key (from `pool key`), to sign the ledger export (the operator's direct
+        /// path only).
+        #[arg(long, value_name = "FILE", requires = "ledger_out")]
+        pool_key: Option<PathBuf>,
         /// The gateway, or (the operator) Temporal and the store.
         #[command(flatten)]
         access: AccessArgs,
+    },
+    /// Create the pool's Ed25519 signing key (for the ledger exports founders verify) and print its public key
+    /// for founders to pin; an existing key file is not overwritten (its public key is printed).
+    Key {
+        /// The private key file (PKCS#8 PEM, mode 0600); the public key goes beside it as FILE.pub.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Cancel a run: its processes or VM are killed and its files removed.
     Cancel {
@@ -231,6 +250,14 @@ pub struct WorkerArgs {
     /// The `fenced-run` binary that runs each attempt (default: the one beside this program).
     #[arg(long, value_name = "PATH")]
     pub fenced_run: Option<PathBuf>,
+    /// Tests of the execution ledger only: run every attempt N more times, each with its own nonce, and
+    /// deliver a passing run where there is one (a cherry-picking host).
+    #[arg(long, value_name = "N", default_value_t = 0, hide = true)]
+    pub test_rerun: u32,
+    /// Tests of the execution ledger only: for attempts up to N, kill the run once its nonce is issued and
+    /// report a host failure.
+    #[arg(long, value_name = "N", default_value_t = 0, hide = true)]
+    pub test_host_failure_attempts: u32,
 }
 
 /// Arguments of `pool submit`.
@@ -308,8 +335,11 @@ pub fn main_with(cli: Cli) -> ExitCode {
             Command::Fetch {
                 run_id,
                 out,
+                ledger_out,
+                pool_key,
                 access,
-            } => fetch(&run_id, &out, access).await,
+            } => fetch(&run_id, &out, ledger_out.as_deref(), pool_key.as_deref(), access).await,
+            Command::Key { out, json } => pool_key(&out, json),
             Command::Cancel {
                 run_id,
                 wait_seconds,
@@ -465,6 +495,10 @@ async fn worker(a: WorkerArgs) -> ExitCode {
         operator_config: a.operator_config.clone(),
         work_dir,
         identity: identity.clone(),
+        test: crate::worker::TestMisbehaviour {
+            reruns: a.test_rerun,
+            host_failure_attempts: a.test_host_failure_attempts,
+        },
     };
     match run_worker(&a, config, &identity).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -1033,12 +1067,15 @@ async fn report_result(
                 println!("{}", attestation::text::json_safe(&v.to_json_pretty()));
             } else {
                 println!(
-                    "run {}: attempt {} of {} accepted (worker {})",
+                    "run {}: attempt {} of {} accepted (execution {}, worker {}){}",
                     escape(&r.run_id),
                     accepted.attempt,
                     r.attempts,
-                    escape(&accepted.worker)
+                    accepted.execution,
+                    escape(&accepted.worker),
+                    if accepted.simulated { " SIMULATED" } else { "" }
                 );
+                println!("verified by the pool: {}", escape(&accepted.checked));
                 print!("{}", host::cli::run::summary(&v));
             }
             if v.judged {
@@ -1087,6 +1124,10 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail("status", json, 1, &e),
     };
+    let executions = match s.executions(run_id).await {
+        Ok(x) => x,
+        Err(e) => return fail("status", json, 2, &e),
+    };
     // The workflow's own state, from Temporal (the store holds what the workflow recorded).
     let workflow = match crate::temporal::connect(
         &temporal.temporal,
@@ -1098,7 +1139,7 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
         Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
         Err(e) => format!("unknown ({e})"),
     };
-    print!("{}", render_status(&run, &attempts, &workflow, json));
+    print!("{}", render_status(&run, &attempts, &executions, &workflow, json));
     ExitCode::SUCCESS
 }
 
@@ -1107,6 +1148,7 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
 pub fn render_status(
     run: &crate::store::RunRow,
     attempts: &[crate::store::AttemptRow],
+    executions: &[crate::store::ExecutionRow],
     workflow: &str,
     json: bool,
 ) -> String {
@@ -1126,6 +1168,7 @@ pub fn render_status(
             "ended_why": run.ended_why,
             "workflow": workflow,
             "attempts": attempts,
+            "executions": executions,
         }))
         .unwrap_or_default();
         let _ = writeln!(out, "{}", attestation::text::json_safe(&v));
@@ -1160,49 +1203,248 @@ pub fn render_status(
                 escape(a.outcome.as_deref().unwrap_or("-")),
                 escape(a.why.as_deref().unwrap_or("(still running)"))
             );
+            for e in executions.iter().filter(|e| e.attempt == a.attempt) {
+                let _ = writeln!(out, "{}", execution_line(e));
+            }
         }
+        // Executions of attempts without an attempt row (a worker that asked for a nonce and died at once).
+        for e in executions
+            .iter()
+            .filter(|e| !attempts.iter().any(|a| a.attempt == e.attempt))
+        {
+            let _ = writeln!(out, "{}", execution_line(e));
+        }
+        let _ = writeln!(
+            out,
+            "executions: {} in the ledger, {} verified, {} rejected, {} without a result",
+            executions.len(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_VERIFIED)
+                .count(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_REJECTED)
+                .count(),
+            executions
+                .iter()
+                .filter(|e| e.result == attestation::pool_ledger::RESULT_NONE)
+                .count()
+        );
     }
     out
 }
 
-async fn fetch(run_id: &str, out: &Path, access: AccessArgs) -> ExitCode {
+/// One line of `pool status` per execution: its number, worker, key hash, when its nonce was issued, and its
+/// result (`verified` with the outcome, `rejected` with why, or `no result delivered`).
+fn execution_line(e: &crate::store::ExecutionRow) -> String {
+    let result = match (&e.outcome, &e.detail) {
+        (Some(o), Some(d)) => format!("{}: {o} ({})", e.result, escape(d)),
+        (None, Some(d)) => format!("{}: {}", e.result, escape(d)),
+        _ => e.result.clone(),
+    };
+    format!(
+        "  attempt {} execution {}: worker {}, key sha256 {}, nonce issued {}, {}",
+        e.attempt,
+        e.execution,
+        escape(&e.worker),
+        e.key_sha256,
+        e.issued_at,
+        result
+    )
+}
+
+/// `pool key --out FILE`: the pool's ledger-signing key, created once, its public key printed.
+fn pool_key(out: &Path, json: bool) -> ExitCode {
+    use attestation::pool_ledger as pl;
+    let pub_path = PathBuf::from(format!("{}.pub", out.display()));
+    let (key, created) = if out.exists() {
+        match pl::load_signing_key(out) {
+            Ok(k) => (k, false),
+            Err(e) => return fail("key", json, 2, &format!("--out: {e}")),
+        }
+    } else {
+        let key = pl::generate_key();
+        let pem = match pl::private_key_pem(&key) {
+            Ok(p) => p,
+            Err(e) => return fail("key", json, 2, &e.to_string()),
+        };
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(out)
+            .and_then(|mut f| f.write_all(pem.as_bytes()));
+        if let Err(e) = written {
+            return fail("key", json, 2, &format!("--out {}: {e}", out.display()));
+        }
+        (key, true)
+    };
+    let public = match pl::public_key_pem(&key.verifying_key()) {
+        Ok(p) => p,
+        Err(e) => return fail("key", json, 2, &e.to_string()),
+    };
+    if let Err(e) = std::fs::write(&pub_path, &public) {
+        return fail("key", json, 2, &format!("{}: {e}", pub_path.display()));
+    }
+    if json {
+        println!(
+            "{}",
+            json!({ "key": out.display().to_string(), "created": created, "public_key_file": pub_path.display().to_string(), "public_key_pem": public })
+        );
+    } else {
+        println!(
+            "pool ledger key: {} ({}); founders pin the public key {} with `verify-attestation evidence --pool-key`:",
+            out.display(),
+            if created { "created" } else { "already there" },
+            pub_path.display()
+        );
+        print!("{public}");
+    }
+    ExitCode::SUCCESS
+}
+
+async fn fetch(
+    run_id: &str,
+    out: &Path,
+    ledger_out: Option<&Path>,
+    pool_key: Option<&Path>,
+    access: AccessArgs,
+) -> ExitCode {
     let json = access.json;
     if let Err(e) = check_given_run_id(run_id) {
         return fail("fetch", json, 2, &e);
     }
-    let got = match access.access() {
+    // The ledger is read (and, on the direct path, signed) before anything is written, so a fetch never leaves
+    // evidence without it.
+    let (got, signed) = match access.access() {
         Err(e) => return fail("fetch", json, 2, &e),
-        Ok(Access::Gateway(g)) => g.evidence(run_id).await.map_err(|e| (e.code, e.msg)),
-        Ok(Access::Direct { store, .. }) => match Store::connect(&store).await {
-            Ok(s) => s.accepted_evidence(run_id).await.map_err(|e| (1, e)),
-            Err(e) => Err((2, e)),
-        },
+        Ok(Access::Gateway(g)) => {
+            if pool_key.is_some() {
+                return fail(
+                    "fetch",
+                    json,
+                    2,
+                    "--pool-key: through the gateway the ledger is signed with the gateway's key; --pool-key is for the operator's direct path",
+                );
+            }
+            let got = g.evidence(run_id).await.map_err(|e| (e.code, e.msg));
+            let signed = match (&got, ledger_out) {
+                (Ok(_), Some(_)) => match g.ledger(run_id).await {
+                    Ok(b) => Some(b),
+                    Err(e) => return fail("fetch", json, e.code, &e.msg),
+                },
+                _ => None,
+            };
+            (got, signed)
+        }
+        Ok(Access::Direct { store, .. }) => {
+            let s = match Store::connect(&store).await {
+                Ok(s) => s,
+                Err(e) => return fail("fetch", json, 2, &e),
+            };
+            let got = s.accepted_evidence(run_id).await.map_err(|e| (1, e));
+            let signed = match (&got, ledger_out, pool_key) {
+                (Ok(_), Some(_), None) => {
+                    return fail(
+                        "fetch",
+                        json,
+                        2,
+                        "--ledger-out: on the direct path the ledger is signed here: give --pool-key KEY",
+                    )
+                }
+                (Ok(_), Some(_), Some(key)) => {
+                    let key = match attestation::pool_ledger::load_signing_key(key) {
+                        Ok(k) => k,
+                        Err(e) => return fail("fetch", json, 2, &format!("--pool-key: {e}")),
+                    };
+                    let l = match s.ledger(run_id).await {
+                        Ok(l) => l,
+                        Err(e) => return fail("fetch", json, 1, &e),
+                    };
+                    match l.sign(&key) {
+                        Ok(b) => Some(b),
+                        Err(e) => return fail("fetch", json, 2, &e.to_string()),
+                    }
+                }
+                _ => None,
+            };
+            (got, signed)
+        }
     };
     let (attempt, bytes) = match got {
         Ok(x) => x,
         Err((code, e)) => return fail("fetch", json, code, &e),
     };
+    let digest = crate::digest(&bytes);
+    // What the ledger lists, for the message only: the founder's verify-attestation checks its signature.
+    let executions = signed.as_deref().and_then(ledger_executions);
+    let execution = executions.as_ref().and_then(|x| {
+        x.iter()
+            .find(|e| {
+                e.evidence_sha256.as_deref() == Some(digest.as_str())
+                    && e.result == attestation::pool_ledger::RESULT_VERIFIED
+            })
+            .map(|e| e.execution)
+    });
     if let Err(e) = std::fs::write(out, &bytes) {
         return fail("fetch", json, 2, &format!("--out {}: {e}", out.display()));
     }
-    print_fetched(run_id, attempt, &bytes, out, json);
-    ExitCode::SUCCESS
-}
-
-/// What `pool fetch` prints once the evidence is written.
-fn print_fetched(run_id: &str, attempt: i32, bytes: &[u8], out: &Path, json: bool) {
+    if let (Some(path), Some(b)) = (ledger_out, &signed) {
+        if let Err(e) = std::fs::write(path, b) {
+            return fail(
+                "fetch",
+                json,
+                2,
+                &format!("--ledger-out {}: {e}", path.display()),
+            );
+        }
+    }
     if json {
         println!(
             "{}",
-            json!({ "run_id": run_id, "attempt": attempt, "evidence_digest": crate::digest(bytes), "out": out.display().to_string() })
+            json!({
+                "run_id": run_id,
+                "attempt": attempt,
+                "execution": execution,
+                "executions": executions.as_ref().map(Vec::len),
+                "evidence_digest": digest,
+                "out": out.display().to_string(),
+                "ledger_out": ledger_out.map(|p| p.display().to_string()),
+            })
         );
     } else {
-        println!(
-            "run {run_id}: evidence of attempt {attempt} written to {}; verify with `verify-attestation evidence {} --nonce NONCE --pool-attempt {attempt} ...`",
-            out.display(),
-            out.display()
-        );
+        match (ledger_out, &executions) {
+            (Some(path), Some(x)) => println!(
+                "run {}: evidence of attempt {attempt}{} written to {}; the signed ledger of its {} execution(s) to {}; verify with `verify-attestation evidence {} --nonce NONCE --pool-ledger {} --pool-key POOL.pub ...`",
+                escape(run_id),
+                execution.map(|n| format!(" execution {n}")).unwrap_or_default(),
+                out.display(),
+                x.len(),
+                path.display(),
+                out.display(),
+                path.display()
+            ),
+            _ => println!(
+                "run {}: evidence of attempt {attempt} written to {}; with --ledger-out FILE the signed execution ledger is written too, for `verify-attestation evidence {} --nonce NONCE --pool-ledger FILE --pool-key POOL.pub ...`",
+                escape(run_id),
+                out.display(),
+                out.display()
+            ),
+        }
     }
+    ExitCode::SUCCESS
+}
+
+/// The executions a signed ledger file lists, read without checking its signature (for `pool fetch`'s message;
+/// the founder's `verify-attestation --pool-ledger --pool-key` is the check).
+fn ledger_executions(signed: &[u8]) -> Option<Vec<attestation::pool_ledger::Execution>> {
+    let file: serde_json::Value = serde_json::from_slice(signed).ok()?;
+    let ledger: attestation::pool_ledger::Ledger =
+        serde_json::from_str(file.get("ledger")?.as_str()?).ok()?;
+    Some(ledger.executions)
 }
 
 /// Cancels the workflow of `run_id` and waits up to `wait_seconds` for it to confirm; why it ended (or that it

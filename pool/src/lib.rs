@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod founders;
 pub mod gateway;
+pub mod ledger;
 pub mod store;
 pub mod temporal;
 pub mod worker;

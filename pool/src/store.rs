@@ -5,7 +5,7 @@ use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
 
 /// The schema version the migration brings a store to.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The group role every founder's role is a member of (granted read access; rows are filtered per founder).
 pub const FOUNDER_GROUP: &str = "fenced_run_founder";
@@ -71,6 +71,146 @@ END $$;
 GRANT SELECT, INSERT ON pool_bundles, pool_runs TO fenced_run_founder;
 GRANT SELECT ON pool_evidence, pool_attempts TO fenced_run_founder;
 "#;
+
+/// The group role a worker's own store role may be a member of: it may only ask for nonces
+/// (`pool_issue_nonce`), never write the execution ledger itself.
+pub const WORKER_GROUP: &str = "fenced_run_worker";
+
+/// The migration to schema version 2: the execution ledger (docs/pool.md, "The execution ledger"). Every
+/// guest that asks for a nonce for an attempt is an execution, a row inserted by `pool_issue_nonce` (SECURITY
+/// DEFINER, the only way in for a worker's role) before the nonce exists anywhere else. Rows are append-only:
+/// a trigger refuses every DELETE and TRUNCATE, and every UPDATE except filling an execution's result once.
+const MIGRATION_2: &str = r#"
+CREATE TABLE pool_executions (
+    run_id text NOT NULL REFERENCES pool_runs (run_id),
+    attempt integer NOT NULL CHECK (attempt >= 1),
+    execution integer NOT NULL CHECK (execution >= 1),
+    founder text NOT NULL,
+    key_sha256 bytea NOT NULL CHECK (length(key_sha256) = 32),
+    nonce bytea NOT NULL UNIQUE,
+    issued_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    worker text NOT NULL,
+    result text CHECK (result IN ('verified', 'rejected')),
+    outcome text,
+    evidence_digest text,
+    detail text,
+    result_at timestamptz,
+    PRIMARY KEY (run_id, attempt, execution)
+);
+ALTER TABLE pool_executions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_executions ON pool_executions USING (founder = current_user);
+REVOKE ALL ON pool_executions FROM PUBLIC;
+GRANT SELECT ON pool_executions TO fenced_run_founder;
+CREATE FUNCTION pool_executions_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        RAISE EXCEPTION 'pool_executions is append-only: it cannot be truncated';
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'pool_executions is append-only: execution % of attempt % of run % cannot be deleted',
+            OLD.execution, OLD.attempt, OLD.run_id;
+    END IF;
+    IF OLD.result IS NOT NULL OR NEW.result IS NULL
+        OR NEW.run_id IS DISTINCT FROM OLD.run_id OR NEW.attempt IS DISTINCT FROM OLD.attempt
+        OR NEW.execution IS DISTINCT FROM OLD.execution OR NEW.founder IS DISTINCT FROM OLD.founder
+        OR NEW.key_sha256 IS DISTINCT FROM OLD.key_sha256 OR NEW.nonce IS DISTINCT FROM OLD.nonce
+        OR NEW.issued_at IS DISTINCT FROM OLD.issued_at OR NEW.worker IS DISTINCT FROM OLD.worker THEN
+        RAISE EXCEPTION 'pool_executions is append-only: only the result of execution % of attempt % of run % may be filled, once',
+            OLD.execution, OLD.attempt, OLD.run_id;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER pool_executions_no_update_delete BEFORE UPDATE OR DELETE ON pool_executions
+    FOR EACH ROW EXECUTE FUNCTION pool_executions_append_only();
+CREATE TRIGGER pool_executions_no_truncate BEFORE TRUNCATE ON pool_executions
+    FOR EACH STATEMENT EXECUTE FUNCTION pool_executions_append_only();
+CREATE FUNCTION pool_issue_nonce(p_run text, p_attempt integer, p_key bytea, p_worker text)
+RETURNS TABLE (issued_execution integer, issued_nonce bytea)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    n integer;
+    fresh bytea;
+    mixed bytea;
+BEGIN
+    SELECT pr.nonce AS founder_nonce, pr.founder AS founder, pr.ended_at AS ended_at INTO r
+        FROM public.pool_runs pr WHERE pr.run_id = p_run FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % is not in the store', p_run;
+    END IF;
+    IF r.ended_at IS NOT NULL THEN
+        RAISE EXCEPTION 'run % has ended; no nonce is issued for it any more', p_run;
+    END IF;
+    IF p_attempt IS NULL OR p_attempt < 1 THEN
+        RAISE EXCEPTION 'attempt % is not an attempt number', p_attempt;
+    END IF;
+    IF p_key IS NULL OR length(p_key) <> 32 THEN
+        RAISE EXCEPTION 'the key hash must be 32 bytes (SHA-256)';
+    END IF;
+    SELECT coalesce(max(e.execution), 0) + 1 INTO n
+        FROM public.pool_executions e WHERE e.run_id = p_run AND e.attempt = p_attempt;
+    -- 32 bytes from the server's strong random source (two version-4 UUIDs: 244 random bits).
+    fresh := decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
+    mixed := sha512('fenced-run pool execution'::bytea
+        || int4send(length(r.founder_nonce)) || r.founder_nonce
+        || int4send(octet_length(convert_to(p_run, 'UTF8'))) || convert_to(p_run, 'UTF8')
+        || int4send(p_attempt) || int4send(n) || p_key || fresh);
+    mixed := substring(mixed FROM 1 FOR length(r.founder_nonce));
+    INSERT INTO public.pool_executions (run_id, attempt, execution, founder, key_sha256, nonce, worker)
+        VALUES (p_run, p_attempt, n, r.founder, p_key, mixed, p_worker);
+    RETURN QUERY SELECT n, mixed;
+END $$;
+REVOKE ALL ON FUNCTION pool_issue_nonce(text, integer, bytea, text) FROM PUBLIC;
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'fenced_run_worker') THEN
+        CREATE ROLE fenced_run_worker NOLOGIN;
+    END IF;
+END $$;
+GRANT EXECUTE ON FUNCTION pool_issue_nonce(text, integer, bytea, text) TO fenced_run_worker;
+"#;
+
+/// One execution of an attempt, as the ledger holds it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExecutionRow {
+    /// The attempt.
+    pub attempt: i32,
+    /// The execution of that attempt (1, 2, ...).
+    pub execution: i32,
+    /// SHA-256 of the guest key that asked, hex.
+    pub key_sha256: String,
+    /// The nonce issued, hex.
+    pub nonce: String,
+    /// When it was issued (RFC 3339).
+    pub issued_at: String,
+    /// The worker that asked.
+    pub worker: String,
+    /// `verified`, `rejected`, or `no result delivered`.
+    pub result: String,
+    /// The verified verdict's outcome.
+    pub outcome: Option<String>,
+    /// SHA-256 of the delivered evidence.
+    pub evidence_digest: Option<String>,
+    /// What the pool's verification said (why rejected; SIMULATED where it is).
+    pub detail: Option<String>,
+}
+
+impl ExecutionRow {
+    /// The row as the signed ledger carries it.
+    pub fn to_ledger(&self) -> attestation::pool_ledger::Execution {
+        attestation::pool_ledger::Execution {
+            attempt: u32::try_from(self.attempt).unwrap_or(0),
+            execution: u32::try_from(self.execution).unwrap_or(0),
+            key_sha256: self.key_sha256.clone(),
+            nonce: self.nonce.clone(),
+            issued_at: self.issued_at.clone(),
+            worker: self.worker.clone(),
+            result: self.result.clone(),
+            outcome: self.outcome.clone(),
+            evidence_sha256: self.evidence_digest.clone(),
+            detail: self.detail.clone(),
+        }
+    }
+}
 
 /// A connection to the store.
 pub struct Store {
@@ -205,6 +345,14 @@ impl Store {
             tx.execute("INSERT INTO pool_schema (version) VALUES (1)", &[])
                 .await
                 .map_err(|e| db_err("migration 1", e))?;
+        }
+        if before < 2 {
+            tx.batch_execute(MIGRATION_2)
+                .await
+                .map_err(|e| db_err("migration 2", e))?;
+            tx.execute("INSERT INTO pool_schema (version) VALUES (2)", &[])
+                .await
+                .map_err(|e| db_err("migration 2", e))?;
         }
         tx.commit().await.map_err(|e| db_err("migration", e))?;
         Ok(before)
@@ -506,6 +654,127 @@ impl Store {
             ));
         }
         Ok((attempt, bytes))
+    }
+
+    /// Issues the nonce of a new execution of `attempt` for the guest key whose SHA-256 is `key_sha256`, asked by
+    /// `worker`: the ledger row is committed before the nonce is returned. Returns the execution number and the
+    /// nonce. Refused when the run is not in the store or has ended.
+    pub async fn issue_nonce(
+        &self,
+        run_id: &str,
+        attempt: i32,
+        key_sha256: &[u8; 32],
+        worker: &str,
+    ) -> Result<(i32, Vec<u8>), String> {
+        let key: &[u8] = key_sha256;
+        let row = self
+            .client
+            .query_one(
+                "SELECT issued_execution, issued_nonce FROM pool_issue_nonce($1, $2, $3, $4)",
+                &[&run_id, &attempt, &key, &worker],
+            )
+            .await
+            .map_err(|e| db_err("store: issuing a nonce", e))?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// Every execution of `run_id` (as far as this role may see), by attempt and execution.
+    pub async fn executions(&self, run_id: &str) -> Result<Vec<ExecutionRow>, String> {
+        Ok(self
+            .client
+            .query(
+                "SELECT attempt, execution, key_sha256, nonce, issued_at, worker, result, outcome, \
+                 evidence_digest, detail FROM pool_executions WHERE run_id = $1 ORDER BY attempt, execution",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: executions", e))?
+            .into_iter()
+            .map(|r| ExecutionRow {
+                attempt: r.get(0),
+                execution: r.get(1),
+                key_sha256: hex::encode(r.get::<_, Vec<u8>>(2)),
+                nonce: hex::encode(r.get::<_, Vec<u8>>(3)),
+                issued_at: ts(r.get(4)),
+                worker: r.get(5),
+                result: r
+                    .get::<_, Option<String>>(6)
+                    .unwrap_or_else(|| attestation::pool_ledger::RESULT_NONE.to_owned()),
+                outcome: r.get(7),
+                evidence_digest: r.get(8),
+                detail: r.get(9),
+            })
+            .collect())
+    }
+
+    /// Fills the result of one execution, once (the ledger's trigger refuses a second fill). `result` is
+    /// `verified` or `rejected`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn execution_result(
+        &self,
+        run_id: &str,
+        attempt: i32,
+        execution: i32,
+        result: &str,
+        outcome: Option<&str>,
+        evidence_digest: Option<&str>,
+        detail: &str,
+    ) -> Result<(), String> {
+        self.client
+            .execute(
+                "UPDATE pool_executions SET result = $4, outcome = $5, evidence_digest = $6, detail = $7, \
+                 result_at = clock_timestamp() WHERE run_id = $1 AND attempt = $2 AND execution = $3",
+                &[&run_id, &attempt, &execution, &result, &outcome, &evidence_digest, &detail],
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| db_err("store: execution result", e))
+    }
+
+    /// The evidence `digest` of `founder`, checked against its address; `None` when it is not in the store.
+    pub async fn evidence(&self, founder: &str, digest: &str) -> Result<Option<Vec<u8>>, String> {
+        let Some(row) = self
+            .client
+            .query_opt(
+                "SELECT bytes FROM pool_evidence WHERE founder = $1 AND digest = $2",
+                &[&founder, &digest],
+            )
+            .await
+            .map_err(|e| db_err("store: evidence", e))?
+        else {
+            return Ok(None);
+        };
+        let bytes: Vec<u8> = row.get(0);
+        if crate::digest(&bytes) != digest {
+            return Err(format!(
+                "store: evidence {digest}: stored bytes do not hash to their address"
+            ));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// The run's ledger as the founder receives it (unsigned; [`attestation::pool_ledger::Ledger::sign`]).
+    pub async fn ledger(&self, run_id: &str) -> Result<attestation::pool_ledger::Ledger, String> {
+        use sha2::Digest;
+        let row = self
+            .client
+            .query_opt(
+                "SELECT nonce, ended_at IS NOT NULL, now() FROM pool_runs WHERE run_id = $1",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: run", e))?
+            .ok_or_else(|| not_found(run_id))?;
+        let nonce: Vec<u8> = row.get(0);
+        let executions = self.executions(run_id).await?;
+        Ok(attestation::pool_ledger::Ledger {
+            format: attestation::pool_ledger::LEDGER_FORMAT.into(),
+            run_id: run_id.to_owned(),
+            founder_nonce_sha256: hex::encode(sha2::Sha256::digest(&nonce)),
+            run_ended: row.get(1),
+            exported_at: ts(row.get(2)),
+            executions: executions.iter().map(ExecutionRow::to_ledger).collect(),
+        })
     }
 }
 

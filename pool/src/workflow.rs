@@ -1,5 +1,6 @@
 //! The run workflow: one Temporal workflow per pooled run (workflow ID = run ID). It carries digests only; each
-//! attempt is an activity on the run's task queue with its own derived nonce, a heartbeat timeout (the lease) and
+//! attempt is an activity on the run's task queue whose every execution asks the pool's ledger for its own nonce
+//! (docs/pool.md), with a heartbeat timeout (the lease) and
 //! no server-side retry, so every attempt and why it ended is an event of the workflow's history and a line of
 //! `pool status`. A test outcome ends the run; a host failure starts the next attempt, up to a bound.
 
@@ -50,10 +51,32 @@ pub struct AttemptInput {
     pub attempt: u32,
     /// SHA-256 of the bundle in the store.
     pub bundle_digest: String,
-    /// This attempt's nonce, hex: derived from the founder's nonce and `attempt`.
-    pub nonce: String,
     /// The isolation tier.
     pub isolation: String,
+}
+
+/// What the pool's check of a delivered result is given (a local activity): the digest the worker named.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct VerifyInput {
+    /// The run ID.
+    pub run_id: String,
+    /// The founder's role.
+    pub founder: String,
+    /// The isolation tier the run asked for.
+    pub isolation: String,
+    /// The attempt the result is for.
+    pub attempt: u32,
+    /// SHA-256 of the evidence the worker says it stored.
+    pub evidence_digest: String,
+}
+
+/// An attempt, named (a local activity's input).
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct AttemptRef {
+    /// The run ID.
+    pub run_id: String,
+    /// The attempt.
+    pub attempt: u32,
 }
 
 /// What an attempt that judged returns: the worker, the verdict and the digest of the evidence it stored.
@@ -61,6 +84,15 @@ pub struct AttemptInput {
 pub struct AttemptResult {
     /// The attempt number it ran.
     pub attempt: u32,
+    /// The execution of the attempt whose evidence this is (the pool's ledger, docs/pool.md).
+    #[serde(default)]
+    pub execution: u32,
+    /// Whether the evidence verified against a simulated root (the verdict is then SIMULATED).
+    #[serde(default)]
+    pub simulated: bool,
+    /// What the pool's own verification of the evidence said.
+    #[serde(default)]
+    pub checked: String,
     /// The worker's identity.
     pub worker: String,
     /// The verdict's outcome (one of the eight).
@@ -69,7 +101,7 @@ pub struct AttemptResult {
     pub verdict: serde_json::Value,
     /// SHA-256 of the evidence in the store.
     pub evidence_digest: String,
-    /// The nonce the attempt ran with, hex.
+    /// The nonce the ledger issued to the execution, hex.
     pub nonce: String,
 }
 
@@ -169,17 +201,16 @@ impl PoolRun {
     #[run]
     pub async fn run(ctx: &mut WorkflowContext<Self>) -> WorkflowResult<RunResult> {
         let input = ctx.state(|s| s.input.clone());
-        let nonce = hex::decode(&input.nonce).unwrap_or_default();
         let max = input.max_attempts.max(1);
         let mut why = String::new();
         for attempt in 1..=max {
-            let derived = attestation::pool_nonce::attempt_nonce(&nonce, attempt);
             let opts = ActivityOptions::with_start_to_close_timeout(Duration::from_secs(
                 input.attempt_seconds.max(1),
             ))
             .activity_id(format!("attempt-{attempt}"))
             .heartbeat_timeout(Duration::from_secs(input.heartbeat_seconds.max(1)))
-            // One server-side try per attempt: a retry is a new attempt with a new nonce, decided here.
+            // One server-side try per attempt: a retry is a new attempt decided here; every execution asks the
+            // pool's ledger for its own nonce.
             .retry_policy(RetryPolicy::builder().maximum_attempts(1).build())
             .cancellation_type(ActivityCancellationType::WaitCancellationCompleted)
             .build();
@@ -191,49 +222,96 @@ impl PoolRun {
                         founder: input.founder.clone(),
                         attempt,
                         bundle_digest: input.bundle_digest.clone(),
-                        nonce: hex::encode(&derived),
                         isolation: input.isolation.clone(),
                     },
                     opts,
                 )
                 .await;
             match result {
-                Ok(r) if r.attempt == attempt && r.nonce == hex::encode(&derived) => {
-                    let why = format!("final: {}", r.outcome);
-                    ctx.execute_local_activity(
-                        PoolActivities::record_attempt,
-                        AttemptEnd {
-                            run_id: input.run_id.clone(),
-                            attempt,
-                            outcome: Some(r.outcome.clone()),
-                            why: format!("judged: {} (a test outcome is final)", r.outcome),
-                            evidence_digest: Some(r.evidence_digest.clone()),
-                        },
-                        bookkeeping(),
-                    )
-                    .await?;
-                    ctx.execute_local_activity(
-                        PoolActivities::record_run,
-                        RunEnd {
-                            run_id: input.run_id.clone(),
-                            accepted: Some(r.clone()),
-                            why: why.clone(),
-                        },
-                        bookkeeping(),
-                    )
-                    .await?;
-                    return Ok(RunResult {
-                        run_id: input.run_id,
-                        accepted: Some(r),
-                        attempts: attempt,
-                        why,
-                        cancelled: false,
-                    });
+                Ok(r) if r.attempt == attempt => {
+                    // The worker's message is a claim: only the evidence, verified here against the ledger,
+                    // becomes a status.
+                    let checked = ctx
+                        .execute_local_activity(
+                            PoolActivities::verify_execution,
+                            VerifyInput {
+                                run_id: input.run_id.clone(),
+                                founder: input.founder.clone(),
+                                isolation: input.isolation.clone(),
+                                attempt,
+                                evidence_digest: r.evidence_digest.clone(),
+                            },
+                            bookkeeping(),
+                        )
+                        .await?;
+                    match (checked.verified, checked.outcome, checked.verdict) {
+                        (true, Some(outcome), Some(verdict)) => {
+                            let accepted = AttemptResult {
+                                attempt,
+                                execution: checked.execution.unwrap_or(0),
+                                simulated: checked.simulated,
+                                checked: checked.why.clone(),
+                                worker: r.worker,
+                                outcome: outcome.clone(),
+                                verdict,
+                                evidence_digest: r.evidence_digest,
+                                nonce: checked.nonce.unwrap_or_default(),
+                            };
+                            let shown = if checked.simulated {
+                                format!("{outcome} (SIMULATED)")
+                            } else {
+                                outcome.clone()
+                            };
+                            let why = format!("final: {shown}");
+                            ctx.execute_local_activity(
+                                PoolActivities::record_attempt,
+                                AttemptEnd {
+                                    run_id: input.run_id.clone(),
+                                    attempt,
+                                    outcome: Some(outcome.clone()),
+                                    why: format!(
+                                        "judged: {shown} (a test outcome is final); {}",
+                                        checked.why
+                                    ),
+                                    evidence_digest: Some(accepted.evidence_digest.clone()),
+                                },
+                                bookkeeping(),
+                            )
+                            .await?;
+                            ctx.execute_local_activity(
+                                PoolActivities::record_run,
+                                RunEnd {
+                                    run_id: input.run_id.clone(),
+                                    accepted: Some(accepted.clone()),
+                                    why: why.clone(),
+                                },
+                                bookkeeping(),
+                            )
+                            .await?;
+                            return Ok(RunResult {
+                                run_id: input.run_id,
+                                accepted: Some(accepted),
+                                attempts: attempt,
+                                why,
+                                cancelled: false,
+                            });
+                        }
+                        _ => {
+                            why = format!(
+                                "rejected execution{}: {} (the worker's result is not a status)",
+                                checked
+                                    .execution
+                                    .map(|n| format!(" {n}"))
+                                    .unwrap_or_default(),
+                                checked.why
+                            );
+                        }
+                    }
                 }
                 Ok(r) => {
                     why = format!(
-                        "rejected: the result names attempt {} and nonce {}, not attempt {attempt}'s",
-                        r.attempt, r.nonce
+                        "rejected: the result names attempt {}, not attempt {attempt}",
+                        r.attempt
                     );
                 }
                 Err(ActivityExecutionError::Cancelled(_)) => {
@@ -270,7 +348,30 @@ impl PoolRun {
                         cancelled: true,
                     });
                 }
-                Err(e) => why = failure_why(&e),
+                Err(e) => {
+                    // A host failure is accepted as the reason for another attempt only when no guest of this
+                    // attempt got a nonce; otherwise its executions stay in the ledger without a result, and
+                    // the founder's verification counts them.
+                    let base = failure_why(&e);
+                    let open = ctx
+                        .execute_local_activity(
+                            PoolActivities::open_executions,
+                            AttemptRef {
+                                run_id: input.run_id.clone(),
+                                attempt,
+                            },
+                            bookkeeping(),
+                        )
+                        .await?;
+                    why = if open == 0 {
+                        format!("{base} (no nonce was issued for this attempt: accepted as a host failure)")
+                    } else {
+                        format!(
+                            "{base}; {open} execution(s) of this attempt got a nonce and delivered no result \
+                             (shown as such; the founder's verification counts them)"
+                        )
+                    };
+                }
             }
             ctx.execute_local_activity(
                 PoolActivities::record_attempt,

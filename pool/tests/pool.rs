@@ -38,7 +38,16 @@ fn json_of(o: &std::process::Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
 }
 
-fn verify(evidence: &Path, nonce: &str, attempt: Option<u32>) -> std::process::Output {
+/// How the founder checks pooled evidence: against the run's signed ledger (`--pool-ledger`, `--pool-key`,
+/// `--max-executions`), the old derived nonce of an attempt (`--pool-attempt`, which an issued nonce never
+/// matches), or the founder's nonce as given.
+enum Check<'a> {
+    Ledger(&'a Path, &'a Path, u32),
+    Attempt(u32),
+    Plain,
+}
+
+fn verify(evidence: &Path, nonce: &str, check: Check<'_>) -> std::process::Output {
     let mut c = std::process::Command::new(VERIFY);
     c.arg("evidence").arg(evidence).args([
         "--allow-simulated",
@@ -46,10 +55,60 @@ fn verify(evidence: &Path, nonce: &str, attempt: Option<u32>) -> std::process::O
         "--nonce",
         nonce,
     ]);
-    if let Some(n) = attempt {
-        c.args(["--pool-attempt", &n.to_string()]);
+    match check {
+        Check::Ledger(ledger, key, max) => {
+            c.arg("--pool-ledger")
+                .arg(ledger)
+                .arg("--pool-key")
+                .arg(key)
+                .args(["--max-executions", &max.to_string()]);
+        }
+        Check::Attempt(n) => {
+            c.args(["--pool-attempt", &n.to_string()]);
+        }
+        Check::Plain => {}
     }
     c.output().expect("verify-attestation")
+}
+
+/// `pool fetch RUN --out EV --ledger-out LEDGER --pool-key KEY` as `store`'s role.
+fn fetch_with_ledger(
+    t: &Temporal,
+    store: &str,
+    run_id: &str,
+    ev: &Path,
+    ledger: &Path,
+    key: &Path,
+) -> std::process::Output {
+    let mut c = std::process::Command::new(POOL);
+    c.args([
+        "fetch",
+        run_id,
+        "--temporal",
+        &t.addr,
+        "--store",
+        store,
+        "--out",
+    ])
+    .arg(ev)
+    .arg("--ledger-out")
+    .arg(ledger)
+    .arg("--pool-key")
+    .arg(key);
+    c.output().expect("pool fetch")
+}
+
+/// The pool's ledger key, created by `pool key` in `dir`: (private key, public key).
+fn pool_key_in(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = dir.join("pool.key");
+    let o = pool(&["key", "--out", key.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("BEGIN PUBLIC KEY"),
+        "{}",
+        text(&o)
+    );
+    (key.clone(), dir.join("pool.key.pub"))
 }
 
 fn status(t: &Temporal, store: &str, run_id: &str) -> Value {
@@ -194,38 +253,38 @@ fn pool_end_to_end() {
             })
         })
         .collect();
+    let (key, key_pub) = pool_key_in(dir.path());
     for ((id, _, store, nonce, outcome), h) in cases.iter().zip(handles) {
         let o = h.join().expect("submit thread");
         let v = json_of(&o);
         assert_eq!(v["outcome"], *outcome, "{id}: {}", text(&o));
         let ev = dir.path().join(format!("{id}.evidence"));
-        let ok = verify(&ev, nonce, Some(1));
+        // `fetch` gives the same evidence, and the run's signed ledger of one execution.
+        let out = dir.path().join(format!("{id}.fetched"));
+        let ledger = dir.path().join(format!("{id}.ledger"));
+        let o = fetch_with_ledger(&t, store, id, &out, &ledger, &key);
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(std::fs::read(&out).ok(), std::fs::read(&ev).ok());
+        let ok = verify(&ev, nonce, Check::Ledger(&ledger, &key_pub, 1));
         assert!(
             ok.status.success(),
-            "{id}: attempt 1's evidence must verify: {}",
+            "{id}: the evidence of attempt 1 execution 1 must verify: {}",
             text(&ok)
         );
-        // The evidence is bound to the attempt's derived nonce, not to the founder's nonce itself.
-        let plain = verify(&ev, nonce, None);
+        // The evidence is bound to the nonce the pool issued to its key: not the founder's nonce itself, not
+        // the nonce anyone could derive for attempt 1.
+        let plain = verify(&ev, nonce, Check::Plain);
         assert_eq!(plain.status.code(), Some(1), "{id}: {}", text(&plain));
+        let derived = verify(&ev, nonce, Check::Attempt(1));
+        assert_eq!(derived.status.code(), Some(1), "{id}: {}", text(&derived));
         let s = status(&t, store, id);
         assert_eq!(s["outcome"], *outcome);
         assert_eq!(s["workflow"], "completed", "{s}");
         assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
-        // `fetch` gives the same evidence.
-        let out = dir.path().join(format!("{id}.fetched"));
-        let o = pool(&[
-            "fetch",
-            id,
-            "--temporal",
-            &t.addr,
-            "--store",
-            store,
-            "--out",
-            out.to_str().expect("utf8"),
-        ]);
-        assert!(o.status.success(), "{}", text(&o));
-        assert_eq!(std::fs::read(&out).ok(), std::fs::read(&ev).ok());
+        let x = s["executions"].as_array().expect("executions");
+        assert_eq!(x.len(), 1, "{s}");
+        assert_eq!(x[0]["result"], "verified", "{s}");
+        assert_eq!(x[0]["outcome"], *outcome, "{s}");
     }
 
     // --- a founder reads only their own runs ------------------------------------------------------------------
@@ -360,26 +419,43 @@ fn pool_end_to_end() {
     );
     assert!(attempts[0]["outcome"].is_null(), "{s}");
     assert_eq!(s["accepted_attempt"], 2, "{s}");
+    // The ledger is complete after the kill: attempt 1's execution got its nonce and never delivered a result;
+    // attempt 2's was verified. The founder's check counts both.
+    let x = s["executions"].as_array().expect("executions");
+    assert_eq!(x.len(), 2, "{s}");
+    assert_eq!(
+        (&x[0]["attempt"], &x[0]["execution"], &x[0]["result"]),
+        (&1.into(), &1.into(), &"no result delivered".into()),
+        "{s}"
+    );
+    assert_eq!(x[0]["worker"], first.as_str(), "{s}");
+    assert_eq!(
+        (&x[1]["attempt"], &x[1]["execution"], &x[1]["result"]),
+        (&2.into(), &1.into(), &"verified".into()),
+        "{s}"
+    );
     let ev = dir.path().join("run-kill.evidence");
-    let o = pool(&[
-        "fetch",
-        "run-kill",
-        "--temporal",
-        &t.addr,
-        "--store",
-        &alice,
-        "--out",
-        ev.to_str().expect("utf8"),
-    ]);
+    let ledger = dir.path().join("run-kill.ledger");
+    let o = fetch_with_ledger(&t, &alice, "run-kill", &ev, &ledger, &key);
     assert!(o.status.success(), "{}", text(&o));
-    let ok = verify(&ev, NONCE_A, Some(2));
+    let once = verify(&ev, NONCE_A, Check::Ledger(&ledger, &key_pub, 1));
+    assert_eq!(once.status.code(), Some(1), "{}", text(&once));
+    assert!(
+        String::from_utf8_lossy(&once.stdout).contains("pool-executions"),
+        "{}",
+        text(&once)
+    );
+    let ok = verify(&ev, NONCE_A, Check::Ledger(&ledger, &key_pub, 2));
     assert!(
         ok.status.success(),
-        "attempt 2's evidence must verify with its nonce: {}",
+        "attempt 2's evidence must verify as attempt 2 execution 1 with two executions accepted: {}",
         text(&ok)
     );
-    let wrong = verify(&ev, NONCE_A, Some(1));
-    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    assert!(
+        String::from_utf8_lossy(&ok.stdout).contains("attempt 2 execution 1"),
+        "{}",
+        text(&ok)
+    );
     // Nothing of the killed attempt runs any more, and its directory was swept by a later attempt or worker.
     assert!(
         processes_with(marker).is_empty(),

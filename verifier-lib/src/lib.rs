@@ -9,6 +9,7 @@ pub mod evidence;
 pub mod failure;
 pub mod output;
 pub mod pki;
+pub mod pool_ledger;
 mod sigcache;
 pub mod snp;
 pub mod tdx;

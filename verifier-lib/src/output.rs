@@ -446,6 +446,19 @@ pub fn evidence_json_with(
         o.insert("notes".into(), evidence_notes(v).into());
         o.insert("checked_at".into(), fmt_at(&opts.chain.at).into());
         o.insert("pool_attempt".into(), ctx.pool_attempt.into());
+        if let Some(c) = &ctx.pool_ledger {
+            o.insert(
+                "pool_execution".into(),
+                serde_json::json!({
+                    "run_id": c.run_id,
+                    "attempt": c.execution.map(|x| x.0),
+                    "execution": c.execution.map(|x| x.1),
+                    "executions": c.executions,
+                    "max_executions": c.max_executions,
+                    "pool_key": c.pool_key,
+                }),
+            );
+        }
         o.insert(
             "claims".into(),
             serde_json::to_value(evidence_claims(v, opts, ctx)).unwrap_or_default(),
@@ -480,7 +493,21 @@ pub fn evidence_table_with(
     }
     rows.extend(evidence_run_rows(v));
     if let Some(n) = ctx.pool_attempt {
-        rows.push(("pool attempt".to_string(), n.to_string()));
+        rows.push(("pool attempt and execution".to_string(), n.to_string()));
+    }
+    if let Some(c) = &ctx.pool_ledger {
+        rows.push((
+            "pool attempt and execution".to_string(),
+            match c.execution {
+                Some((a, e)) => format!(
+                    "attempt {a} execution {e} of run {} ({} execution(s) in the ledger, at most {} accepted)",
+                    c.run_id,
+                    c.executions.len(),
+                    c.max_executions
+                ),
+                None => "none: the evidence's nonce is in no verified ledger".into(),
+            },
+        ));
     }
     rows.extend(evidence_pin_rows(v));
     rows.extend(claim_rows(&evidence_claims(v, opts, ctx)));
@@ -585,7 +612,7 @@ pub const CLAIMS: [&str; 16] = [
     "key binding",
     "verdict signature",
     "nonce",
-    "pool attempt",
+    "pool attempt and execution",
     "outcome",
     "commit",
     "tree",
@@ -601,6 +628,8 @@ pub const CLAIMS: [&str; 16] = [
 pub struct ClaimContext {
     /// `--pool-attempt N`.
     pub pool_attempt: Option<u32>,
+    /// `--pool-ledger FILE`: what the ledger check found (its failures are in the result's failures too).
+    pub pool_ledger: Option<crate::pool_ledger::PoolLedgerCheck>,
     /// The `collateral_source` note (`null`: the collateral, if any, was the evidence's own).
     pub collateral_source: serde_json::Value,
     /// `--policy FILE`, as given.
@@ -659,6 +688,8 @@ pub fn claim_of_check(check: &str) -> &'static str {
         "key binding"
     } else if any(&["verdict-signature"]) {
         "verdict signature"
+    } else if any(&["pool-ledger", "pool-executions"]) {
+        "pool attempt and execution"
     } else if any(&["nonce"]) {
         "nonce"
     } else if any(&[
@@ -1175,9 +1206,12 @@ pub fn evidence_claims(
                 "no --nonce (--no-nonce): the verdict may be a replay of an older run".into(),
             );
         }
-        let anchor = match ctx.pool_attempt {
-            Some(n) => format!("--nonce and --pool-attempt {n} (the attempt's derived nonce)"),
-            None => "--nonce".into(),
+        let anchor = match (&ctx.pool_ledger, ctx.pool_attempt) {
+            (Some(_), _) => "the nonce the --pool-ledger issued for the run of --nonce".into(),
+            (None, Some(n)) => {
+                format!("--nonce and --pool-attempt {n} (the attempt's derived nonce)")
+            }
+            (None, None) => "--nonce".into(),
         };
         claim(
             "nonce",
@@ -1186,23 +1220,54 @@ pub fn evidence_claims(
             "the verdict's nonce is the founder's".into(),
         )
     }));
-    out.push(match ctx.pool_attempt {
-        None => claim(
-            "pool attempt",
+    out.push(match (&ctx.pool_ledger, ctx.pool_attempt) {
+        (Some(c), _) => match (
+            failures_of(&v.failures, "pool attempt and execution"),
+            c.execution,
+        ) {
+            (None, Some((a, e))) if v.nonce_checked && failures_of(&v.failures, "nonce").is_none() => claim(
+                "pool attempt and execution",
+                Held,
+                Some(format!(
+                    "the ledger of run {} signed by the pinned pool key {}",
+                    c.run_id, c.pool_key
+                )),
+                format!(
+                    "attempt {a} execution {e}: its nonce was issued to the evidence's key; the run has {} \
+                     execution(s), at most {} accepted",
+                    c.executions.len(),
+                    c.max_executions
+                ),
+            ),
+            (Some(d), _) => claim("pool attempt and execution", Failed, None, d),
+            _ => claim(
+                "pool attempt and execution",
+                Failed,
+                None,
+                "the verdict's nonce is not the one the ledger issued".into(),
+            ),
+        },
+        (None, None) => claim(
+            "pool attempt and execution",
             NotPinned,
             None,
-            "no --pool-attempt: the nonce was compared as given, not as a pool attempt's".into(),
+            "no --pool-attempt or --pool-ledger: the nonce was compared as given, not as a pool \
+             execution's"
+                .into(),
         ),
-        Some(n) if v.nonce_checked && failures_of(&v.failures, "nonce").is_none() => claim(
-            "pool attempt",
+        (None, Some(n)) if v.nonce_checked && failures_of(&v.failures, "nonce").is_none() => claim(
+            "pool attempt and execution",
             Held,
             Some(format!(
                 "attempt {n}: nonce derived from --nonce and {n} (attestation::pool_nonce)"
             )),
-            format!("this is the evidence of attempt {n} of the pooled run"),
+            format!(
+                "this is the evidence of attempt {n} of the pooled run (its executions are not \
+                 counted without --pool-ledger)"
+            ),
         ),
-        Some(n) => claim(
-            "pool attempt",
+        (None, Some(n)) => claim(
+            "pool attempt and execution",
             Failed,
             None,
             format!("the verdict's nonce is not attempt {n}'s"),

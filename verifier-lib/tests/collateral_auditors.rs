@@ -707,7 +707,7 @@ fn a_founder_who_pins_nothing_sees_every_not_pinned_row() {
     for name in [
         "measurement",
         "nonce",
-        "pool attempt",
+        "pool attempt and execution",
         "outcome",
         "commit",
         "tree",
@@ -762,7 +762,7 @@ fn a_founder_who_pins_nothing_sees_every_not_pinned_row() {
         "patch",
         "job",
         "outcome",
-        "pool attempt",
+        "pool attempt and execution",
         "test tree",
     ] {
         assert!(
@@ -829,7 +829,7 @@ fn the_pool_attempt_is_named_in_the_output() {
     assert_eq!(code, 0, "{out}{err}");
     let j: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
     assert_eq!(j["pool_attempt"], 2, "{out}");
-    let c = claim(&j, "pool attempt");
+    let c = claim(&j, "pool attempt and execution");
     assert_eq!(c["status"], "held", "{c}");
     assert!(
         c["anchor"]
@@ -847,13 +847,18 @@ fn the_pool_attempt_is_named_in_the_output() {
     assert_eq!(code, 0, "{out}");
     assert!(
         out.lines()
-            .any(|l| l.starts_with("SIMULATED pool attempt ") && l.trim_end().ends_with(" 2")),
+            .any(|l| l.starts_with("SIMULATED pool attempt and execution ")
+                && l.trim_end().ends_with(" 2")),
         "{out}"
     );
     let (code, out, _) = run("3", true);
     assert_eq!(code, 1, "{out}");
     let j: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
-    assert_eq!(claim(&j, "pool attempt")["status"], "failed", "{out}");
+    assert_eq!(
+        claim(&j, "pool attempt and execution")["status"],
+        "failed",
+        "{out}"
+    );
 }
 
 /// `--policy FILE` that pins no measurement: the failure says how to pin one, and no note claims that

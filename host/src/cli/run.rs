@@ -30,8 +30,13 @@ pub struct Args {
     #[arg(long, value_name = "OUT")]
     pub evidence: Option<PathBuf>,
     /// The founder's nonce, hex, 16 to 64 bytes (random when absent); checked with or without --evidence.
-    #[arg(long, value_name = "HEX")]
+    #[arg(long, value_name = "HEX", conflicts_with = "nonce_exchange")]
     pub nonce: Option<String>,
+    /// The nonce is issued for the run's evidence key (the hosted pool's worker, docs/pool.md): the key is made
+    /// first, one line `key-sha256 HEX` is written on stdout, and one line of nonce hex is read from stdin.
+    /// Process tier only; needs --evidence.
+    #[arg(long, requires = "evidence")]
+    pub nonce_exchange: bool,
     /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
     /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
     #[arg(long, value_name = "FILE")]
@@ -148,8 +153,19 @@ pub fn run(args: Args) -> ExitCode {
             Ok(n) => n,
             Err(e) => return fail(json, "run", "nonce", &format!("--nonce: {e}"), 2),
         },
+        // With --nonce-exchange the nonce is issued once the evidence key exists (below).
+        None if args.nonce_exchange => Vec::new(),
         None => guest::fence::run::random_nonce(),
     };
+    if args.nonce_exchange && tier != crate::vm::confidential::Tier::Process {
+        return fail(
+            json,
+            "run",
+            "nonce",
+            "--nonce-exchange: only the process tier takes a nonce issued for its key so far",
+            2,
+        );
+    }
     // The evidence path is checked before anything runs: a run whose evidence cannot be written is wasted.
     if let Some(out) = &args.evidence {
         if let Err(e) = check_evidence_path(out) {
@@ -166,12 +182,22 @@ pub fn run(args: Args) -> ExitCode {
         };
     }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
-    let session = match &args.evidence {
-        Some(_) => match crate::sim::begin_process_session(&nonce) {
-            Ok((s, _)) => Some(s),
-            Err(e) => return fail(json, "run", "evidence", &format!("--evidence: {e}"), 2),
-        },
+    // With --nonce-exchange the key is made first and its hash announced; the nonce comes back for it.
+    let started = match (&args.evidence, args.nonce_exchange) {
+        (Some(_), true) => Some(crate::sim::begin_process_session_for_key(
+            &mut crate::nonce_exchange::StdioExchange,
+        )),
+        (Some(_), false) => Some(crate::sim::begin_process_session(&nonce)),
+        (None, _) => None,
+    };
+    let session = match started {
+        Some(Ok((s, _))) => Some(s),
+        Some(Err(e)) => return fail(json, "run", "evidence", &format!("--evidence: {e}"), 2),
         None => None,
+    };
+    let nonce = match &session {
+        Some(s) if args.nonce_exchange => s.nonce().to_vec(),
+        _ => nonce,
     };
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
     opts.operator = operator;

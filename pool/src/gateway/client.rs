@@ -371,6 +371,23 @@ impl GatewayClient {
         Ok((attempt, body.to_vec()))
     }
 
+    /// The run's execution ledger, signed by the gateway's pool key (the file `verify-attestation --pool-ledger`
+    /// reads).
+    pub async fn ledger(&self, run_id: &str) -> Result<Vec<u8>, Failure> {
+        let (status, _, body) = self
+            .send(
+                Method::GET,
+                &Self::path(run_id, "/ledger"),
+                Vec::new(),
+                SLACK,
+            )
+            .await?;
+        if status != StatusCode::OK {
+            return Err(self.refused(status, &body));
+        }
+        Ok(body.to_vec())
+    }
+
     /// Cancels the run; why it ended (or that it had not within `wait_seconds`).
     pub async fn cancel(&self, run_id: &str, wait_seconds: u64) -> Result<String, Failure> {
         let (status, _, body) = self

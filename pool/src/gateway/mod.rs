@@ -13,6 +13,7 @@
 //! | `GET /v1/runs/{id}?format=text\|json` | 200, what `pool status` prints |
 //! | `GET /v1/runs/{id}/result?wait=S` | 200, the workflow's result (`RunResult`); 202 when not final within S (at most 60) s |
 //! | `GET /v1/runs/{id}/evidence` | 200, the accepted attempt's evidence, its number in `x-pool-attempt`; 409 when there is none |
+//! | `GET /v1/runs/{id}/ledger` | 200, the run's execution ledger signed with the gateway's `--pool-key`; 409 without one |
 //! | `POST /v1/runs/{id}/cancel?wait=S` | 200, `{"run_id", "why"}` |
 
 pub mod client;
@@ -58,6 +59,10 @@ pub struct GatewayArgs {
     /// The largest bundle a founder may upload, in MiB.
     #[arg(long, value_name = "MIB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub max_bundle_mib: u64,
+    /// The pool's ledger-signing key (from `pool key`): with it, founders fetch their run's signed execution
+    /// ledger (`GET /v1/runs/{id}/ledger`); without it that request is answered 409.
+    #[arg(long, value_name = "FILE")]
+    pub pool_key: Option<PathBuf>,
 }
 
 /// The most connections served at once; more wait in the listen backlog.
@@ -98,6 +103,7 @@ struct Gateway {
     store_url: String,
     temporal: temporalio_client::Client,
     max_bundle: usize,
+    pool_key: Option<ed25519_dalek::SigningKey>,
 }
 
 /// An error answer: a status code and a message, sent as `{"error": msg}`.
@@ -408,8 +414,12 @@ async fn status(
         .status(&run_id)
         .await
         .map_err(|e| unavailable("the store", e))?;
+    let executions = store
+        .executions(&run_id)
+        .await
+        .map_err(|e| unavailable("the store", e))?;
     let workflow = crate::temporal::workflow_state(&g.temporal, &run_id).await;
-    let out = crate::cli::render_status(&run, &attempts, &workflow, json);
+    let out = crate::cli::render_status(&run, &attempts, &executions, &workflow, json);
     let ct = if json {
         "application/json"
     } else {
@@ -498,6 +508,32 @@ async fn evidence(
     }
 }
 
+/// The run's execution ledger, signed with the gateway's pool key.
+async fn ledger(
+    State(g): State<Arc<Gateway>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (_, run_id) = own_run(&g, &headers, &id).await?;
+    let Some(key) = &g.pool_key else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "this gateway holds no pool key (--pool-key), so it signs no ledger",
+        ));
+    };
+    let store = Store::connect(&g.store_url)
+        .await
+        .map_err(|e| unavailable("the store", e))?;
+    let l = store
+        .ledger(&run_id)
+        .await
+        .map_err(|e| unavailable("the store", e))?;
+    let signed = l
+        .sign(key)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], signed).into_response())
+}
+
 async fn cancel(
     State(g): State<Arc<Gateway>>,
     Path(id): Path<String>,
@@ -530,6 +566,7 @@ fn router(g: Arc<Gateway>) -> Router {
         .route("/v1/runs/{id}", get(status))
         .route("/v1/runs/{id}/result", get(result))
         .route("/v1/runs/{id}/evidence", get(evidence))
+        .route("/v1/runs/{id}/ledger", get(ledger))
         .route("/v1/runs/{id}/cancel", post(cancel))
         .fallback(no_route)
         .layer(axum::extract::DefaultBodyLimit::disable())
@@ -663,6 +700,13 @@ pub async fn main(a: GatewayArgs) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let max_bundle = usize::try_from(a.max_bundle_mib * 1024 * 1024).unwrap_or(usize::MAX);
+    let pool_key = match &a.pool_key {
+        Some(p) => match attestation::pool_ledger::load_signing_key(p) {
+            Ok(k) => Some(k),
+            Err(e) => return fail(&format!("--pool-key {}: {e}", p.display())),
+        },
+        None => None,
+    };
     let (listener, shown) = match bind(&a).await {
         Ok(x) => x,
         Err(e) => return fail(&e),
@@ -671,6 +715,7 @@ pub async fn main(a: GatewayArgs) -> ExitCode {
         store_url: a.store.clone(),
         temporal,
         max_bundle,
+        pool_key,
     }));
     println!("listening on {shown}");
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));

@@ -48,6 +48,17 @@ pub struct Args {
     /// derived from --nonce and N (`attestation::pool_nonce::attempt_nonce`), not --nonce itself.
     #[arg(long, value_name = "N", requires = "nonce", value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_attempt: Option<u32>,
+    /// A hosted-pool run's signed execution ledger (`pool fetch --ledger-out`): the evidence's nonce must be one
+    /// the pool issued for the run of --nonce, to the evidence's key, and the run may have at most
+    /// --max-executions executions (`pool-executions`, `pool-ledger`; docs/verification.md).
+    #[arg(long, value_name = "FILE", requires_all = ["nonce", "pool_key"], conflicts_with = "pool_attempt")]
+    pub pool_ledger: Option<PathBuf>,
+    /// The pool's public key (PEM, printed by `pool key`), pinned: the ledger must be signed by it.
+    #[arg(long, value_name = "PUB", requires = "pool_ledger")]
+    pub pool_key: Option<PathBuf>,
+    /// Most executions of the run the founder accepts (default 1: a run executed more than once fails).
+    #[arg(long, value_name = "N", requires = "pool_ledger", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_executions: u32,
     /// Skip the freshness check on purpose: the verdict may then be a replay of an older run, and the output
     /// says so.
     #[arg(long)]
@@ -439,6 +450,7 @@ fn refuse_unsigned_inputs(
 pub fn claim_context(args: &Args, collateral_source: &serde_json::Value) -> output::ClaimContext {
     output::ClaimContext {
         pool_attempt: args.pool_attempt,
+        pool_ledger: None,
         collateral_source: collateral_source.clone(),
         policy_file: args.policy_file.as_ref().map(|p| p.display().to_string()),
         tcb_baseline: args
@@ -451,10 +463,27 @@ pub fn claim_context(args: &Args, collateral_source: &serde_json::Value) -> outp
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let (bytes, opts, baseline, collateral_source) = match options_and_source(&args) {
+    let (bytes, mut opts, baseline, collateral_source) = match options_and_source(&args) {
         Ok(x) => x,
         Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
         Err(OptionsError::Rejected(check, e)) => return rejected(args.json, check, e),
+    };
+    // A pool run's ledger: the evidence is checked against the nonce the pool issued to its key.
+    let pool_ledger = match (&args.pool_ledger, &args.pool_key, &args.nonce) {
+        (Some(l), Some(k), Some(n)) => {
+            let read = std::fs::read(l).map_err(|e| format!("--pool-ledger {}: {e}", l.display()));
+            let key = attestation::pool_ledger::load_public_key(k)
+                .map_err(|e| format!("--pool-key: {e}"));
+            match (read, key) {
+                (Ok(l), Ok(k)) => {
+                    let c = crate::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
+                    opts.nonce = c.nonce.clone().or(opts.nonce);
+                    Some(c)
+                }
+                (Err(e), _) | (_, Err(e)) => return unusable(args.json, "input", e),
+            }
+        }
+        _ => None,
     };
     let mut v = match verify_evidence_bytes(&bytes, &opts) {
         Ok(v) => v,
@@ -478,7 +507,11 @@ pub fn run(args: Args) -> ExitCode {
             super::explain_hint::add_explain_command(f, &args.evidence);
         }
     }
-    let ctx = claim_context(&args, &collateral_source);
+    let mut ctx = claim_context(&args, &collateral_source);
+    if let Some(c) = pool_ledger {
+        v.failures.extend(c.failures.iter().cloned());
+        ctx.pool_ledger = Some(c);
+    }
     if args.json {
         let mut j = output::evidence_json_with(&v, &opts, &ctx);
         if let Some(o) = j.as_object_mut() {

@@ -357,6 +357,7 @@ pub fn run(args: Args) -> ExitCode {
     let baseline_json = baseline.as_ref().map(|b| apply_baseline(b, &mut v));
     let ctx = output::ClaimContext {
         pool_attempt: None,
+        pool_ledger: None,
         collateral_source: collateral_note.clone(),
         policy_file: args.policy_file.as_ref().map(|p| p.display().to_string()),
         tcb_baseline: args
