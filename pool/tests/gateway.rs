@@ -390,7 +390,13 @@ fn no_token_or_a_wrong_token_is_refused() {
 
 #[test]
 fn a_founders_own_verbs_work_end_to_end() {
-    let Some(p) = Pool::start(true, &[]) else {
+    // The gateway holds the pool's ledger key: founders fetch their run's signed execution ledger through it.
+    let keys = tempfile::tempdir().expect("key dir");
+    let key = keys.path().join("pool.key");
+    let o = pool(&["key", "--out", key.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let public = keys.path().join("pool.key.pub");
+    let Some(p) = Pool::start(true, &["--pool-key", key.to_str().expect("utf8")]) else {
         return;
     };
     // submit --wait with the evidence, in JSON.
@@ -438,6 +444,68 @@ fn a_founders_own_verbs_work_end_to_end() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json_of(&o)["attempt"], 1);
     assert_eq!(std::fs::read(&fetched).ok(), std::fs::read(&ev).ok());
+    // The status lists the run's one execution, verified.
+    let o = p.as_founder("alice", &["status", "run-own", "--json"]);
+    let s = json_of(&o);
+    assert_eq!(s["executions"].as_array().map(Vec::len), Some(1), "{s}");
+    assert_eq!(s["executions"][0]["result"], "verified", "{s}");
+    // fetch --ledger-out: the ledger signed with the gateway's key, which the founder's check accepts (one
+    // execution), and which another key does not.
+    let ledger = p.dir.path().join("own.ledger");
+    let o = p.as_founder(
+        "alice",
+        &[
+            "fetch",
+            "run-own",
+            "--out",
+            fetched.to_str().expect("utf8"),
+            "--ledger-out",
+            ledger.to_str().expect("utf8"),
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(json_of(&o)["executions"], 1, "{}", text(&o));
+    let checked = Command::new(VERIFY)
+        .arg("evidence")
+        .arg(&fetched)
+        .args(["--allow-simulated", "--any-measurement", "--nonce", NONCE_A])
+        .arg("--pool-ledger")
+        .arg(&ledger)
+        .arg("--pool-key")
+        .arg(&public)
+        .output()
+        .expect("verify-attestation");
+    assert!(checked.status.success(), "{}", text(&checked));
+    let other = keys.path().join("other.key");
+    let o = pool(&["key", "--out", other.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let wrong = Command::new(VERIFY)
+        .arg("evidence")
+        .arg(&fetched)
+        .args(["--allow-simulated", "--any-measurement", "--nonce", NONCE_A])
+        .arg("--pool-ledger")
+        .arg(&ledger)
+        .arg("--pool-key")
+        .arg(keys.path().join("other.key.pub"))
+        .output()
+        .expect("verify-attestation");
+    assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
+    // A founder gives no --pool-key: the gateway signs.
+    let o = p.as_founder(
+        "alice",
+        &[
+            "fetch",
+            "run-own",
+            "--out",
+            fetched.to_str().expect("utf8"),
+            "--ledger-out",
+            ledger.to_str().expect("utf8"),
+            "--pool-key",
+            key.to_str().expect("utf8"),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // The same ID again is refused (exit 1), and says so.
     let o = p.submit("alice", &job, "run-own", &[]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
