@@ -2,7 +2,6 @@
 //! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
 
 mod anchors;
-pub mod cli;
 pub mod collateral;
 mod digest;
 pub mod evidence;

@@ -6,9 +6,9 @@
 //! every line of the human output says SIMULATED.
 
 use super::snp_report::{parse_time, unusable, PolicyArgs};
-use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
-use crate::output;
-use crate::snp::ChainOptions;
+use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
+use verifier_lib::output;
+use verifier_lib::snp::ChainOptions;
 use attestation::hex::Hex;
 use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
@@ -96,14 +96,14 @@ pub struct PinArgs {
     #[arg(long = "expect-outcome", value_name = "NAME", value_parser = parse_outcome)]
     pub expect_outcome: Vec<Outcome>,
     /// The repository commit the run must have tested: the full object id or a prefix of at least 12 hex digits.
-    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_commit_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_commit_pin)]
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch (full object id).
-    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
     pub tree: Option<String>,
     /// The git tree of the protected paths (`[test] protect`) that the test phase ran: the verdict's
     /// `inputs.test_tree` (full object id).
-    #[arg(long = "protect-tree", value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    #[arg(long = "protect-tree", value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
     pub protect_tree: Option<String>,
     /// The contributor's patch: its SHA-256 must be the verdict's.
     #[arg(long, value_name = "FILE", conflicts_with = "patch_sha256")]
@@ -203,10 +203,10 @@ pub struct EvidenceTdxArgs {
 }
 
 impl EvidenceTdxArgs {
-    /// The TDX [`crate::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
+    /// The TDX [`verifier_lib::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
     /// the shared flags by the verifier).
-    pub fn to_policy(&self) -> crate::tdx::Policy {
-        let mut p = crate::tdx::Policy::default();
+    pub fn to_policy(&self) -> verifier_lib::tdx::Policy {
+        let mut p = verifier_lib::tdx::Policy::default();
         self.accept.apply(&mut p);
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         for r in &self.rtmr {
@@ -242,7 +242,7 @@ pub enum OptionsError {
 pub type Prepared = (
     Vec<u8>,
     EvidenceOptions,
-    Option<crate::collateral::baseline::Baseline>,
+    Option<verifier_lib::collateral::baseline::Baseline>,
     serde_json::Value,
 );
 
@@ -254,7 +254,7 @@ pub fn options(
     (
         Vec<u8>,
         EvidenceOptions,
-        Option<crate::collateral::baseline::Baseline>,
+        Option<verifier_lib::collateral::baseline::Baseline>,
     ),
     OptionsError,
 > {
@@ -271,7 +271,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         .map_err(|e| Unusable("policy-file", e))?;
     let ev = attestation::evidence::Evidence::from_cbor(&bytes).map_err(|e| {
         Unusable(
-            crate::evidence::checks::EVIDENCE_FORMAT,
+            verifier_lib::evidence::checks::EVIDENCE_FORMAT,
             format!("{}: {e}", args.evidence.display()),
         )
     })?;
@@ -379,7 +379,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             Ok(t) => Some(std::sync::Arc::new(t)),
             Err((1, e)) => {
                 return Err(OptionsError::Rejected(
-                    crate::evidence::checks::MEASUREMENT_SET,
+                    verifier_lib::evidence::checks::MEASUREMENT_SET,
                     e,
                 ))
             }
@@ -461,13 +461,13 @@ pub fn run(args: Args) -> ExitCode {
         Err(e) => {
             return unusable(
                 args.json,
-                crate::evidence::checks::EVIDENCE_FORMAT,
+                verifier_lib::evidence::checks::EVIDENCE_FORMAT,
                 format!("{}: {e}", args.evidence.display()),
             )
         }
     };
     let mut baseline_json = None;
-    if let (Some(b), crate::evidence::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
+    if let (Some(b), verifier_lib::evidence::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
         let before = sv.failures.len();
         baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();
