@@ -88,7 +88,9 @@ fn bench(c: &mut Criterion) {
     });
     // The CLI is its own crate (verify-attestation); its binary is timed when VERIFY_ATTESTATION_BIN names it.
     let Some(bin) = std::env::var_os("VERIFY_ATTESTATION_BIN") else {
-        eprintln!("skipped: process_verify_attestation_tdx_quote (VERIFY_ATTESTATION_BIN is not set)");
+        eprintln!(
+            "skipped: process_verify_attestation_tdx_quote (VERIFY_ATTESTATION_BIN is not set)"
+        );
         g.finish();
         return;
     };

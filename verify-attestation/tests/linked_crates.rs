@@ -58,7 +58,10 @@ fn the_founders_binary_links_no_runner_code() {
     );
     for banned in ["sev", "nix", "x509-cert"] {
         let found: Vec<_> = lines.iter().filter(|l| crate_name(l) == banned).collect();
-        assert!(found.is_empty(), "verify-attestation links {banned}: {found:?}");
+        assert!(
+            found.is_empty(),
+            "verify-attestation links {banned}: {found:?}"
+        );
     }
     for formats_only in ["attestation", "measurements"] {
         let f = features(&lines, formats_only);
@@ -77,7 +80,15 @@ fn the_check_library_links_no_cli_http_or_cache() {
         return;
     };
     for banned in [
-        "clap", "ureq", "fd-lock", "dirs", "httpdate", "tempfile", "sev", "nix", "x509-cert",
+        "clap",
+        "ureq",
+        "fd-lock",
+        "dirs",
+        "httpdate",
+        "tempfile",
+        "sev",
+        "nix",
+        "x509-cert",
     ] {
         let found: Vec<_> = lines.iter().filter(|l| crate_name(l) == banned).collect();
         assert!(found.is_empty(), "verifier-lib links {banned}: {found:?}");

@@ -4,16 +4,16 @@
 //! saved. `bundle-sign` adds an auditor's signature to a bundle. [`CollateralArgs`] are the flags the verify
 //! commands share to use a bundle, the cache, or the network (`--online`).
 
+use attestation::snp::{AttestationReport, Product};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use verifier_lib::collateral::bundle::{Bundle, Content, SnpPart};
 use verifier_lib::collateral::cache::{rfc3339, Cache, Origin};
 use verifier_lib::collateral::http::Client;
 use verifier_lib::collateral::kds::{Kds, DEFAULT_KDS_URL};
 use verifier_lib::collateral::pcs::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
 use verifier_lib::collateral::{FetchConfig, FetchError};
-use attestation::snp::{AttestationReport, Product};
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// Where collateral comes from: the flags every fetching path shares.
 #[derive(clap::Args, Debug, Clone, Default)]

@@ -6,11 +6,11 @@
 
 use super::kind::{self, Kind};
 use super::snp_report::unusable;
-use verifier_lib::output::print_table;
 use attestation::snp::{AttestationReport, Product, TcbVersion};
 use attestation::tdx::Quote;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verifier_lib::output::print_table;
 
 /// The first line of every `show` table, and the `verified` key of its JSON: nothing was checked.
 pub const NOT_VERIFIED: &str =

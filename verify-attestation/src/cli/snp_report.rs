@@ -3,13 +3,13 @@
 //!
 //! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
-use verifier_lib::output;
-use verifier_lib::snp::policy::{AbiVersion, TcbMinimum};
-use verifier_lib::snp::{self, CertBundle, ChainOptions, Policy};
 use attestation::hex::Hex;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verifier_lib::output;
+use verifier_lib::snp::policy::{AbiVersion, TcbMinimum};
+use verifier_lib::snp::{self, CertBundle, ChainOptions, Policy};
 
 /// The acceptability policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
 #[derive(clap::Args, Debug, Clone, Default)]

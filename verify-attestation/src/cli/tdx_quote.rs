@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cli::snp_report::parse_time;
+use attestation::hex::Hex;
+use attestation::tdx::Quote;
 use verifier_lib::output::print_table;
 use verifier_lib::tdx::{
     verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
 };
-use attestation::hex::Hex;
-use attestation::tdx::Quote;
 
 /// The TDX acceptability flags shared by `tdx-quote` and `evidence` (everything but the launch-measurement pin,
 /// whose flags differ between the two, and the flags `evidence` shares with SEV-SNP).
