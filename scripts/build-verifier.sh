@@ -5,7 +5,7 @@
 #
 # Needs Rust's x86_64-unknown-linux-musl target (added with rustup when rustup is there) and a C compiler for
 # musl (Debian: musl-tools), since aws-lc and ring carry C and assembly. Elsewhere it says what is missing and
-# exits 1; `cargo build --release -p verifier-lib --bin verify-attestation` still builds the ordinary binary.
+# exits 1; `cargo build --release -p verify-attestation --bin verify-attestation` still builds the ordinary binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,5 +31,5 @@ fi
 # checked with ring); built without it, aws-lc probes on first use instead (attestation::sig calls
 # aws_lc_rs::init() before each aws-lc check). Each `cpuid` is a trip to the hypervisor on the VMs this runs on.
 export AWS_LC_SYS_CFLAGS_x86_64_unknown_linux_musl="${AWS_LC_SYS_CFLAGS_x86_64_unknown_linux_musl:-} -DBORINGSSL_NO_STATIC_INITIALIZER"
-cargo build --profile verifier --target "$target" -p verifier-lib --bin verify-attestation >&2
+cargo build --profile verifier --target "$target" -p verify-attestation --bin verify-attestation >&2
 echo "$PWD/target/$target/verifier/verify-attestation"

@@ -1,5 +1,9 @@
 //! Evidence and verdict formats of fenced-run, the SEV-SNP report and TDX quote types parsed from bytes and
 //! written back, the report-data key binding, and the TEE backends (hardware and sim).
+//!
+//! The backends, the sim CAs' signing code and the agent's session (`tee`, `sim`, `session`) are the feature
+//! `runner`, on by default; a verifier (verifier-lib, verify-attestation) builds without it and gets the formats
+//! only.
 
 pub mod binding;
 pub mod cli_io;
@@ -7,11 +11,14 @@ pub mod evidence;
 pub mod hex;
 pub mod pool_ledger;
 pub mod pool_nonce;
+#[cfg(feature = "runner")]
 pub mod session;
 pub mod sig;
+#[cfg(feature = "runner")]
 pub mod sim;
 pub mod snp;
 pub mod tdx;
+#[cfg(feature = "runner")]
 pub mod tee;
 pub mod text;
 pub mod vectors;

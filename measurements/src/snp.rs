@@ -486,12 +486,38 @@ pub fn vcpu_sig(family: u32, model: u32, stepping: u32) -> u32 {
         | (stepping & 0xf)
 }
 
-/// The signature of a QEMU CPU model name such as `EPYC-v4`, `EPYC-Milan` or `EPYC-Genoa` (from the `sev` crate's
-/// table of QEMU's EPYC models).
+/// QEMU's EPYC CPU models (lower case) and the family, model and stepping each reports: the table of the `sev`
+/// crate's `CpuType` (a unit test holds the two equal), kept here so that a verifier checking measurement sets
+/// does not link the `sev` crate.
+const VCPU_TYPES: [(&str, (u32, u32, u32)); 18] = [
+    ("epyc", (23, 1, 2)),
+    ("epyc-v1", (23, 1, 2)),
+    ("epyc-v2", (23, 1, 2)),
+    ("epyc-ibpb", (23, 1, 2)),
+    ("epyc-v3", (23, 1, 2)),
+    ("epyc-v4", (23, 1, 2)),
+    ("epyc-rome", (23, 49, 0)),
+    ("epyc-rome-v1", (23, 49, 0)),
+    ("epyc-rome-v2", (23, 49, 0)),
+    ("epyc-rome-v3", (23, 49, 0)),
+    ("epyc-milan", (25, 1, 1)),
+    ("epyc-milan-v1", (25, 1, 1)),
+    ("epyc-milan-v2", (25, 1, 1)),
+    ("epyc-genoa", (25, 17, 0)),
+    ("epyc-genoa-v1", (25, 17, 0)),
+    ("epyc-turin", (26, 0, 0)),
+    ("epyc-turin-v1", (26, 0, 0)),
+    ("epyc-turin-v2", (26, 0, 0)),
+];
+
+/// The signature of a QEMU CPU model name such as `EPYC-v4`, `EPYC-Milan` or `EPYC-Genoa` (any case; QEMU's EPYC
+/// models as the `sev` crate lists them).
 pub fn vcpu_sig_for_type(name: &str) -> Option<u32> {
-    use sev::measurement::vcpu_types::CpuType;
-    let t = CpuType::try_from(name).ok()?;
-    u32::try_from(t.sig()).ok()
+    let lower = name.to_ascii_lowercase();
+    VCPU_TYPES
+        .iter()
+        .find(|(n, _)| *n == lower)
+        .map(|(_, (f, m, s))| vcpu_sig(*f, *m, *s))
 }
 
 /// The three SHA-256 hashes QEMU writes into the SEV hashes table for a direct kernel boot.
@@ -955,6 +981,27 @@ pub fn measure_files(inputs: &SnpInputs, cfg: &SnpConfig) -> Result<LaunchDigest
 
 #[cfg(test)]
 mod tests {
+    /// The vCPU table is the `sev` crate's, name for name and signature for signature (and case-insensitive as
+    /// its parser is); a name it does not know is `None` here too.
+    #[test]
+    fn vcpu_types_match_the_sev_crate() {
+        use sev::measurement::vcpu_types::CpuType;
+        for (name, _) in super::VCPU_TYPES {
+            let t = CpuType::try_from(name).expect("sev knows the name");
+            assert_eq!(t.to_string().to_ascii_lowercase(), name);
+            let want = u32::try_from(t.sig()).ok();
+            assert_eq!(super::vcpu_sig_for_type(name), want, "{name}");
+            assert_eq!(super::vcpu_sig_for_type(&t.to_string()), want, "{t}");
+        }
+        for n in 0u8..=255 {
+            if let Ok(t) = CpuType::try_from(n) {
+                assert!(super::vcpu_sig_for_type(&t.to_string()).is_some(), "{t}");
+            }
+        }
+        assert_eq!(super::vcpu_sig_for_type("EPYC-Zen9"), None);
+        assert!(CpuType::try_from("EPYC-Zen9").is_err());
+    }
+
     use super::*;
 
     /// Builds a tiny OVMF-like image: `pages` pages, a GUIDed table with the given entries and SEV metadata.

@@ -241,12 +241,56 @@ pub fn verify_evidence_bytes(
     bytes: &[u8],
     opts: &EvidenceOptions,
 ) -> Result<EvidenceVerification, EvidenceError> {
-    let ev = Evidence::from_cbor(bytes)?;
-    Ok(verify_evidence(&ev, opts))
+    Ok(verify_decoded(&Decoded::from_cbor(bytes)?, opts))
+}
+
+/// Evidence decoded once: its CBOR and, for SEV-SNP evidence, its report. A caller that must look at the report
+/// before verifying (the CLI, to fetch the certificates it names) reads it here, and [`verify_decoded`] verifies
+/// the same parsed values: the evidence is decoded once and the report parsed once per verification.
+#[derive(Debug)]
+pub struct Decoded {
+    /// The evidence.
+    pub evidence: Evidence,
+    /// SEV-SNP evidence: its report, or why it does not parse (a `report-format` failure when verified);
+    /// `None` for TDX evidence.
+    pub snp_report: Option<Result<AttestationReport, attestation::snp::ReportError>>,
+}
+
+impl Decoded {
+    /// Decodes evidence bytes and parses an SEV-SNP report inside.
+    pub fn from_cbor(bytes: &[u8]) -> Result<Decoded, EvidenceError> {
+        Ok(Decoded::new(Evidence::from_cbor(bytes)?))
+    }
+
+    /// Parses the SEV-SNP report of decoded evidence.
+    pub fn new(evidence: Evidence) -> Decoded {
+        let snp_report = evidence
+            .tee
+            .is_snp()
+            .then(|| AttestationReport::from_bytes(&evidence.report));
+        Decoded {
+            evidence,
+            snp_report,
+        }
+    }
+}
+
+/// Verifies evidence decoded by [`Decoded`].
+pub fn verify_decoded(d: &Decoded, opts: &EvidenceOptions) -> EvidenceVerification {
+    verify_with_report(&d.evidence, d.snp_report.as_ref(), opts)
 }
 
 /// Verifies decoded evidence.
 pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerification {
+    verify_with_report(ev, None, opts)
+}
+
+/// [`verify_evidence`], with the SEV-SNP report already parsed when `snp_report` is given.
+fn verify_with_report(
+    ev: &Evidence,
+    snp_report: Option<&Result<AttestationReport, attestation::snp::ReportError>>,
+    opts: &EvidenceOptions,
+) -> EvidenceVerification {
     let mut failures = Vec::new();
     // A pin counts only for the TEE it applies to: `--mrtd`/`--rtmr` pin nothing of an SEV-SNP report.
     let pinned = opts.measurement_set.is_some()
@@ -271,7 +315,9 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
 
     // 1. The hardware report, and what its chain says about simulation.
     let (report, report_data, simulated) = match ev.tee {
-        TeeLabel::SevSnp | TeeLabel::SimSevSnp => verify_snp_part(ev, opts, &mut failures),
+        TeeLabel::SevSnp | TeeLabel::SimSevSnp => {
+            verify_snp_part(ev, snp_report, opts, &mut failures)
+        }
         TeeLabel::Tdx | TeeLabel::SimTdx => verify_tdx_part(ev, opts, &mut failures),
         _ => {
             failures.push(Failure::new(
@@ -299,15 +345,15 @@ pub fn verify_evidence(ev: &Evidence, opts: &EvidenceOptions) -> EvidenceVerific
     }
 
     // 2. report_data == binding(key, nonce).
-    let unverified_verdict = ev
-        .verdict
-        .payload
-        .as_deref()
-        .and_then(|p| Verdict::from_cbor(p).ok());
-    let nonce = opts
-        .nonce
-        .clone()
-        .or_else(|| unverified_verdict.as_ref().map(|v| v.inputs.nonce.clone()));
+    // Without the founder's nonce, the one the (not yet verified) verdict names; decoded only then, so a
+    // verification with a nonce decodes the verdict once, after its signature.
+    let nonce = opts.nonce.clone().or_else(|| {
+        ev.verdict
+            .payload
+            .as_deref()
+            .and_then(|p| Verdict::from_cbor(p).ok())
+            .map(|v| v.inputs.nonce)
+    });
     match (&nonce, report_data) {
         (Some(n), Some(rd)) => {
             let want = binding::report_data(&ev.key(), n);
@@ -746,11 +792,20 @@ pub fn tests_ran(v: &Verdict) -> bool {
 
 fn verify_snp_part(
     ev: &Evidence,
+    parsed: Option<&Result<AttestationReport, attestation::snp::ReportError>>,
     opts: &EvidenceOptions,
     failures: &mut Vec<Failure>,
 ) -> (ReportVerification, Option<[u8; 64]>, bool) {
-    let report = match AttestationReport::from_bytes(&ev.report) {
-        Ok(r) => r,
+    let parsed_here;
+    let parsed = match parsed {
+        Some(p) => p,
+        None => {
+            parsed_here = AttestationReport::from_bytes(&ev.report);
+            &parsed_here
+        }
+    };
+    let report = match parsed {
+        Ok(r) => r.clone(),
         Err(e) => {
             failures.push(Failure::new(checks::REPORT_FORMAT, e.to_string()));
             return (ReportVerification::Unverified, None, ev.tee.is_simulated());
@@ -786,14 +841,10 @@ fn verify_snp_part(
         report: &ev.report,
         certs: &bundle,
     };
-    // The report parsed above, so this parses too; the signature is checked over the bytes as received.
-    let mut v = match snp::verify_report_bytes(&input, &chain_opts, &opts.policy) {
-        Ok(v) => v,
-        Err(e) => {
-            failures.push(Failure::new(checks::REPORT_FORMAT, e.to_string()));
-            return (ReportVerification::Unverified, None, ev.tee.is_simulated());
-        }
-    };
+    // The report parsed once, above; the signature is checked over the bytes as received.
+    let rd = report.report_data;
+    let mut v = snp::verify_parsed(report, &input, &chain_opts);
+    snp::validate(&mut v, &opts.policy);
     let simulated = v.chain.root == RootKind::Unpinned;
     if simulated && !opts.chain.allow_simulated {
         // First in both lists, so the report's own result is not "verified" either.
@@ -806,7 +857,6 @@ fn verify_snp_part(
         );
     }
     failures.extend(v.failures.iter().cloned());
-    let rd = report.report_data;
     (ReportVerification::Snp(Box::new(v)), Some(rd), simulated)
 }
 

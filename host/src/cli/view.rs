@@ -9,7 +9,7 @@ use super::run::fail;
 use attestation::text::{escape, shown};
 use std::path::Path;
 use std::process::ExitCode;
-use verifier_lib::cli::evidence::{options, OptionsError};
+use verify_attestation::cli::evidence::{options, OptionsError};
 use verifier_lib::evidence::EvidenceOptions;
 use viewer::bind::{Credential, CREDENTIAL_PATH};
 use viewer::{Page, ServeConfig};
@@ -30,7 +30,7 @@ pub struct Args {
     pub once: bool,
     /// The flags of `verify-attestation evidence`; EVIDENCE may also be a verdict JSON (shown NOT VERIFIED).
     #[command(flatten)]
-    pub verify: Box<verifier_lib::cli::evidence::Args>,
+    pub verify: Box<verify_attestation::cli::evidence::Args>,
 }
 
 /// Runs the subcommand.

@@ -60,11 +60,21 @@ pub struct SnpInput<'a> {
 /// [`validate`]. A report that does not parse is an error, not a failed check.
 pub fn verify(input: &SnpInput<'_>, opts: &ChainOptions) -> Result<SnpVerification, ReportError> {
     let report = AttestationReport::from_bytes(input.report)?;
+    Ok(verify_parsed(report, input, opts))
+}
+
+/// [`verify`] of a report parsed earlier from `input.report` (evidence parses it once,
+/// `crate::evidence::Decoded`); the signature is still checked over `input.report`, the bytes as received.
+pub(crate) fn verify_parsed(
+    report: AttestationReport,
+    input: &SnpInput<'_>,
+    opts: &ChainOptions,
+) -> SnpVerification {
     // One verification: each distinct signature checked once (crate::sigcache::within_one_verification).
-    Ok(crate::sigcache::within_one_verification(|| {
+    crate::sigcache::within_one_verification(|| {
         let chain = verify_chain(input.certs, opts, report.product_from_cpuid());
         verify_with_chain(report, input.report, &chain)
-    }))
+    })
 }
 
 /// Acceptability: adds the failures of `policy` (guest policy, TCB minimums, measurement, report data, ...) to

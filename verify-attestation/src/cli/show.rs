@@ -6,11 +6,11 @@
 
 use super::kind::{self, Kind};
 use super::snp_report::unusable;
-use crate::output::print_table;
 use attestation::snp::{AttestationReport, Product, TcbVersion};
 use attestation::tdx::Quote;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verifier_lib::output::print_table;
 
 /// The first line of every `show` table, and the `verified` key of its JSON: nothing was checked.
 pub const NOT_VERIFIED: &str =
@@ -39,7 +39,7 @@ fn tcb_text(tcb: TcbVersion, product: Option<Product>) -> String {
 }
 
 fn tcb_json(tcb: TcbVersion, product: Option<Product>) -> serde_json::Value {
-    crate::output::decoded_tcb(tcb, product.or(Some(Product::Milan)))
+    verifier_lib::output::decoded_tcb(tcb, product.or(Some(Product::Milan)))
 }
 
 fn yes(b: bool) -> &'static str {
@@ -173,10 +173,10 @@ pub fn snp_json(r: &AttestationReport, product: Option<Product>) -> serde_json::
 }
 
 /// The FMSPC (and the rest of the SGX extensions) of the quote's PCK certificate, when it carries a chain.
-fn pck_facts(q: &Quote) -> Option<crate::tdx::pck::PckExtensions> {
+fn pck_facts(q: &Quote) -> Option<verifier_lib::tdx::pck::PckExtensions> {
     let pem = q.pck_chain_pem()?;
-    let chain = crate::tdx::x509::parse_pem_chain("PCK chain", pem).ok()?;
-    crate::tdx::pck::PckExtensions::from_cert(chain.first()?).ok()
+    let chain = verifier_lib::tdx::x509::parse_pem_chain("PCK chain", pem).ok()?;
+    verifier_lib::tdx::pck::PckExtensions::from_cert(chain.first()?).ok()
 }
 
 /// The rows of a TDX quote, every field of the header and the TD report.
@@ -334,8 +334,8 @@ fn show_evidence(bytes: &[u8]) -> Result<Shown, String> {
     let leaf_product = ev
         .certs
         .first()
-        .and_then(|der| crate::snp::certs::parse_cert(der, "VCEK/VLEK").ok())
-        .and_then(|c| crate::snp::certs::LeafInfo::from_cert(&c).ok())
+        .and_then(|der| verifier_lib::snp::certs::parse_cert(der, "VCEK/VLEK").ok())
+        .and_then(|c| verifier_lib::snp::certs::LeafInfo::from_cert(&c).ok())
         .and_then(|l| l.product());
     let inner = if ev.tee.is_snp() {
         show_snp(&ev.report, leaf_product)
@@ -367,7 +367,7 @@ fn show_evidence(bytes: &[u8]) -> Result<Shown, String> {
         ("verdict key".to_string(), key_hex.clone()),
     ];
     rows.extend(
-        crate::output::evidence_run_rows_of(&verdict)
+        verifier_lib::output::evidence_run_rows_of(&verdict)
             .into_iter()
             .map(|(k, v)| (format!("verdict {k}"), v)),
     );

@@ -3,13 +3,13 @@
 //!
 //! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
-use crate::output;
-use crate::snp::policy::{AbiVersion, TcbMinimum};
-use crate::snp::{self, CertBundle, ChainOptions, Policy};
 use attestation::hex::Hex;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verifier_lib::output;
+use verifier_lib::snp::policy::{AbiVersion, TcbMinimum};
+use verifier_lib::snp::{self, CertBundle, ChainOptions, Policy};
 
 /// The acceptability policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -187,7 +187,7 @@ pub fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
 /// Prints a rejection found before verification (exit 1), e.g. a bundle without enough auditor signatures.
 pub fn rejected(json: bool, check: &'static str, detail: String) -> ExitCode {
     if json {
-        let v = serde_json::json!({ "verified": false, "failures": [crate::Failure::new(check, detail)] });
+        let v = serde_json::json!({ "verified": false, "failures": [verifier_lib::Failure::new(check, detail)] });
         println!("{}", attestation::text::json_safe(&v.to_string()));
     } else {
         eprintln!(
@@ -201,11 +201,11 @@ pub fn rejected(json: bool, check: &'static str, detail: String) -> ExitCode {
 /// Checks the report's REPORTED_TCB (the TCB its VCEK attests) against a TCB baseline: one `tcb-baseline`
 /// failure per component below its floor. Returns the JSON summary.
 pub fn apply_baseline(
-    b: &crate::collateral::baseline::Baseline,
+    b: &verifier_lib::collateral::baseline::Baseline,
     v: &mut snp::SnpVerification,
 ) -> serde_json::Value {
     let Some(product) = v.product() else {
-        v.failures.push(crate::Failure::new(
+        v.failures.push(verifier_lib::Failure::new(
             "tcb-baseline",
             "the product is unknown: the baseline cannot be applied",
         ));
@@ -215,7 +215,7 @@ pub fn apply_baseline(
     let short = b.check(product, &parts);
     for s in &short {
         v.failures
-            .push(crate::Failure::new("tcb-baseline", s.describe()));
+            .push(verifier_lib::Failure::new("tcb-baseline", s.describe()));
     }
     serde_json::json!({
         "version": b.version,

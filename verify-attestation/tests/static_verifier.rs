@@ -6,6 +6,7 @@
 //! The static binary is named by `FENCED_RUN_STATIC_VERIFIER` (.ci/run builds it and sets it); without it the
 //! test says it was skipped, unless `FENCED_RUN_REQUIRE_STATIC=1`.
 
+#[path = "../../verifier-lib/tests/snp_common/mod.rs"]
 mod snp_common;
 
 use std::path::{Path, PathBuf};

@@ -1,9 +1,9 @@
 //! On a hardware launch measurement that is in no entry of the `--measurements` set, the failure also gives the
 //! command that answers which launch configuration produces it (`measure-guest explain`, with the evidence file).
 
-use crate::evidence::checks::MEASUREMENT_SET;
-use crate::Failure;
 use std::path::Path;
+use verifier_lib::evidence::checks::MEASUREMENT_SET;
+use verifier_lib::Failure;
 
 /// What is appended to the failure, with the evidence path in `{}`.
 const HINT: &str =

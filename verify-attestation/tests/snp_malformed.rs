@@ -1,6 +1,7 @@
 //! Malformed inputs to the SEV-SNP verifier never panic: arbitrary or truncated certificates, arbitrary reports
 //! through the CLI, and garbage CRLs all end as named failures or errors.
 
+#[path = "../../verifier-lib/tests/snp_common/mod.rs"]
 mod snp_common;
 
 use attestation::snp::AttestationReport;

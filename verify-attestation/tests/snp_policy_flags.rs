@@ -2,6 +2,7 @@
 //! a value the report does not meet rejects it (exit 1) with exactly that check, naming seen and expected;
 //! a value it meets (where the vector allows one) keeps it verified (exit 0).
 
+#[path = "../../verifier-lib/tests/snp_common/mod.rs"]
 mod snp_common;
 
 use std::process::Command;

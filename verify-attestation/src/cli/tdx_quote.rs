@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cli::snp_report::parse_time;
-use crate::output::print_table;
-use crate::tdx::{
-    verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
-};
 use attestation::hex::Hex;
 use attestation::tdx::Quote;
+use verifier_lib::output::print_table;
+use verifier_lib::tdx::{
+    verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
+};
 
 /// The TDX acceptability flags shared by `tdx-quote` and `evidence` (everything but the launch-measurement pin,
 /// whose flags differ between the two, and the flags `evidence` shares with SEV-SNP).
@@ -286,7 +286,7 @@ pub fn table(v: &TdxVerification) -> String {
 
 /// The human table with one `claim` row per claim before the failures; every line says SIMULATED when the root
 /// is not Intel's.
-pub fn table_with(v: &TdxVerification, claims: &[crate::output::Claim]) -> String {
+pub fn table_with(v: &TdxVerification, claims: &[verifier_lib::output::Claim]) -> String {
     let td = v.quote.td();
     let attrs = td.attributes();
     let mut rows: Vec<(String, String)> = vec![
@@ -357,7 +357,7 @@ pub fn table_with(v: &TdxVerification, claims: &[crate::output::Claim]) -> Strin
             ),
         ));
     }
-    rows.extend(crate::output::claim_rows(claims));
+    rows.extend(verifier_lib::output::claim_rows(claims));
     if v.failures.is_empty() {
         rows.push(("failures".into(), "none".into()));
     }
@@ -460,11 +460,11 @@ pub fn run(args: Args) -> ExitCode {
             ));
         }
     }
-    let ctx = crate::output::ClaimContext {
+    let ctx = verifier_lib::output::ClaimContext {
         collateral_source: collateral_note.clone(),
         ..Default::default()
     };
-    let claims = crate::output::tdx_claims(&v, &policy, &ctx);
+    let claims = verifier_lib::output::tdx_claims(&v, &policy, &ctx);
     if args.json {
         let mut j = json(&v);
         if let Some(o) = j.as_object_mut() {

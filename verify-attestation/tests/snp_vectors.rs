@@ -1,6 +1,7 @@
 //! Table-driven over every folder of `../shared/vectors/snp`: signature and chain results, TCB and hwID binding,
 //! product, and the `verify-attestation snp-report` verdict agree with each `expected.json`.
 
+#[path = "../../verifier-lib/tests/snp_common/mod.rs"]
 mod snp_common;
 
 use attestation::snp::{AttestationReport, Product};

@@ -4,16 +4,16 @@
 //! saved. `bundle-sign` adds an auditor's signature to a bundle. [`CollateralArgs`] are the flags the verify
 //! commands share to use a bundle, the cache, or the network (`--online`).
 
-use crate::collateral::bundle::{Bundle, Content, SnpPart};
-use crate::collateral::cache::{rfc3339, Cache, Origin};
-use crate::collateral::http::Client;
-use crate::collateral::kds::{Kds, DEFAULT_KDS_URL};
-use crate::collateral::pcs::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
-use crate::collateral::{FetchConfig, FetchError};
 use attestation::snp::{AttestationReport, Product};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use verifier_lib::collateral::bundle::{Bundle, Content, SnpPart};
+use verifier_lib::collateral::cache::{rfc3339, Cache, Origin};
+use verifier_lib::collateral::http::Client;
+use verifier_lib::collateral::kds::{Kds, DEFAULT_KDS_URL};
+use verifier_lib::collateral::pcs::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
+use verifier_lib::collateral::{FetchConfig, FetchError};
 
 /// Where collateral comes from: the flags every fetching path shares.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -259,7 +259,7 @@ pub fn run(args: Args) -> ExitCode {
     let now = super::at_or_now(args.at);
     let now_s = now.unix_timestamp();
     let mut content = Content {
-        format: crate::collateral::bundle::BUNDLE_FORMAT.into(),
+        format: verifier_lib::collateral::bundle::BUNDLE_FORMAT.into(),
         created: rfc3339(now_s),
         subject: String::new(),
         snp: None,
@@ -269,7 +269,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut lines: Vec<String> = Vec::new();
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     if let Some(dir) = &args.from_pcs_responses {
-        let file = match crate::collateral::pcs::from_responses(dir, now_s) {
+        let file = match verifier_lib::collateral::pcs::from_responses(dir, now_s) {
             Ok(f) => f,
             Err(e) => return fail(args.json, e.check(), e.to_string()),
         };
@@ -342,7 +342,7 @@ pub fn run(args: Args) -> ExitCode {
                 };
                 let got = match fetched {
                     Ok(g) => g,
-                    Err(crate::collateral::FetchError::VlekNotFetchable { partial }) => {
+                    Err(verifier_lib::collateral::FetchError::VlekNotFetchable { partial }) => {
                         return vlek_partial(&args, &partial)
                     }
                     Err(e) => return fail(args.json, e.check(), e.to_string()),
@@ -430,7 +430,7 @@ pub fn run(args: Args) -> ExitCode {
 
 /// A VLEK-signed report without `--vlek`: writes the fetched ARK, ASVK (and CRL) to `--out` when given, then
 /// fails (exit 2, `collateral-vlek`) saying that the VLEK is the cloud provider's and what to get.
-fn vlek_partial(args: &Args, partial: &crate::collateral::kds::SnpFetched) -> ExitCode {
+fn vlek_partial(args: &Args, partial: &verifier_lib::collateral::kds::SnpFetched) -> ExitCode {
     let mut written = Vec::new();
     if let Some(out) = &args.out {
         let mut files = vec![
@@ -460,7 +460,7 @@ fn vlek_partial(args: &Args, partial: &crate::collateral::kds::SnpFetched) -> Ex
         .collect();
     let mut detail = format!(
         "{}. Fetched and verified: {}",
-        crate::collateral::kds::VLEK_ADVICE,
+        verifier_lib::collateral::kds::VLEK_ADVICE,
         fetched.join(", ")
     );
     if !written.is_empty() {
@@ -642,13 +642,13 @@ impl CollateralArgs {
         &self,
         path: &Path,
         bytes: &[u8],
-    ) -> Result<(Bundle, crate::collateral::bundle::SignatureCheck), Refusal> {
+    ) -> Result<(Bundle, verifier_lib::collateral::bundle::SignatureCheck), Refusal> {
         let b = Bundle::from_json(bytes)
             .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
         if !self.auditors_named() {
             return Ok((
                 b,
-                crate::collateral::bundle::SignatureCheck {
+                verifier_lib::collateral::bundle::SignatureCheck {
                     signers: Vec::new(),
                     key_ids: Vec::new(),
                     problems: Vec::new(),
@@ -677,10 +677,10 @@ impl CollateralArgs {
         with_crl: bool,
         allow_simulated: bool,
         now: i64,
-    ) -> Result<(crate::collateral::kds::SnpFetched, Option<PathBuf>), FetchError> {
+    ) -> Result<(verifier_lib::collateral::kds::SnpFetched, Option<PathBuf>), FetchError> {
         if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
             // Nothing fetched or cached completes a VLEK-signed report: say so before any request.
-            return Err(crate::collateral::kds::vlek_error());
+            return Err(verifier_lib::collateral::kds::vlek_error());
         }
         let mut s = self.source.resolve().map_err(FetchError::Input)?;
         s.allow_simulated = allow_simulated;
@@ -728,11 +728,11 @@ impl CollateralArgs {
     }
 
     /// Loads the TCB baseline, if given.
-    pub fn baseline(&self) -> Result<Option<crate::collateral::baseline::Baseline>, String> {
+    pub fn baseline(&self) -> Result<Option<verifier_lib::collateral::baseline::Baseline>, String> {
         self.tcb_baseline
             .as_deref()
             .map(|p| {
-                crate::collateral::baseline::Baseline::load(p)
+                verifier_lib::collateral::baseline::Baseline::load(p)
                     .map_err(|e| format!("--tcb-baseline: {e}"))
             })
             .transpose()
@@ -754,7 +754,7 @@ pub struct TdxFromSources {
 fn bundle_note(
     path: &Path,
     b: &Bundle,
-    c: &crate::collateral::bundle::SignatureCheck,
+    c: &verifier_lib::collateral::bundle::SignatureCheck,
 ) -> serde_json::Value {
     serde_json::json!({
         "source": "bundle",
@@ -836,7 +836,7 @@ pub fn tdx_collateral(
 /// for the output's `collateral_source`.
 pub struct SnpCollateral {
     /// ARK, ASK|ASVK, VCEK|VLEK.
-    pub certs: crate::snp::CertBundle,
+    pub certs: verifier_lib::snp::CertBundle,
     /// The bundle's or KDS's CRL, if any.
     pub crl: Option<Vec<u8>>,
     /// `{"source": "bundle"|"online"|"cache", ...}`.

@@ -6,14 +6,14 @@
 //! every line of the human output says SIMULATED.
 
 use super::snp_report::{parse_time, unusable, PolicyArgs};
-use crate::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
-use crate::output;
-use crate::snp::ChainOptions;
 use attestation::hex::Hex;
 use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use verifier_lib::evidence::{verify_decoded, Decoded, EvidenceOptions, RunPins};
+use verifier_lib::output;
+use verifier_lib::snp::ChainOptions;
 
 /// Arguments of `verify-attestation evidence`.
 #[derive(clap::Args, Debug)]
@@ -107,14 +107,14 @@ pub struct PinArgs {
     #[arg(long = "expect-outcome", value_name = "NAME", value_parser = parse_outcome)]
     pub expect_outcome: Vec<Outcome>,
     /// The repository commit the run must have tested: the full object id or a prefix of at least 12 hex digits.
-    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_commit_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_commit_pin)]
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch (full object id).
-    #[arg(long, value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
     pub tree: Option<String>,
     /// The git tree of the protected paths (`[test] protect`) that the test phase ran: the verdict's
     /// `inputs.test_tree` (full object id).
-    #[arg(long = "protect-tree", value_name = "SHA", value_parser = crate::evidence::parse_tree_pin)]
+    #[arg(long = "protect-tree", value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
     pub protect_tree: Option<String>,
     /// The contributor's patch: its SHA-256 must be the verdict's.
     #[arg(long, value_name = "FILE", conflicts_with = "patch_sha256")]
@@ -214,10 +214,10 @@ pub struct EvidenceTdxArgs {
 }
 
 impl EvidenceTdxArgs {
-    /// The TDX [`crate::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
+    /// The TDX [`verifier_lib::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
     /// the shared flags by the verifier).
-    pub fn to_policy(&self) -> crate::tdx::Policy {
-        let mut p = crate::tdx::Policy::default();
+    pub fn to_policy(&self) -> verifier_lib::tdx::Policy {
+        let mut p = verifier_lib::tdx::Policy::default();
         self.accept.apply(&mut p);
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         for r in &self.rtmr {
@@ -248,13 +248,15 @@ pub enum OptionsError {
     Rejected(&'static str, String),
 }
 
-/// What [`options_and_source`] makes: the evidence bytes, the options, the TCB baseline, and where collateral
-/// from outside the evidence came from (`collateral_source` of the JSON; `null` when none did).
+/// What [`options_and_source`] makes: the evidence bytes, the options, the TCB baseline, where collateral
+/// from outside the evidence came from (`collateral_source` of the JSON; `null` when none did), and the evidence
+/// decoded (once: [`run`] verifies these values).
 pub type Prepared = (
     Vec<u8>,
     EvidenceOptions,
-    Option<crate::collateral::baseline::Baseline>,
+    Option<verifier_lib::collateral::baseline::Baseline>,
     serde_json::Value,
+    Decoded,
 );
 
 /// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
@@ -265,11 +267,11 @@ pub fn options(
     (
         Vec<u8>,
         EvidenceOptions,
-        Option<crate::collateral::baseline::Baseline>,
+        Option<verifier_lib::collateral::baseline::Baseline>,
     ),
     OptionsError,
 > {
-    options_and_source(args).map(|(b, o, base, _)| (b, o, base))
+    options_and_source(args).map(|(b, o, base, _, _)| (b, o, base))
 }
 
 /// [`options`], with where the collateral came from: the `--collateral` bundle (its auditors), the cache or
@@ -280,12 +282,13 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         .map_err(|(check, e)| Unusable(check, e))?;
     let policy = super::policy_file::effective(args.policy_file.as_deref(), &args.policy)
         .map_err(|e| Unusable("policy-file", e))?;
-    let ev = attestation::evidence::Evidence::from_cbor(&bytes).map_err(|e| {
+    let decoded = Decoded::from_cbor(&bytes).map_err(|e| {
         Unusable(
-            crate::evidence::checks::EVIDENCE_FORMAT,
+            verifier_lib::evidence::checks::EVIDENCE_FORMAT,
             format!("{}: {e}", args.evidence.display()),
         )
     })?;
+    let ev = &decoded.evidence;
     let mut cannot_apply = inapplicable_flags(args, ev.tee.is_snp());
     if !ev.tee.is_snp() && args.policy_file.is_some() && !policy.snp_only_flags_given().is_empty() {
         cannot_apply.push("--policy (a file with SEV-SNP keys)");
@@ -311,7 +314,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             Unusable(check, why)
         }
     };
-    refuse_unsigned_inputs(args, &ev).map_err(refused)?;
+    refuse_unsigned_inputs(args, ev).map_err(refused)?;
     let crl = super::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
     let at = super::at_or_now(args.at);
     let baseline = args
@@ -319,12 +322,9 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         .baseline()
         .map_err(|e| Unusable("input", e))?;
     // TDX evidence: the founder's collateral (file or bundle), else the cache or PCS when asked for.
-    let quote = attestation::evidence::Evidence::from_cbor(&bytes)
-        .ok()
-        .filter(|e| !e.tee.is_snp())
-        .map(|e| e.report);
+    let quote = (!ev.tee.is_snp()).then_some(&ev.report);
     let mut collateral_source = serde_json::Value::Null;
-    let tdx_collateral = match &quote {
+    let tdx_collateral = match quote {
         None => None,
         Some(q) => super::fetch::tdx_collateral(
             &args.collateral_args,
@@ -349,16 +349,12 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             .map_err(refused)?;
     }
     // SEV-SNP evidence: the founder's certificates (bundle, cache or KDS) in place of the evidence's, which a
-    // host that sets no certificate table leaves empty. The report is parsed again by the verification, which
-    // names a malformed one; here a report that does not parse simply asks for nothing.
-    let snp_report = if ev.tee.is_snp() {
-        attestation::snp::AttestationReport::from_bytes(&ev.report).ok()
-    } else {
-        None
-    };
+    // host that sets no certificate table leaves empty. The verification names a malformed report (parsed
+    // once, in `decoded`); here a report that does not parse simply asks for nothing.
+    let snp_report = decoded.snp_report.as_ref().and_then(|r| r.as_ref().ok());
     let mut snp_certs = None;
     let mut crl = crl;
-    if let Some(report) = &snp_report {
+    if let Some(report) = snp_report {
         if let Some(c) = super::fetch::snp_collateral(
             &args.collateral_args,
             args.collateral.as_deref(),
@@ -390,7 +386,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             Ok(t) => Some(std::sync::Arc::new(t)),
             Err((1, e)) => {
                 return Err(OptionsError::Rejected(
-                    crate::evidence::checks::MEASUREMENT_SET,
+                    verifier_lib::evidence::checks::MEASUREMENT_SET,
                     e,
                 ))
             }
@@ -425,7 +421,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         leave_rtmrs_unpinned: args.tdx.leave_rtmrs_unpinned,
         pins,
     };
-    Ok((bytes, opts, baseline, collateral_source))
+    Ok((bytes, opts, baseline, collateral_source, decoded))
 }
 
 /// With auditor keys named, the collateral inputs that cannot carry an auditor's signature are refused before
@@ -463,7 +459,7 @@ pub fn claim_context(args: &Args, collateral_source: &serde_json::Value) -> outp
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let (bytes, mut opts, baseline, collateral_source) = match options_and_source(&args) {
+    let (bytes, mut opts, baseline, collateral_source, decoded) = match options_and_source(&args) {
         Ok(x) => x,
         Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
         Err(OptionsError::Rejected(check, e)) => return rejected(args.json, check, e),
@@ -476,7 +472,7 @@ pub fn run(args: Args) -> ExitCode {
                 .map_err(|e| format!("--pool-key: {e}"));
             match (read, key) {
                 (Ok(l), Ok(k)) => {
-                    let c = crate::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
+                    let c = verifier_lib::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
                     opts.nonce = c.nonce.clone().or(opts.nonce);
                     Some(c)
                 }
@@ -485,18 +481,12 @@ pub fn run(args: Args) -> ExitCode {
         }
         _ => None,
     };
-    let mut v = match verify_evidence_bytes(&bytes, &opts) {
-        Ok(v) => v,
-        Err(e) => {
-            return unusable(
-                args.json,
-                crate::evidence::checks::EVIDENCE_FORMAT,
-                format!("{}: {e}", args.evidence.display()),
-            )
-        }
-    };
+    // The evidence decoded and its report parsed once, in options_and_source.
+    let mut v = verify_decoded(&decoded, &opts);
     let mut baseline_json = None;
-    if let (Some(b), crate::evidence::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
+    if let (Some(b), verifier_lib::evidence::ReportVerification::Snp(sv)) =
+        (&baseline, &mut v.report)
+    {
         let before = sv.failures.len();
         baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();

@@ -1,8 +1,8 @@
 //! `verify-attestation`: a thin shell over `verifier_lib`. Exit 0 verified, 1 rejected, 2 unusable input.
 
 use std::process::ExitCode;
-use verifier_lib::cli;
-use verifier_lib::cli::app::Command;
+use verify_attestation::cli;
+use verify_attestation::cli::app::Command;
 
 /// The static build (`scripts/build-verifier.sh`, musl) allocates with dlmalloc: musl's own malloc returns memory
 /// to the kernel after a few frees, so a verification paid for about 180 `mmap`/`munmap` calls; glibc's malloc
