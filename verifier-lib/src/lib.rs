@@ -2,7 +2,9 @@
 //! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
 
 mod anchors;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod collateral;
 mod digest;
 pub mod evidence;
