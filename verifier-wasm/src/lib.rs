@@ -25,6 +25,8 @@ use verifier_lib::tdx::tcb::TcbStatus;
 
 #[cfg(target_arch = "wasm32")]
 pub mod abi;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod vectors;
 
 /// Why a request could not be turned into verification options.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -311,24 +313,24 @@ impl Request {
             min_failed: p.min_failed,
             repository: p.repository.clone(),
         };
-        let measurement_set = match &self.measurement_set {
-            None => None,
-            Some(s) => {
-                let path = PathBuf::from(&s.path);
-                let set = measurements::set::MeasurementSet::from_toml(&s.toml, &path).map_err(
-                    |e| RequestError::Field {
-                        field: "measurement_set.toml",
-                        why: e.to_string(),
-                    },
-                )?;
-                Some(Arc::new(measurements::set::TrustedSet {
-                    set,
-                    path,
-                    signers: s.signers.clone(),
-                    problems: Vec::new(),
-                }))
-            }
-        };
+        let measurement_set =
+            match &self.measurement_set {
+                None => None,
+                Some(s) => {
+                    let path = PathBuf::from(&s.path);
+                    let set = measurements::set::MeasurementSet::from_toml(&s.toml, &path)
+                        .map_err(|e| RequestError::Field {
+                            field: "measurement_set.toml",
+                            why: e.to_string(),
+                        })?;
+                    Some(Arc::new(measurements::set::TrustedSet {
+                        set,
+                        path,
+                        signers: s.signers.clone(),
+                        problems: Vec::new(),
+                    }))
+                }
+            };
         let snp_certs = match &self.snp_certs {
             None => None,
             Some(c) => Some(CertBundle {

@@ -610,3 +610,101 @@ fn parse_certs(ev: &Evidence, report: &ReportVerification) -> Vec<CertFacts> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attestation::verdict::{Inputs, Isolation};
+
+    fn page_with(failures: &[&str], simulated: bool) -> Page {
+        let v = Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::Process,
+            Inputs::default(),
+            "t",
+        );
+        let json = serde_json::to_vec(&v.to_json_value()).expect("json");
+        let mut p = Page::from_verdict_json("v.json", &json).expect("page");
+        p.failures = failures
+            .iter()
+            .map(|c| FailedCheck {
+                check: (*c).into(),
+                detail: "d".into(),
+            })
+            .collect();
+        p.simulated = simulated;
+        p.status = if !failures.is_empty() {
+            Status::Rejected
+        } else if simulated {
+            Status::Simulated
+        } else {
+            Status::Verified
+        };
+        p
+    }
+
+    const INPUTS: [&str; 2] = ["commit", "nonce"];
+
+    #[test]
+    fn a_failed_pin_rejects_only_the_sections_that_show_it() {
+        let p = page_with(&["pin-commit"], false);
+        assert_eq!(p.status, Status::Rejected);
+        assert_eq!(p.section_status(&INPUTS), Status::Rejected);
+        assert_eq!(p.section_status(&[]), Status::Verified);
+        assert_eq!(p.section_status(&["nonce", "isolation"]), Status::Verified);
+        let p = page_with(&["nonce"], true);
+        assert_eq!(p.section_status(&INPUTS), Status::Rejected);
+        assert_eq!(p.section_status(&[]), Status::Simulated);
+    }
+
+    #[test]
+    fn a_failed_foundation_check_rejects_every_section() {
+        for check in [
+            "report-signature",
+            "cert-validity",
+            "key-binding",
+            "verdict-signature",
+            "measurement",
+            "measurement-unpinned",
+            "tcb-status",
+            "debug",
+            "simulated",
+        ] {
+            let p = page_with(&[check], false);
+            assert_eq!(p.section_status(&[]), Status::Rejected, "{check}");
+            assert_eq!(p.section_status(&INPUTS), Status::Rejected, "{check}");
+        }
+    }
+
+    #[test]
+    fn sections_follow_the_whole_when_nothing_failed_or_nothing_was_verified() {
+        assert_eq!(
+            page_with(&[], false).section_status(&INPUTS),
+            Status::Verified
+        );
+        assert_eq!(page_with(&[], true).section_status(&[]), Status::Simulated);
+        let mut p = page_with(&["pin-commit"], false);
+        p.status = Status::Unverified;
+        assert_eq!(p.section_status(&INPUTS), Status::Unverified);
+    }
+
+    #[test]
+    fn the_outcome_sentence_names_the_patch_only_when_there_was_one() {
+        for o in [
+            Outcome::TestsPassed,
+            Outcome::TestsFailed,
+            Outcome::Refused,
+            Outcome::NoTestsObserved,
+            Outcome::CountsUnparsed,
+            Outcome::TestCommandUnavailable,
+            Outcome::EnvironmentExhausted,
+            Outcome::BudgetExpired,
+        ] {
+            assert!(!meaning(o, false).contains("patch applied"), "{o:?}");
+            assert!(!meaning(o, false).contains("the patch"), "{o:?}");
+            assert!(meaning(o, true).contains("patch"), "{o:?}");
+        }
+        assert!(meaning(Outcome::TestsPassed, true).contains("with the patch applied"));
+        assert!(meaning(Outcome::TestsFailed, false).contains("no patch was applied"));
+    }
+}

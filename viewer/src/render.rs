@@ -550,7 +550,10 @@ const INPUT_CLAIMS: [&str; 8] = [
 /// The fence's preamble of a phase's output tail, exactly as the guest writes it before the command's output
 /// (`# fenced-run PHASE phase: COMMAND`, `# env: NAMES`, one `# sandbox: LINE` per sandbox line).
 pub fn preamble(phase: &str, command: &str, env: &[String], sandbox: &[String]) -> String {
-    let mut h = format!("# fenced-run {phase} phase: {command}\n# env: {}\n", env.join(" "));
+    let mut h = format!(
+        "# fenced-run {phase} phase: {command}\n# env: {}\n",
+        env.join(" ")
+    );
     for line in sandbox {
         h.push_str("# sandbox: ");
         h.push_str(line);
@@ -672,5 +675,80 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07x"), "x");
         assert_eq!(strip_ansi("a\x07b\nc"), "a\\x07b\nc");
         assert_eq!(strip_ansi("\u{9b}2Jz"), "z");
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+    use attestation::verdict::{Inputs, Isolation, Outcome, TestPhase};
+
+    fn failing_page(patch: bool) -> String {
+        let mut v = Verdict::new(
+            Outcome::TestsFailed,
+            Isolation::Process,
+            Inputs {
+                patch_sha256: patch.then(|| "ab".repeat(32)),
+                ..Inputs::default()
+            },
+            "t",
+        );
+        let sandbox = vec!["net: none".to_string(), "root: read-only".to_string()];
+        let env = vec!["PATH".to_string(), "HOME".to_string()];
+        v.test = Some(TestPhase {
+            command: "cargo test".into(),
+            source: "job".into(),
+            exit_code: Some(101),
+            env_names: env.clone(),
+            sandbox: sandbox.clone(),
+            ..TestPhase::default()
+        });
+        v.output_tail.test = preamble("test", "cargo test", &env, &sandbox)
+            + "test it_works ... FAILED\nassertion failed: left == right\n";
+        let json = serde_json::to_vec(&v.to_json_value()).expect("json");
+        let page = crate::model::Page::from_verdict_json("v.json", &json).expect("page");
+        Renderer::new(&page, &crate::docs::Docs::verification()).page()
+    }
+
+    #[test]
+    fn the_tests_own_output_comes_first_and_the_preamble_once() {
+        let html = failing_page(true);
+        let output = html.find("assertion failed").expect("the test's output");
+        let preamble = html.find("How it ran").expect("the phase details");
+        assert!(
+            output < preamble,
+            "the output is shown before the fence's preamble"
+        );
+        // The preamble's lines are not repeated inside the output, and each sandbox line is shown once.
+        assert!(
+            !html.contains("# sandbox:"),
+            "preamble left in the output tail"
+        );
+        assert!(!html.contains("# fenced-run test phase"));
+        assert_eq!(html.matches("root: read-only").count(), 1);
+    }
+
+    #[test]
+    fn a_tail_without_the_exact_preamble_is_shown_as_it_is() {
+        let env = vec!["PATH".to_string()];
+        let tail = "# sandbox: written by the test itself\nok\n";
+        assert_eq!(own_output(tail, "test", "make", &env, &[]), tail);
+        let full = preamble("test", "make", &env, &[]) + "ok\n";
+        assert_eq!(own_output(&full, "test", "make", &env, &[]), "ok\n");
+        assert_eq!(own_output(&full, "install", "make", &env, &[]), full);
+    }
+
+    #[test]
+    fn the_outcome_sentence_matches_the_inputs() {
+        assert!(failing_page(true).contains("Tests failed with the patch applied"));
+        let unpatched = failing_page(false);
+        assert!(!unpatched.contains("patch applied"));
+        assert!(unpatched.contains("no patch was applied"));
+    }
+
+    #[test]
+    fn a_verdict_json_page_has_no_browser_check() {
+        let html = failing_page(true);
+        assert!(!html.contains("browser-check") && !html.contains("check.js"));
     }
 }

@@ -362,7 +362,9 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             None => not_found(&app),
         },
         Some("verifier.wasm") => match (&app.check_input, &app.module) {
-            (Some(_), Some(m)) => respond_typed(&app, StatusCode::OK, "application/wasm", m.clone()),
+            (Some(_), Some(m)) => {
+                respond_typed(&app, StatusCode::OK, "application/wasm", m.clone())
+            }
             _ => not_found(&app),
         },
         Some(_) => not_found(&app),
