@@ -324,12 +324,18 @@ mod tests {
         let mut rng = rand::thread_rng();
         for bits in [2048, 1024] {
             let key = rsa::RsaPrivateKey::new(&mut rng, bits).expect("key");
-            let public = key.to_public_key().to_pkcs1_der().expect("der").as_bytes().to_vec();
+            let public = key
+                .to_public_key()
+                .to_pkcs1_der()
+                .expect("der")
+                .as_bytes()
+                .to_vec();
             let mut cases = Vec::new();
             for salt in [48, 0, 32, 64] {
-                let sig = rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), salt)
-                    .sign_with_rng(&mut rng, b"tbs")
-                    .to_vec();
+                let sig =
+                    rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), salt)
+                        .sign_with_rng(&mut rng, b"tbs")
+                        .to_vec();
                 cases.push((&b"tbs"[..], flip(&sig, 100)));
                 cases.push((b"tbs", sig.clone()));
                 cases.push((b"tbt", sig));
