@@ -691,10 +691,15 @@ fn the_browser_check_files_are_served_behind_the_token() {
         .expect("viewer");
     let (code, body, _) = get(v.url());
     assert_eq!(code, 200);
-    assert!(body.contains("id=\"browser-check\"") && body.contains("The browser check did not run"));
+    assert!(
+        body.contains("id=\"browser-check\"") && body.contains("The browser check did not run")
+    );
     let (code, js, r) = get(&format!("{}check.js", v.url()));
     assert_eq!(code, 200);
-    assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
     assert!(js.contains("fencedRunCheck"));
     let (code, input, _) = get(&format!("{}check-input.json", v.url()));
     assert_eq!(code, 200);
@@ -707,13 +712,20 @@ fn the_browser_check_files_are_served_behind_the_token() {
         serde_json::from_value(input["request"].clone()).expect("request");
     assert_eq!(input["server"], verifier_wasm::verify(&bytes, &request));
     assert_eq!(input["server"]["verified"], true);
-    let r = ureq::get(&format!("{}verifier.wasm", v.url())).call().expect("module");
+    let r = ureq::get(&format!("{}verifier.wasm", v.url()))
+        .call()
+        .expect("module");
     assert_eq!(r.header("content-type"), Some("application/wasm"));
     let mut got = Vec::new();
     std::io::Read::read_to_end(&mut r.into_reader(), &mut got).expect("read");
     assert_eq!(got, module);
     // The token guards these too.
-    let base = v.url().trim_end_matches('/').rsplit_once('/').map(|(b, _)| b.to_string()).expect("base");
+    let base = v
+        .url()
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map(|(b, _)| b.to_string())
+        .expect("base");
     for f in ["check.js", "check-input.json", "verifier.wasm"] {
         let (code, _, _) = get(&format!("{base}/{}/{f}", "0".repeat(64)));
         assert_eq!(code, 404, "{f} without the token");
