@@ -11,16 +11,17 @@ pub mod evidence;
 pub mod hex;
 pub mod pool_ledger;
 pub mod pool_nonce;
-#[cfg(feature = "runner")]
+#[cfg(all(feature = "runner", not(target_arch = "wasm32")))]
 pub mod session;
 pub mod sig;
-#[cfg(feature = "runner")]
+#[cfg(all(feature = "runner", not(target_arch = "wasm32")))]
 pub mod sim;
 pub mod snp;
 pub mod tdx;
-#[cfg(feature = "runner")]
+#[cfg(all(feature = "runner", not(target_arch = "wasm32")))]
 pub mod tee;
 pub mod text;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod vectors;
 pub mod verdict;
 pub mod wire;

@@ -8,7 +8,13 @@
 //!
 //! Encodings are parsed exactly as before with the RustCrypto types (so what is refused, and the message, stay the
 //! same), and the RSA key is held to the rules ring applies; only the arithmetic is the libraries'.
+//!
+//! On `wasm32` (the browser's check, `verifier-wasm`), where neither ring nor aws-lc builds, the same functions
+//! do the arithmetic with the pure-Rust RustCrypto crates (`p256`, `p384`, `rsa`, `ed25519-dalek`) in
+//! [`rustcrypto`]: the parsing and the refusals before the arithmetic are shared, and the unit tests below run
+//! every case through both backends natively, so that the two accept and refuse the same inputs.
 
+#[cfg(not(target_arch = "wasm32"))]
 use aws_lc_rs::signature::{self as als, UnparsedPublicKey};
 use der::Decode as _;
 use std::fmt;
@@ -87,6 +93,7 @@ impl P384Key {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn lc_verify(
     alg: &'static dyn als::VerificationAlgorithm,
     key: &[u8],
@@ -105,10 +112,20 @@ fn lc_verify(
 pub fn p256_sha256_fixed(key: &P256Key, msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_slice(sig)
         .map_err(|e| SigError::Malformed(format!("not r||s P-256: {e}")))?;
-    ring_p256(&key.0, msg, &parsed.to_bytes())
+    p256_verify(&key.0, msg, &parsed.to_bytes())
+}
+
+/// ECDSA P-256/SHA-256 over `msg` by an uncompressed SEC1 key, the signature as fixed r || s: ring natively,
+/// RustCrypto on wasm32.
+fn p256_verify(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return ring_p256(key, msg, sig);
+    #[cfg(target_arch = "wasm32")]
+    return rustcrypto::p256(key, msg, sig);
 }
 
 /// ring's ECDSA P-256/SHA-256 over `msg` by an uncompressed SEC1 key, the signature as fixed r || s.
+#[cfg(not(target_arch = "wasm32"))]
 fn ring_p256(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
     ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, key)
         .verify(msg, sig)
@@ -119,7 +136,7 @@ fn ring_p256(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
 pub fn p256_sha256_der(key: &P256Key, msg: &[u8], der: &[u8]) -> Result<(), SigError> {
     let parsed = p256::ecdsa::Signature::from_der(der)
         .map_err(|e| SigError::Malformed(format!("not DER ECDSA: {e}")))?;
-    ring_p256(&key.0, msg, &parsed.to_bytes())
+    p256_verify(&key.0, msg, &parsed.to_bytes())
 }
 
 /// ECDSA P-384 with SHA-384 over `msg`, the signature as big-endian r and s (48 bytes each, each in 1..n).
@@ -131,12 +148,15 @@ pub fn p384_sha384_scalars(
 ) -> Result<(), SigError> {
     let parsed = p384::ecdsa::Signature::from_scalars(*r, *s)
         .map_err(|_| SigError::Malformed("R or S is not a valid P-384 scalar".into()))?;
-    lc_verify(
+    #[cfg(not(target_arch = "wasm32"))]
+    return lc_verify(
         &als::ECDSA_P384_SHA384_FIXED,
         &key.0,
         msg,
         &parsed.to_bytes(),
-    )
+    );
+    #[cfg(target_arch = "wasm32")]
+    return rustcrypto::p384(&key.0, msg, &parsed.to_bytes());
 }
 
 /// RSASSA-PSS over `msg` with SHA-384, MGF1-SHA-384, a salt of exactly 48 bytes and trailer 0xBC (AMD's
@@ -150,7 +170,10 @@ pub fn p384_sha384_scalars(
 /// 3..2^33, as ring required: aws-lc-rs alone would also take a whole SubjectPublicKeyInfo here.
 pub fn rsa_pss_sha384(pkcs1_der: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
     check_rsa_public_key(pkcs1_der)?;
-    lc_verify(&als::RSA_PSS_2048_8192_SHA384, pkcs1_der, msg, sig)
+    #[cfg(not(target_arch = "wasm32"))]
+    return lc_verify(&als::RSA_PSS_2048_8192_SHA384, pkcs1_der, msg, sig);
+    #[cfg(target_arch = "wasm32")]
+    return rustcrypto::rsa_pss_sha384(pkcs1_der, msg, sig);
 }
 
 /// ring's rules for an RSA verification key, kept when moving to aws-lc-rs (see [`rsa_pss_sha384`]).
@@ -188,13 +211,159 @@ pub fn ed25519_strict(public: &[u8; 32], msg: &[u8], sig: &[u8; 64]) -> Result<(
         Some(_) => return Err(SigError::Malformed("R is a point of small order".into())),
         None => return Err(SigError::Malformed("R is not a point".into())),
     }
-    lc_verify(&als::ED25519, public, msg, sig)
+    #[cfg(not(target_arch = "wasm32"))]
+    return lc_verify(&als::ED25519, public, msg, sig);
+    #[cfg(target_arch = "wasm32")]
+    return rustcrypto::ed25519(&key, msg, sig);
+}
+
+/// The pure-Rust arithmetic of wasm32, after the shared parsing and refusals above (compiled natively for the
+/// tests, which hold it to the native backend).
+#[cfg(any(target_arch = "wasm32", test))]
+mod rustcrypto {
+    use super::SigError;
+    use signature::Verifier as _;
+
+    /// ECDSA P-256/SHA-256, an uncompressed SEC1 key already checked, r || s already checked to be scalars.
+    pub(super) fn p256(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+        let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(key)
+            .map_err(|_| SigError::Key("not a P-256 point".into()))?;
+        let sig = p256::ecdsa::Signature::from_slice(sig)
+            .map_err(|e| SigError::Malformed(format!("not r||s P-256: {e}")))?;
+        key.verify(msg, &sig).map_err(|_| SigError::Mismatch)
+    }
+
+    /// ECDSA P-384/SHA-384, as [`p256`].
+    pub(super) fn p384(key: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+        let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(key)
+            .map_err(|_| SigError::Key("not a P-384 point".into()))?;
+        let sig = p384::ecdsa::Signature::from_slice(sig)
+            .map_err(|e| SigError::Malformed(format!("not r||s P-384: {e}")))?;
+        key.verify(msg, &sig).map_err(|_| SigError::Mismatch)
+    }
+
+    /// RSASSA-PSS SHA-384, MGF1-SHA-384, salt exactly 48 bytes, by a key that passed `check_rsa_public_key`;
+    /// the modulus must be 2048 to 8192 bits, as aws-lc's `RSA_PSS_2048_8192_SHA384` requires.
+    pub(super) fn rsa_pss_sha384(pkcs1_der: &[u8], msg: &[u8], sig: &[u8]) -> Result<(), SigError> {
+        use der::Decode as _;
+        let parsed = rsa::pkcs1::RsaPublicKey::from_der(pkcs1_der)
+            .map_err(|e| SigError::Key(format!("not one DER RSAPublicKey: {e}")))?;
+        let n = rsa::BigUint::from_bytes_be(parsed.modulus.as_bytes());
+        let e = rsa::BigUint::from_bytes_be(parsed.public_exponent.as_bytes());
+        if !(2048..=8192).contains(&n.bits()) {
+            return Err(SigError::Mismatch);
+        }
+        let key = rsa::RsaPublicKey::new_with_max_size(n, e, 8192)
+            .map_err(|e| SigError::Key(format!("RSA key: {e}")))?;
+        let sig = rsa::pss::Signature::try_from(sig).map_err(|_| SigError::Mismatch)?;
+        rsa::pss::VerifyingKey::<sha2::Sha384>::new_with_salt_len(key, 48)
+            .verify(msg, &sig)
+            .map_err(|_| SigError::Mismatch)
+    }
+
+    /// Strict Ed25519 by a key already checked not to be weak, R already checked not of small order.
+    pub(super) fn ed25519(
+        key: &ed25519_dalek::VerifyingKey,
+        msg: &[u8],
+        sig: &[u8; 64],
+    ) -> Result<(), SigError> {
+        key.verify_strict(msg, &ed25519_dalek::Signature::from_bytes(sig))
+            .map_err(|_| SigError::Mismatch)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use p256::ecdsa::signature::Signer as _;
+
+    /// The wasm32 arithmetic ([`rustcrypto`]) gives the native backend's answer on every case: good signatures,
+    /// another message, the other S of the same signature, RSA with other salt lengths or digest, a flipped bit.
+    #[test]
+    fn rustcrypto_backend_agrees_with_native() {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::signature::{RandomizedSigner, SignatureEncoding};
+        fn flip(v: &[u8], i: usize) -> Vec<u8> {
+            let mut v = v.to_vec();
+            v[i] ^= 1;
+            v
+        }
+        // P-256: both S of one signature, another message, a flipped bit.
+        let sk = p256::ecdsa::SigningKey::from_slice(&[7u8; 32]).expect("key");
+        let key = P256Key::from_sec1(sk.verifying_key().to_sec1_bytes().as_ref()).expect("pk");
+        let sig: p256::ecdsa::Signature = sk.sign(b"msg");
+        let (r, s) = sig.split_scalars();
+        let other_s = p256::ecdsa::Signature::from_scalars(r, -*s).expect("sig");
+        for (msg, sig) in [
+            (&b"msg"[..], sig.to_bytes().to_vec()),
+            (b"msg", other_s.to_bytes().to_vec()),
+            (b"msh", sig.to_bytes().to_vec()),
+            (b"msg", flip(&sig.to_bytes(), 40)),
+        ] {
+            assert_eq!(
+                rustcrypto::p256(key.sec1(), msg, &sig),
+                ring_p256(key.sec1(), msg, &sig)
+            );
+        }
+        // P-384.
+        let sk = p384::ecdsa::SigningKey::from_slice(&[9u8; 48]).expect("key");
+        let key = P384Key::from_sec1(sk.verifying_key().to_sec1_bytes().as_ref()).expect("pk");
+        let sig: p384::ecdsa::Signature = sk.sign(b"report");
+        let (r, s) = sig.split_scalars();
+        let other_s = p384::ecdsa::Signature::from_scalars(r, -*s).expect("sig");
+        for (msg, sig) in [
+            (&b"report"[..], sig.to_bytes().to_vec()),
+            (b"report", other_s.to_bytes().to_vec()),
+            (b"reporu", sig.to_bytes().to_vec()),
+            (b"report", flip(&sig.to_bytes(), 60)),
+        ] {
+            let native = lc_verify(&als::ECDSA_P384_SHA384_FIXED, key.sec1(), msg, &sig);
+            assert_eq!(rustcrypto::p384(key.sec1(), msg, &sig), native);
+        }
+        // RSA-PSS: AMD's salt and others, SHA-256, a flipped bit, a 1024-bit key (below aws-lc's 2048).
+        let mut rng = rand::thread_rng();
+        for bits in [2048, 1024] {
+            let key = rsa::RsaPrivateKey::new(&mut rng, bits).expect("key");
+            let public = key
+                .to_public_key()
+                .to_pkcs1_der()
+                .expect("der")
+                .as_bytes()
+                .to_vec();
+            let mut cases = Vec::new();
+            for salt in [48, 0, 32, 64] {
+                let sig =
+                    rsa::pss::SigningKey::<sha2::Sha384>::new_with_salt_len(key.clone(), salt)
+                        .sign_with_rng(&mut rng, b"tbs")
+                        .to_vec();
+                cases.push((&b"tbs"[..], flip(&sig, 100)));
+                cases.push((b"tbs", sig.clone()));
+                cases.push((b"tbt", sig));
+            }
+            let sha256 = rsa::pss::SigningKey::<sha2::Sha256>::new_with_salt_len(key.clone(), 48)
+                .sign_with_rng(&mut rng, b"tbs")
+                .to_vec();
+            cases.push((b"tbs", sha256));
+            for (i, (msg, sig)) in cases.iter().enumerate() {
+                let native = lc_verify(&als::RSA_PSS_2048_8192_SHA384, &public, msg, sig);
+                assert_eq!(
+                    rustcrypto::rsa_pss_sha384(&public, msg, sig),
+                    native,
+                    "{bits} bits, case {i}"
+                );
+            }
+        }
+        // Ed25519.
+        use ed25519_dalek::Signer;
+        let sk = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let sig = sk.sign(b"set").to_bytes();
+        let mut flipped = sig;
+        flipped[40] ^= 1;
+        for (msg, sig) in [(&b"set"[..], sig), (b"seu", sig), (b"set", flipped)] {
+            let native = lc_verify(&als::ED25519, &sk.verifying_key().to_bytes(), msg, &sig);
+            assert_eq!(rustcrypto::ed25519(&sk.verifying_key(), msg, &sig), native);
+        }
+    }
 
     #[test]
     fn p256_good_bad_and_malformed() {

@@ -53,6 +53,9 @@ fn page_of(
     Page::from_bytes("run.evidence", &bytes, &opts_for(m)).expect("a page")
 }
 
+/// The page's one script tag: the browser check (docs/viewer.md).
+const OWN_SCRIPT: &str = "<script src=\"check.js\" defer></script>";
+
 #[test]
 fn a_passing_run_says_so_first_with_counts_and_simulated() {
     let page = page_of(Outcome::TestsPassed, founder_options);
@@ -64,7 +67,16 @@ fn a_passing_run_says_so_first_with_counts_and_simulated() {
         csp.starts_with("default-src 'none'; style-src 'sha256-"),
         "{csp}"
     );
-    assert!(!csp.contains("unsafe"), "{csp}");
+    // Scripts only from the viewer itself (check.js, the browser check), WebAssembly compiled by it, and no
+    // inline script or eval.
+    assert!(
+        csp.contains("; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self';"),
+        "{csp}"
+    );
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("'unsafe-eval'"),
+        "{csp}"
+    );
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(r.header("referrer-policy"), Some("no-referrer"));
     // The answer comes first: status, outcome, meaning, counts, before the inputs and phases.
@@ -108,8 +120,9 @@ fn a_passing_run_says_so_first_with_counts_and_simulated() {
     let (code, docs, _) = get(&format!("{}docs/verification", v.url()));
     assert_eq!(code, 200);
     assert!(docs.contains("id=\"authenticity-checks-verifier-lib-snp-chain\""));
-    // Nothing is fetched from elsewhere: no script, no external URL in src/href.
-    assert!(!body.contains("<script"));
+    // Nothing is fetched from elsewhere: one script, the viewer's own check.js, and no external URL in src/href.
+    assert_eq!(body.matches("<script").count(), 1);
+    assert!(body.contains(OWN_SCRIPT), "{body}");
     assert!(
         !body.contains("src=\"http")
             && !body.contains("href=\"http")
@@ -336,7 +349,7 @@ fn hostile_strings_in_every_field_render_as_text() {
     let page = Page::from_bytes("<b>evil</b>.evidence", &bytes, &founder_options(m)).expect("page");
     let v = serve(&page);
     let (_, body, _) = get(v.url());
-    let lower = body.to_ascii_lowercase();
+    let lower = body.replace(OWN_SCRIPT, "").to_ascii_lowercase();
     assert!(
         !lower.contains("<script") && !lower.contains("<img") && !lower.contains("<b>"),
         "markup got through"
@@ -663,4 +676,66 @@ fn run_view_serves_the_run_it_just_made() {
     .expect("SIGINT");
     let status = child.wait().expect("exits on SIGINT");
     assert_eq!(status.code(), Some(0), "the run judged: exit 0");
+}
+
+/// The browser check's files: the script, the input (the evidence as given, the request the server verified
+/// with, and the server's result, which is the library's on the same input) and the module, each on the viewer's
+/// origin behind the token; no module (not built) is a 404 that the page's script reports as "did not run".
+#[test]
+fn the_browser_check_files_are_served_behind_the_token() {
+    use base64::Engine as _;
+    let (bytes, m) = evidence(&verdict(Outcome::TestsPassed, "plain"));
+    let page = Page::from_bytes("run.evidence", &bytes, &founder_options(m)).expect("page");
+    let module = b"\0asm\x01\0\0\0".to_vec();
+    let v = viewer::start_with_module(&page, viewer::ServeConfig::default(), Some(module.clone()))
+        .expect("viewer");
+    let (code, body, _) = get(v.url());
+    assert_eq!(code, 200);
+    assert!(
+        body.contains("id=\"browser-check\"") && body.contains("The browser check did not run")
+    );
+    let (code, js, r) = get(&format!("{}check.js", v.url()));
+    assert_eq!(code, 200);
+    assert_eq!(
+        r.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    assert!(js.contains("fencedRunCheck"));
+    let (code, input, _) = get(&format!("{}check-input.json", v.url()));
+    assert_eq!(code, 200);
+    let input: serde_json::Value = serde_json::from_str(&input).expect("json");
+    let evidence = base64::engine::general_purpose::STANDARD
+        .decode(input["evidence"].as_str().expect("evidence"))
+        .expect("base64");
+    assert_eq!(evidence, bytes);
+    let request: verifier_wasm::Request =
+        serde_json::from_value(input["request"].clone()).expect("request");
+    assert_eq!(input["server"], verifier_wasm::verify(&bytes, &request));
+    assert_eq!(input["server"]["verified"], true);
+    let r = ureq::get(&format!("{}verifier.wasm", v.url()))
+        .call()
+        .expect("module");
+    assert_eq!(r.header("content-type"), Some("application/wasm"));
+    let mut got = Vec::new();
+    std::io::Read::read_to_end(&mut r.into_reader(), &mut got).expect("read");
+    assert_eq!(got, module);
+    // The token guards these too.
+    let base = v
+        .url()
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map(|(b, _)| b.to_string())
+        .expect("base");
+    for f in ["check.js", "check-input.json", "verifier.wasm"] {
+        let (code, _, _) = get(&format!("{base}/{}/{f}", "0".repeat(64)));
+        assert_eq!(code, 404, "{f} without the token");
+    }
+    v.stop().expect("stop");
+    // Without a module: the page and the input are served, the module is not.
+    let v = viewer::start_with_module(&page, viewer::ServeConfig::default(), None).expect("viewer");
+    let (code, _, _) = get(&format!("{}verifier.wasm", v.url()));
+    assert_eq!(code, 404);
+    let (code, _, _) = get(&format!("{}check-input.json", v.url()));
+    assert_eq!(code, 200);
+    v.stop().expect("stop");
 }

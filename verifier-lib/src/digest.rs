@@ -5,6 +5,7 @@
 //! binary").
 
 /// SHA-256 over the concatenation of `parts`.
+#[cfg(not(target_arch = "wasm32"))]
 pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for p in parts {
@@ -13,6 +14,17 @@ pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
     let mut out = [0u8; 32];
     out.copy_from_slice(ctx.finish().as_ref());
     out
+}
+
+/// SHA-256 over the concatenation of `parts` (wasm32: sha2, ring does not build there).
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn sha256(parts: &[&[u8]]) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into()
 }
 
 #[cfg(test)]

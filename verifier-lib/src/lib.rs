@@ -40,6 +40,7 @@
 //! ```
 
 mod anchors;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod collateral;
 mod digest;
 pub mod evidence;

@@ -6,7 +6,7 @@ use attestation::verdict::{Outcome, Verdict};
 use verifier_lib::evidence::{
     verify_evidence, EvidenceOptions, EvidenceVerification, PinCheck, ReportVerification,
 };
-use verifier_lib::output::{evidence_notes, evidence_tee};
+use verifier_lib::output::{claim_of_check, evidence_notes, evidence_tee};
 
 /// The overall result, shown on every section where it applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,7 +120,24 @@ pub struct Page {
     pub policy: Vec<(String, String)>,
     /// The verification time (RFC 3339).
     pub checked_at: Option<String>,
+    /// What the founder's browser needs to verify the evidence itself (`None` for a verdict JSON).
+    pub browser: Option<crate::browser::BrowserCheck>,
 }
+
+/// The claims (as [`verifier_lib::output::CLAIMS`] names them) that every section's content rests on: that the
+/// report is genuine and acceptable (chain, TCB, policy, collateral), that it ran the pinned code (measurement),
+/// and that the verdict is the one that code signed (key binding, verdict signature). A failure of any of them
+/// rejects every section; a failed pin on the run (commit, nonce, outcome, ...) rejects only the sections that
+/// show it.
+pub const FOUNDATION_CLAIMS: [&str; 7] = [
+    "chain",
+    "tcb",
+    "policy",
+    "collateral",
+    "measurement",
+    "key binding",
+    "verdict signature",
+];
 
 /// Why no page could be made.
 #[derive(Debug, thiserror::Error)]
@@ -148,8 +165,22 @@ fn rfc3339(t: time::OffsetDateTime) -> String {
         .unwrap_or_else(|_| t.unix_timestamp().to_string())
 }
 
-/// What an outcome means for the patch, in one sentence (only `tests_failed` may blame it).
-pub fn meaning(o: Outcome) -> &'static str {
+/// What an outcome means, in one sentence: for the patch when the run applied one (`patched`: the verdict has a
+/// patch SHA-256; only `tests_failed` may blame it), else for the repository as it was given.
+pub fn meaning(o: Outcome, patched: bool) -> &'static str {
+    if !patched {
+        return match o {
+            Outcome::TestsPassed => "Every counted test passed on the repository as given (no patch was applied).",
+            Outcome::TestsFailed => "Tests failed on the repository as given (no patch was applied): the failures are the repository's own.",
+            Outcome::Refused => "The run declined to judge (see the refusal): this says nothing about the code.",
+            Outcome::NoTestsObserved => "The test command succeeded but no test ran: this says nothing about the code.",
+            Outcome::CountsUnparsed => "The test command finished but its counts could not be read: this says nothing about the code.",
+            Outcome::TestCommandUnavailable => "The test command could not be started: the environment, not the code.",
+            Outcome::EnvironmentExhausted => "The fence's resources gave out (memory, disk or processes): this says nothing about the code.",
+            Outcome::BudgetExpired => "The time budget ran out: this says nothing about the code.",
+            _ => "An outcome this viewer does not know: this says nothing about the code.",
+        };
+    }
     match o {
         Outcome::TestsPassed => "Every counted test passed with the patch applied: the patch broke none of the tests that ran.",
         Outcome::TestsFailed => "Tests failed with the patch applied: the only outcome that may mean the patch is at fault.",
@@ -178,7 +209,9 @@ impl Page {
             source_name: source.to_string(),
             evidence: e.to_string(),
         })?;
-        Ok(Page::from_evidence(source, &ev, opts))
+        let mut page = Page::from_evidence(source, &ev, opts);
+        page.browser = Some(crate::browser::BrowserCheck::new(bytes, opts));
+        Ok(page)
     }
 
     /// A page for a verdict JSON alone: everything is shown, nothing is verified.
@@ -203,6 +236,7 @@ impl Page {
             tcb: Vec::new(),
             policy: Vec::new(),
             checked_at: None,
+            browser: None,
         })
     }
 
@@ -489,6 +523,27 @@ impl Page {
             tcb,
             policy,
             checked_at: Some(rfc3339(at)),
+            browser: None,
+        }
+    }
+
+    /// The status of a section that shows the claims `claims` (besides [`FOUNDATION_CLAIMS`], which every
+    /// section rests on): REJECTED only when a check of those claims failed, never because a pin shown elsewhere
+    /// did not hold; else SIMULATED or VERIFIED as the whole; NOT VERIFIED for a verdict JSON.
+    pub fn section_status(&self, claims: &[&str]) -> Status {
+        if self.status == Status::Unverified {
+            return Status::Unverified;
+        }
+        let own = self.failures.iter().any(|f| {
+            let c = claim_of_check(&f.check);
+            FOUNDATION_CLAIMS.contains(&c) || claims.contains(&c)
+        });
+        if own {
+            Status::Rejected
+        } else if self.simulated {
+            Status::Simulated
+        } else {
+            Status::Verified
         }
     }
 
@@ -554,4 +609,102 @@ fn parse_certs(ev: &Evidence, report: &ReportVerification) -> Vec<CertFacts> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attestation::verdict::{Inputs, Isolation};
+
+    fn page_with(failures: &[&str], simulated: bool) -> Page {
+        let v = Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::Process,
+            Inputs::default(),
+            "t",
+        );
+        let json = serde_json::to_vec(&v.to_json_value()).expect("json");
+        let mut p = Page::from_verdict_json("v.json", &json).expect("page");
+        p.failures = failures
+            .iter()
+            .map(|c| FailedCheck {
+                check: (*c).into(),
+                detail: "d".into(),
+            })
+            .collect();
+        p.simulated = simulated;
+        p.status = if !failures.is_empty() {
+            Status::Rejected
+        } else if simulated {
+            Status::Simulated
+        } else {
+            Status::Verified
+        };
+        p
+    }
+
+    const INPUTS: [&str; 2] = ["commit", "nonce"];
+
+    #[test]
+    fn a_failed_pin_rejects_only_the_sections_that_show_it() {
+        let p = page_with(&["pin-commit"], false);
+        assert_eq!(p.status, Status::Rejected);
+        assert_eq!(p.section_status(&INPUTS), Status::Rejected);
+        assert_eq!(p.section_status(&[]), Status::Verified);
+        assert_eq!(p.section_status(&["nonce", "isolation"]), Status::Verified);
+        let p = page_with(&["nonce"], true);
+        assert_eq!(p.section_status(&INPUTS), Status::Rejected);
+        assert_eq!(p.section_status(&[]), Status::Simulated);
+    }
+
+    #[test]
+    fn a_failed_foundation_check_rejects_every_section() {
+        for check in [
+            "report-signature",
+            "cert-validity",
+            "key-binding",
+            "verdict-signature",
+            "measurement",
+            "measurement-unpinned",
+            "tcb-status",
+            "debug",
+            "simulated",
+        ] {
+            let p = page_with(&[check], false);
+            assert_eq!(p.section_status(&[]), Status::Rejected, "{check}");
+            assert_eq!(p.section_status(&INPUTS), Status::Rejected, "{check}");
+        }
+    }
+
+    #[test]
+    fn sections_follow_the_whole_when_nothing_failed_or_nothing_was_verified() {
+        assert_eq!(
+            page_with(&[], false).section_status(&INPUTS),
+            Status::Verified
+        );
+        assert_eq!(page_with(&[], true).section_status(&[]), Status::Simulated);
+        let mut p = page_with(&["pin-commit"], false);
+        p.status = Status::Unverified;
+        assert_eq!(p.section_status(&INPUTS), Status::Unverified);
+    }
+
+    #[test]
+    fn the_outcome_sentence_names_the_patch_only_when_there_was_one() {
+        for o in [
+            Outcome::TestsPassed,
+            Outcome::TestsFailed,
+            Outcome::Refused,
+            Outcome::NoTestsObserved,
+            Outcome::CountsUnparsed,
+            Outcome::TestCommandUnavailable,
+            Outcome::EnvironmentExhausted,
+            Outcome::BudgetExpired,
+        ] {
+            assert!(!meaning(o, false).contains("patch applied"), "{o:?}");
+            assert!(!meaning(o, false).contains("the patch"), "{o:?}");
+            assert!(meaning(o, true).contains("patch"), "{o:?}");
+        }
+        assert!(meaning(Outcome::TestsPassed, true).contains("with the patch applied"));
+        assert!(meaning(Outcome::TestsFailed, false).contains("no patch was applied"));
+    }
 }

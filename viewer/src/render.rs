@@ -137,19 +137,11 @@ impl<'a> Renderer<'a> {
         }
     }
 
-    /// The status badge of a section whose claims rest on `checks`.
-    fn badge(&self, checks: &[&str]) -> Markup {
-        let p = self.page;
-        let (word, class) = if p.status == Status::Unverified {
-            ("NOT VERIFIED", "none")
-        } else if !p.failures_of(checks).is_empty() || p.status == Status::Rejected {
-            ("REJECTED", "bad")
-        } else if p.simulated {
-            ("SIMULATED", "sim")
-        } else {
-            ("VERIFIED", "ok")
-        };
-        html! { span class={ "badge " (class) } { (word) } }
+    /// The status badge of a section that shows `claims` ([`Page::section_status`]: its own checks and the
+    /// foundation every section rests on, never a pin shown in another section).
+    fn badge(&self, claims: &[&str]) -> Markup {
+        let st = self.page.section_status(claims);
+        html! { span class={ "badge " (status_class(st)) } { (st.word()) } }
     }
 
     /// The whole page.
@@ -169,9 +161,13 @@ impl<'a> Renderer<'a> {
                     meta name="referrer" content="no-referrer";
                     title { "fenced-run: " (outcome) " — " (p.status.word()) }
                     style { (PreEscaped(CSS)) }
+                    @if p.browser.is_some() {
+                        script src="check.js" defer {}
+                    }
                 }
                 body {
                     (self.answer())
+                    (self.browser_check())
                     nav {
                         a href="#inputs" { "inputs" } " · "
                         a href="#phase-install" { "install" } " · "
@@ -218,7 +214,7 @@ impl<'a> Renderer<'a> {
                 @match v {
                     Some(v) => {
                         h1 #outcome { "Outcome: " code { (v.outcome.as_str()) } }
-                        p.meaning { (crate::model::meaning(v.outcome)) }
+                        p.meaning #meaning { (crate::model::meaning(v.outcome, v.inputs.patch_sha256.is_some())) }
                         @if let Some(r) = &v.refusal {
                             p.refusal { "Refused at " code { (t(&r.stage)) } ": " (t(&r.reason)) }
                         }
@@ -253,6 +249,26 @@ impl<'a> Renderer<'a> {
         }
     }
 
+    /// The browser check's place: what it shows until (and unless) `check.js` runs the module and fills it.
+    fn browser_check(&self) -> Markup {
+        if self.page.browser.is_none() {
+            return html! {};
+        }
+        html! {
+            section #browser-check {
+                h2 { "Checked in your browser" }
+                p #browser-status .browser.not-run {
+                    "The browser check did not run (it needs JavaScript, WebAssembly and the viewer's verifier module). The result above is the server's alone."
+                }
+                div.scroll { table {
+                    thead { tr { th { "claim" } th { "server" } th { "your browser" } th { "" } } }
+                    tbody #browser-claims {}
+                } }
+                p.src { "The browser runs the same checks (" code { "verifier-wasm" } ") on the same evidence, pins, collateral and check time; the module and this page come from the host serving this page: see " a href="docs/verification#the-browser-check" { "what the browser check trusts" } "." }
+            }
+        }
+    }
+
     fn inputs(&self) -> Markup {
         let p = self.page;
         let Some(v) = &p.verdict else {
@@ -278,7 +294,7 @@ impl<'a> Renderer<'a> {
         ];
         html! {
             section #inputs {
-                h2 { "Inputs " (self.badge(&["verdict-signature", "pin-commit", "pin-tree", "pin-protect-tree", "pin-patch", "pin-job", "pin-isolation", "nonce"])) }
+                h2 { "Inputs " (self.badge(&INPUT_CLAIMS)) }
                 div.scroll { table {
                     thead { tr { th { "input" } th { "value in the verdict" } th { "founder's pin" } th { "check" } } }
                     tbody {
@@ -325,6 +341,7 @@ impl<'a> Renderer<'a> {
             sandbox,
         } = ph;
         html! {
+            h3 { "How it ran (the fence's preamble)" }
             dl {
                 dt { "command" } dd { code { (t(command)) } }
                 dt { "where it came from" } dd { code { (t(source)) } }
@@ -348,15 +365,15 @@ impl<'a> Renderer<'a> {
     fn install(&self, v: &Verdict) -> Markup {
         html! {
             section #phase-install {
-                h2 { "Install phase " (self.badge(&["verdict-signature"])) }
+                h2 { "Install phase " (self.badge(&[])) }
                 @match &v.install {
                     None => p { "No install phase ran." }
                     Some(ph) => {
+                        h3 { "Output tail" }
+                        pre.tail #install-output { (strip_ansi(own_output(&v.output_tail.install, "install", &ph.command, &ph.env_names, &ph.sandbox))) }
                         (self.phase_common(Phase { command: &ph.command, source: &ph.source, exit: ph.exit_code, signal: ph.signal, ms: ph.duration_ms, env: &ph.env_names, sandbox: &ph.sandbox }))
                         h3 { "Egress (" (ph.egress.len()) " attempt(s), every one in order)" }
                         (self.egress(&ph.egress))
-                        h3 { "Output tail" }
-                        pre.tail { (strip_ansi(&v.output_tail.install)) }
                     }
                 }
                 p.src { "From the signed verdict: " (self.claim(&["verdict-signature"])) }
@@ -386,14 +403,14 @@ impl<'a> Renderer<'a> {
     fn test(&self, v: &Verdict) -> Markup {
         html! {
             section #phase-test {
-                h2 { "Test phase " (self.badge(&["verdict-signature"])) }
+                h2 { "Test phase " (self.badge(&[])) }
                 @match &v.test {
                     None => p { "No test phase ran (the run was refused before it)." }
                     Some(ph) => {
+                        h3 { "Output tail" }
+                        pre.tail #test-output { (strip_ansi(own_output(&v.output_tail.test, "test", &ph.command, &ph.env_names, &ph.sandbox))) }
                         (self.phase_common(Phase { command: &ph.command, source: &ph.source, exit: ph.exit_code, signal: ph.signal, ms: ph.duration_ms, env: &ph.env_names, sandbox: &ph.sandbox }))
                         p { "Network: " strong { "none" } " (the test phase has no network)." }
-                        h3 { "Output tail" }
-                        pre.tail { (strip_ansi(&v.output_tail.test)) }
                     }
                 }
                 p.src { "From the signed verdict: " (self.claim(&["verdict-signature"])) }
@@ -405,7 +422,7 @@ impl<'a> Renderer<'a> {
         let pc = &v.processes;
         html! {
             section #processes {
-                h2 { "Processes " (self.badge(&["verdict-signature"])) }
+                h2 { "Processes " (self.badge(&[])) }
                 dl {
                     dt { "started" } dd { (pc.started) }
                     dt { "running at the end" } dd { (pc.running_at_end) }
@@ -422,7 +439,7 @@ impl<'a> Renderer<'a> {
         };
         html! {
             section #limits {
-                h2 { "Limits " (self.badge(&["verdict-signature"])) }
+                h2 { "Limits " (self.badge(&[])) }
                 dl {
                     dt { "memory" } dd { (n(l.memory_mib)) " MiB" }
                     dt { "processes" } dd { (n(l.pids)) }
@@ -444,7 +461,7 @@ impl<'a> Renderer<'a> {
     fn findings(&self, v: &Verdict) -> Markup {
         html! {
             section #findings {
-                h2 { "Findings (" (v.findings.len()) ") " (self.badge(&["verdict-signature"])) }
+                h2 { "Findings (" (v.findings.len()) ") " (self.badge(&[])) }
                 @if v.findings.is_empty() { p { "None." } } @else {
                     div.scroll { table {
                         thead { tr { th { "stage" } th { "kind" } th { "path" } th { "detail" } } }
@@ -457,15 +474,10 @@ impl<'a> Renderer<'a> {
 
     fn attestation(&self) -> Markup {
         let p = self.page;
-        let chain_checks: Vec<&str> = p
-            .chain
-            .iter()
-            .flat_map(|n| n.checks.iter().map(String::as_str))
-            .collect();
         let mp = &p.measurement_pin;
         html! {
             section #attestation {
-                h2 { "Attestation " (self.badge(&chain_checks)) }
+                h2 { "Attestation " (self.badge(&["nonce", "isolation"])) }
                 @if p.status == Status::Unverified {
                     p { "No evidence: no attestation report, no chain." }
                 } @else {
@@ -521,6 +533,46 @@ impl<'a> Renderer<'a> {
             }
         }
     }
+}
+
+/// The claims the Inputs section shows (besides the foundation every section rests on).
+const INPUT_CLAIMS: [&str; 8] = [
+    "nonce",
+    "outcome",
+    "commit",
+    "tree",
+    "patch",
+    "job",
+    "test tree",
+    "isolation",
+];
+
+/// The fence's preamble of a phase's output tail, exactly as the guest writes it before the command's output
+/// (`# fenced-run PHASE phase: COMMAND`, `# env: NAMES`, one `# sandbox: LINE` per sandbox line).
+pub fn preamble(phase: &str, command: &str, env: &[String], sandbox: &[String]) -> String {
+    let mut h = format!(
+        "# fenced-run {phase} phase: {command}\n# env: {}\n",
+        env.join(" ")
+    );
+    for line in sandbox {
+        h.push_str("# sandbox: ");
+        h.push_str(line);
+        h.push('\n');
+    }
+    h
+}
+
+/// The command's own output: the tail without the fence's preamble when it starts with exactly that preamble
+/// (whose lines the phase's details show once), else the whole tail as it is.
+pub fn own_output<'t>(
+    tail: &'t str,
+    phase: &str,
+    command: &str,
+    env: &[String],
+    sandbox: &[String],
+) -> &'t str {
+    tail.strip_prefix(&preamble(phase, command, env, sandbox))
+        .unwrap_or(tail)
 }
 
 /// The measurement checks that ran: the flag pin, the set, the TDX completeness rule, or the unpinned failure.
@@ -623,5 +675,80 @@ mod tests {
         assert_eq!(strip_ansi("\x1b]0;title\x07x"), "x");
         assert_eq!(strip_ansi("a\x07b\nc"), "a\\x07b\nc");
         assert_eq!(strip_ansi("\u{9b}2Jz"), "z");
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+    use attestation::verdict::{Inputs, Isolation, Outcome, TestPhase};
+
+    fn failing_page(patch: bool) -> String {
+        let mut v = Verdict::new(
+            Outcome::TestsFailed,
+            Isolation::Process,
+            Inputs {
+                patch_sha256: patch.then(|| "ab".repeat(32)),
+                ..Inputs::default()
+            },
+            "t",
+        );
+        let sandbox = vec!["net: none".to_string(), "root: read-only".to_string()];
+        let env = vec!["PATH".to_string(), "HOME".to_string()];
+        v.test = Some(TestPhase {
+            command: "cargo test".into(),
+            source: "job".into(),
+            exit_code: Some(101),
+            env_names: env.clone(),
+            sandbox: sandbox.clone(),
+            ..TestPhase::default()
+        });
+        v.output_tail.test = preamble("test", "cargo test", &env, &sandbox)
+            + "test it_works ... FAILED\nassertion failed: left == right\n";
+        let json = serde_json::to_vec(&v.to_json_value()).expect("json");
+        let page = crate::model::Page::from_verdict_json("v.json", &json).expect("page");
+        Renderer::new(&page, &crate::docs::Docs::verification()).page()
+    }
+
+    #[test]
+    fn the_tests_own_output_comes_first_and_the_preamble_once() {
+        let html = failing_page(true);
+        let output = html.find("assertion failed").expect("the test's output");
+        let preamble = html.find("How it ran").expect("the phase details");
+        assert!(
+            output < preamble,
+            "the output is shown before the fence's preamble"
+        );
+        // The preamble's lines are not repeated inside the output, and each sandbox line is shown once.
+        assert!(
+            !html.contains("# sandbox:"),
+            "preamble left in the output tail"
+        );
+        assert!(!html.contains("# fenced-run test phase"));
+        assert_eq!(html.matches("root: read-only").count(), 1);
+    }
+
+    #[test]
+    fn a_tail_without_the_exact_preamble_is_shown_as_it_is() {
+        let env = vec!["PATH".to_string()];
+        let tail = "# sandbox: written by the test itself\nok\n";
+        assert_eq!(own_output(tail, "test", "make", &env, &[]), tail);
+        let full = preamble("test", "make", &env, &[]) + "ok\n";
+        assert_eq!(own_output(&full, "test", "make", &env, &[]), "ok\n");
+        assert_eq!(own_output(&full, "install", "make", &env, &[]), full);
+    }
+
+    #[test]
+    fn the_outcome_sentence_matches_the_inputs() {
+        assert!(failing_page(true).contains("Tests failed with the patch applied"));
+        let unpatched = failing_page(false);
+        assert!(!unpatched.contains("patch applied"));
+        assert!(unpatched.contains("no patch was applied"));
+    }
+
+    #[test]
+    fn a_verdict_json_page_has_no_browser_check() {
+        let html = failing_page(true);
+        assert!(!html.contains("browser-check") && !html.contains("check.js"));
     }
 }

@@ -117,6 +117,10 @@ struct App {
     hosts: Vec<String>,
     page: String,
     docs: String,
+    /// `check-input.json` of the browser check (`None`: a verdict JSON, nothing to check).
+    check_input: Option<String>,
+    /// verifier-wasm built for wasm32 (`None`: not found; the page then says the browser check did not run).
+    module: Option<Vec<u8>>,
     csp: HeaderValue,
     once: bool,
     stop: tokio::sync::watch::Sender<bool>,
@@ -130,8 +134,19 @@ fn listen(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
     Ok(l)
 }
 
-/// Renders `page` and serves it; returns once every listener is bound (the URL is then reachable).
+/// Renders `page` and serves it, with the verifier module [`crate::browser::find_module`] finds for the browser
+/// check; returns once every listener is bound (the URL is then reachable).
 pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
+    start_with_module(page, cfg, crate::browser::find_module().map(|(_, m)| m))
+}
+
+/// [`start`] with the browser check's module given (`None`: no module is served, and the page says the browser
+/// check did not run).
+pub fn start_with_module(
+    page: &Page,
+    cfg: ServeConfig,
+    module: Option<Vec<u8>>,
+) -> Result<Running, ServeError> {
     for a in &cfg.extra {
         check_bind(*a, cfg.credential.as_ref())?;
     }
@@ -164,8 +179,10 @@ pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
     let token = Token::random();
     let docs = Docs::verification();
     let html = Renderer::new(page, &docs).page();
+    // The browser check: the page's one script (check.js) and the module it fetches with the input, all from
+    // this origin; 'wasm-unsafe-eval' lets the script compile WebAssembly and nothing else.
     let csp = format!(
-        "default-src 'none'; style-src {}; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        "default-src 'none'; style-src {}; script-src 'self' 'wasm-unsafe-eval'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
         css_hash_source()
     );
     let (stop, rx) = tokio::sync::watch::channel(false);
@@ -174,6 +191,8 @@ pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
         hosts,
         page: html,
         docs: docs_page(&docs),
+        check_input: page.browser.as_ref().map(|b| b.input_json()),
+        module: module.filter(|m| crate::browser::is_module(m)),
         csp: HeaderValue::from_str(&csp).map_err(|e| ServeError::Runtime(e.to_string()))?,
         once: cfg.once,
         stop: stop.clone(),
@@ -230,13 +249,19 @@ pub fn start(page: &Page, cfg: ServeConfig) -> Result<Running, ServeError> {
 }
 
 fn respond(app: &App, status: StatusCode, body: String) -> Response {
+    respond_typed(app, status, "text/html; charset=utf-8", body.into())
+}
+
+fn respond_typed(
+    app: &App,
+    status: StatusCode,
+    content_type: &'static str,
+    body: Vec<u8>,
+) -> Response {
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = status;
     let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(header::CONTENT_SECURITY_POLICY, app.csp.clone());
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -321,6 +346,27 @@ async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
             r
         }
         Some("docs/verification") => respond(&app, StatusCode::OK, app.docs.clone()),
+        Some("check.js") if app.check_input.is_some() => respond_typed(
+            &app,
+            StatusCode::OK,
+            "text/javascript; charset=utf-8",
+            crate::browser::SCRIPT.into(),
+        ),
+        Some("check-input.json") => match &app.check_input {
+            Some(j) => respond_typed(
+                &app,
+                StatusCode::OK,
+                "application/json",
+                j.clone().into_bytes(),
+            ),
+            None => not_found(&app),
+        },
+        Some("verifier.wasm") => match (&app.check_input, &app.module) {
+            (Some(_), Some(m)) => {
+                respond_typed(&app, StatusCode::OK, "application/wasm", m.clone())
+            }
+            _ => not_found(&app),
+        },
         Some(_) => not_found(&app),
     }
 }
