@@ -275,7 +275,7 @@ pub fn run(args: &Args, nonce: &mut Vec<u8>, tier: crate::vm::confidential::Tier
         std::sync::Arc::new(guest::fence::run::ProxyEgress::system()),
         intake::normalise::RunnerPolicy::probe(),
         tier,
-        &nonce,
+        nonce,
     );
     let environment = match built {
         Ok((_, Some(refused))) => {
