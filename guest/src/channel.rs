@@ -3,7 +3,7 @@
 //! A frame is `type (1 byte) || length (4 bytes, big-endian) || payload (length bytes)`. Both sides read each
 //! frame with a per-type size limit and treat a short read, an unknown type or an oversized length as an error
 //! naming what arrived. The exchange, in order (docs/vm.md):
-//! `Hello` (guest) -> `JobHeader` (host) -> `ReportRequest`/`Report` (sim only) -> `BundleRequest` (guest) ->
+//! `Hello` (guest) -> `KeyAnnounce` (guest) -> `JobHeader` (host) -> `ReportRequest`/`Report` (sim only) -> `BundleRequest` (guest) ->
 //! `Bundle` (host) -> [`InstallStart` (guest) -> `Cut` (guest) -> `CutDone` (host), for a job with an install
 //! phase] -> `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
 
@@ -51,6 +51,21 @@ pub enum FrameType {
     Cut = 12,
     /// Host -> guest: the install network is cut on the host's side; payload: what the host did (UTF-8).
     CutDone = 13,
+    /// Guest -> host, right after `Hello`: the SHA-256 of the agent's ephemeral evidence key
+    /// ([`attestation::pool_ledger::key_sha256`], [`KEY_ANNOUNCE_LEN`] bytes). The key exists before the nonce:
+    /// the host obtains the nonce for this key (a hosted pool issues it, docs/pool.md), then sends the header.
+    KeyAnnounce = 14,
+}
+
+/// The length of a `KeyAnnounce` payload: a SHA-256.
+pub const KEY_ANNOUNCE_LEN: usize = 32;
+
+/// Parses a `KeyAnnounce` payload: exactly [`KEY_ANNOUNCE_LEN`] bytes.
+pub fn decode_key_announce(p: &[u8]) -> Result<[u8; KEY_ANNOUNCE_LEN], ChannelError> {
+    p.try_into().map_err(|_| ChannelError::Malformed {
+        kind: FrameType::KeyAnnounce,
+        detail: format!("{} bytes; the key's SHA-256 is {KEY_ANNOUNCE_LEN}", p.len()),
+    })
 }
 
 impl FrameType {
@@ -71,6 +86,7 @@ impl FrameType {
             11 => InstallStart,
             12 => Cut,
             13 => CutDone,
+            14 => KeyAnnounce,
             _ => return None,
         })
     }
@@ -523,6 +539,28 @@ mod tests {
             read_frame(&mut [1u8, 0].as_slice(), "x"),
             Err(ChannelError::TruncatedHeader(2))
         ));
+    }
+
+    #[test]
+    fn a_key_announce_is_exactly_a_sha256() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, FrameType::KeyAnnounce, &[0xab; 32]).expect("write");
+        let p = expect_frame(&mut buf.as_slice(), FrameType::KeyAnnounce, "the key").expect("read");
+        assert_eq!(decode_key_announce(&p).expect("32 bytes"), [0xab; 32]);
+        assert_eq!(FrameType::from_byte(14), Some(FrameType::KeyAnnounce));
+        for len in [0, 31, 33, 97] {
+            let e = decode_key_announce(&vec![1; len]).expect_err("wrong length");
+            assert!(
+                matches!(
+                    e,
+                    ChannelError::Malformed {
+                        kind: FrameType::KeyAnnounce,
+                        ..
+                    }
+                ) && e.to_string().contains(&format!("{len} bytes")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

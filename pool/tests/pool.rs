@@ -888,7 +888,14 @@ fn pool_vm_tier_end_to_end() {
     assert_eq!(v["isolation"], "vm", "{v}");
     assert_eq!(v["tests"]["passed"], 2, "{v}");
 
-    let verify_vm = |nonce: &str, attempt: Option<u32>, measurement: &str| {
+    // The founder's check: the run's signed ledger (the guest announced its key, the pool issued its nonce).
+    let (key, key_pub) = pool_key_in(out.path());
+    let ledger = out.path().join("vm.ledger");
+    let fetched = out.path().join("vm.fetched");
+    let o = fetch_with_ledger(&t, &alice, "run-vm", &fetched, &ledger, &key);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read(&fetched).ok(), std::fs::read(&ev).ok());
+    let verify_vm = |nonce: &str, check: Check<'_>, measurement: &str| {
         let mut c = Command::new(VERIFY);
         c.arg("evidence").arg(&ev).args([
             "--allow-simulated",
@@ -898,15 +905,25 @@ fn pool_vm_tier_end_to_end() {
             "--measurement",
             measurement,
         ]);
-        if let Some(n) = attempt {
-            c.args(["--pool-attempt", &n.to_string()]);
+        match check {
+            Check::Ledger(ledger, key, max) => {
+                c.arg("--pool-ledger")
+                    .arg(ledger)
+                    .arg("--pool-key")
+                    .arg(key)
+                    .args(["--max-executions", &max.to_string()]);
+            }
+            Check::Attempt(n) => {
+                c.args(["--pool-attempt", &n.to_string()]);
+            }
+            Check::Plain => {}
         }
         c.output().expect("verify-attestation")
     };
-    let ok = verify_vm(NONCE_A, Some(1), &measurement);
+    let ok = verify_vm(NONCE_A, Check::Ledger(&ledger, &key_pub, 1), &measurement);
     assert!(
         ok.status.success(),
-        "attempt 1's vm evidence must verify: {}",
+        "attempt 1 execution 1's vm evidence must verify against the ledger: {}",
         text(&ok)
     );
     let checked = json_of(&ok);
@@ -916,16 +933,16 @@ fn pool_vm_tier_end_to_end() {
     assert_eq!(checked["tee"], "sim-sev-snp", "{checked}");
     assert_eq!(checked["simulated"], true, "{checked}");
     assert_eq!(checked["measurement"], measurement.as_str(), "{checked}");
-    // Bound to attempt 1's derived nonce and to the image's measurement: not the founder's nonce, not attempt 2,
-    // not another measurement.
-    let plain = verify_vm(NONCE_A, None, &measurement);
+    // Bound to the nonce the pool issued to the guest's key and to the image's measurement: not the founder's
+    // nonce, not a nonce derived for attempt 1, not another measurement.
+    let plain = verify_vm(NONCE_A, Check::Plain, &measurement);
     assert_eq!(plain.status.code(), Some(1), "{}", text(&plain));
-    let second = verify_vm(NONCE_A, Some(2), &measurement);
-    assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+    let derived = verify_vm(NONCE_A, Check::Attempt(1), &measurement);
+    assert_eq!(derived.status.code(), Some(1), "{}", text(&derived));
     let mut other = measurement.clone().into_bytes();
     other[0] = if other[0] == b'0' { b'1' } else { b'0' };
     let other = String::from_utf8(other).expect("hex");
-    let wrong = verify_vm(NONCE_A, Some(1), &other);
+    let wrong = verify_vm(NONCE_A, Check::Ledger(&ledger, &key_pub, 1), &other);
     assert_eq!(wrong.status.code(), Some(1), "{}", text(&wrong));
 
     let s = status(&t, &alice, "run-vm");
@@ -933,6 +950,11 @@ fn pool_vm_tier_end_to_end() {
     assert_eq!(s["workflow"], "completed", "{s}");
     assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
     assert_eq!(s["attempts"][0]["worker"], "vm-worker-1", "{s}");
+    // The vm guest's execution is in the ledger, verified.
+    let x = s["executions"].as_array().expect("executions");
+    assert_eq!(x.len(), 1, "{s}");
+    assert_eq!(x[0]["result"], "verified", "{s}");
+    assert_eq!(x[0]["outcome"], "tests_passed", "{s}");
     // The attempt left no directory and no process (QEMU) naming its directory.
     assert!(
         attempt_dirs(work.path()).is_empty(),

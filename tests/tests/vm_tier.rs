@@ -1087,3 +1087,95 @@ fn a_git_checkout_given_as_a_job_file_runs_its_tests_in_the_vm_tier() {
     assert_eq!(process["inputs"]["commit"], vm["inputs"]["commit"]);
     w.assert_clean();
 }
+
+/// A nonce source that records the key hash it was asked for and answers with `answer`.
+struct Recording {
+    asked: std::sync::Arc<std::sync::Mutex<Vec<[u8; 32]>>>,
+    answer: Result<Vec<u8>, String>,
+}
+
+impl host::nonce_exchange::NonceSource for Recording {
+    fn nonce_for(&mut self, key_sha256: &[u8; 32]) -> Result<Vec<u8>, String> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(*key_sha256);
+        self.answer.clone()
+    }
+}
+
+/// The guest announces its evidence key before it has a nonce (`KeyAnnounce`): the host asks its nonce source
+/// once, with that key's hash, the evidence is sealed with that key and bound to the nonce the source gave; a
+/// source that gives no nonce ends the run with an error naming the key, the VM killed and its files removed.
+#[test]
+fn the_guest_announces_its_key_and_the_nonce_is_obtained_for_it() {
+    if missing().is_some() {
+        return;
+    }
+    let image = shared_image();
+    let (kind, bytes) = demo_bundle();
+    let issued = vec![0x6b; 24];
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let w = Work::new();
+    let out = vm::run_for_key(
+        kind,
+        &bytes,
+        Box::new(Recording {
+            asked: asked.clone(),
+            answer: Ok(issued.clone()),
+        }),
+        &w.options(image),
+    )
+    .expect("a run with a nonce issued for the announced key");
+    let asked = asked.lock().expect("lock").clone();
+    assert_eq!(
+        asked,
+        vec![out.key_sha256],
+        "asked once, for the announced key"
+    );
+    let evidence = attestation::evidence::Evidence::from_cbor(&out.evidence_bytes).expect("cbor");
+    assert_eq!(
+        attestation::pool_ledger::key_sha256(&evidence.key()),
+        out.key_sha256,
+        "the evidence is sealed with the announced key"
+    );
+    assert_eq!(out.nonce, issued);
+    assert_eq!(out.verdict.inputs.nonce, issued);
+    let evdir = tempfile::tempdir().expect("tmp");
+    let ev = evdir.path().join("issued.evidence");
+    std::fs::write(&ev, &out.evidence_bytes).expect("write");
+    let m = Manifest::load(image).expect("manifest").measurements.vm;
+    let o = Command::new(VERIFY)
+        .arg("evidence")
+        .arg(&ev)
+        .args(["--allow-simulated", "--measurement", &m, "--nonce"])
+        .arg(hex::encode(&issued))
+        .output()
+        .expect("verify");
+    assert!(
+        o.status.success(),
+        "the evidence verifies with the issued nonce: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    w.assert_clean();
+
+    let w = Work::new();
+    let err = vm::run_for_key(
+        kind,
+        &bytes,
+        Box::new(Recording {
+            asked: Default::default(),
+            answer: Err("the pool refused: the run has ended".into()),
+        }),
+        &w.options(image),
+    )
+    .expect_err("no nonce");
+    eprintln!("host error: {err}");
+    assert!(matches!(err, vm::VmError::Nonce(_)), "{err:?}");
+    let err = err.to_string();
+    assert!(
+        err.contains("no nonce for the guest's evidence key") && err.contains("the run has ended"),
+        "{err}"
+    );
+    w.assert_clean();
+}

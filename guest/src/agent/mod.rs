@@ -1,5 +1,6 @@
-//! The guest agent as PID 1 of the `vm` tier: set up the guest, take the job header over the channel, get the
-//! report **before** any byte of the job is unpacked, then run intake and the fence exactly as the process tier
+//! The guest agent as PID 1 of the `vm` tier: set up the guest, make the ephemeral evidence key and announce its
+//! hash (`KeyAnnounce`), take the job header (its nonce) over the channel, get the report binding key and nonce
+//! **before** any byte of the job is unpacked, then run intake and the fence exactly as the process tier
 //! does, send the sealed evidence back, wait for the host's acknowledgement and power off.
 //!
 //! Every failure of the agent's own after the report ends in evidence (`refused` or `environment_exhausted`
@@ -14,7 +15,7 @@ pub mod verity;
 use crate::channel::{self, ChannelError, FrameType, JobHeader};
 use crate::fence::input::run_input;
 use crate::fence::run::{RunOptions, TaskImage, ToolchainRoot, AGENT_VERSION};
-use attestation::session::Session;
+use attestation::session::KeyFirst;
 use attestation::verdict::{Finding, Inputs, Isolation, Outcome, Verdict};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -128,6 +129,11 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let ch = |e: ChannelError| format!("job channel: {e}");
     channel::write_frame(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
     init::mark("the job channel is open; Hello sent (agent ready)");
+    // The evidence key exists before the nonce: its hash goes to the host, which obtains the nonce for it (a
+    // hosted pool issues one per key and records it, docs/pool.md); the same key is bound and seals below.
+    let keyed = KeyFirst::new();
+    channel::write_frame(&mut wr, FrameType::KeyAnnounce, &keyed.key_sha256()).map_err(ch)?;
+    init::mark("KeyAnnounce sent");
     let fail = |wr: &mut File, why: String| {
         let _ = channel::write_frame(wr, FrameType::Failure, why.as_bytes());
         why
@@ -145,7 +151,7 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
             Err(e) => return Err(fail(&mut wr, e)),
         };
         console(&format!("report backend: {which}"));
-        match Session::begin(backend.as_ref(), &header.nonce) {
+        match keyed.begin(backend.as_ref(), &header.nonce) {
             Ok(s) => s,
             Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
         }

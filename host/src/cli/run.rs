@@ -33,8 +33,8 @@ pub struct Args {
     #[arg(long, value_name = "HEX", conflicts_with = "nonce_exchange")]
     pub nonce: Option<String>,
     /// The nonce is issued for the run's evidence key (the hosted pool's worker, docs/pool.md): the key is made
-    /// first, one line `key-sha256 HEX` is written on stdout, and one line of nonce hex is read from stdin.
-    /// Process tier only; needs --evidence.
+    /// first (in the vm tiers, by the guest agent, which announces it over the job channel), one line
+    /// `key-sha256 HEX` is written on stdout, and one line of nonce hex is read from stdin. Needs --evidence.
     #[arg(long, requires = "evidence")]
     pub nonce_exchange: bool,
     /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
@@ -157,15 +157,6 @@ pub fn run(args: Args) -> ExitCode {
         None if args.nonce_exchange => Vec::new(),
         None => guest::fence::run::random_nonce(),
     };
-    if args.nonce_exchange && tier != crate::vm::confidential::Tier::Process {
-        return fail(
-            json,
-            "run",
-            "nonce",
-            "--nonce-exchange: only the process tier takes a nonce issued for its key so far",
-            2,
-        );
-    }
     // The evidence path is checked before anything runs: a run whose evidence cannot be written is wasted.
     if let Some(out) = &args.evidence {
         if let Err(e) = check_evidence_path(out) {
@@ -173,7 +164,9 @@ pub fn run(args: Args) -> ExitCode {
         }
     }
     if tier != crate::vm::confidential::Tier::Process {
-        let code = super::vm::run(&args, nonce.clone(), tier);
+        // With --nonce-exchange the guest announces its key first and the nonce is obtained for it.
+        let mut nonce = nonce;
+        let code = super::vm::run(&args, &mut nonce, tier);
         return match (&args.evidence, args.view && code != ExitCode::from(2)) {
             (Some(out), true) => super::view::after_run_file(out, &nonce, false)
                 .err()

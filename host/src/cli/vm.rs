@@ -185,7 +185,20 @@ pub fn judge_and_pack(
 }
 
 /// Intake on the host, then the job in the VM with `opts` filled from the job's budgets.
-pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<HostRun, String> {
+pub fn run_job(job_path: &Path, nonce: &[u8], opts: VmOptions) -> Result<HostRun, String> {
+    run_job_for_key(
+        job_path,
+        Box::new(crate::nonce_exchange::Fixed(nonce.to_vec())),
+        opts,
+    )
+}
+
+/// [`run_job`] with the nonce obtained from `source` for the key the guest announces (vm::run_for_key).
+pub fn run_job_for_key(
+    job_path: &Path,
+    source: Box<dyn crate::nonce_exchange::NonceSource>,
+    mut opts: VmOptions,
+) -> Result<HostRun, String> {
     let (job, kind, bytes) = match judge_and_pack(job_path, &opts.egress, || {})? {
         Judged::Refused(reason) => return Ok(HostRun::Refused(reason)),
         Judged::Packed { job, kind, bytes } => (job, kind, bytes),
@@ -222,7 +235,7 @@ pub fn run_job(job_path: &Path, nonce: &[u8], mut opts: VmOptions) -> Result<Hos
     if install.is_none_or(|i| i.allow.is_empty()) {
         opts.dialer = None;
     }
-    vm::run(kind, &bytes, nonce, &opts)
+    vm::run_for_key(kind, &bytes, source, &opts)
         .map(|r| HostRun::Ran(Box::new(r)))
         .map_err(|e| e.to_string())
 }
@@ -238,8 +251,9 @@ pub fn default_image() -> PathBuf {
     }
 }
 
-/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`.
-pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
+/// Runs `args` in the `vm` tier (or, for `tier` sev-snp/tdx, a confidential guest) with `nonce`; with
+/// `--nonce-exchange` the nonce is obtained for the key the guest announces, and `nonce` becomes it.
+pub fn run(args: &Args, nonce: &mut Vec<u8>, tier: crate::vm::confidential::Tier) -> ExitCode {
     // Only the operator's [egress] table applies in a guest: it has neither this host's environment nor its files.
     let operator = match super::operator_policy(args.operator_config.as_deref()) {
         Ok(p) => p,
@@ -295,7 +309,7 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
         std::sync::Arc::new(guest::fence::run::ProxyEgress::system()),
         intake::normalise::RunnerPolicy::probe(),
         tier,
-        &nonce,
+        nonce,
     );
     let environment = match built {
         Ok((_, Some(refused))) => {
@@ -310,8 +324,16 @@ pub fn run(args: &Args, nonce: Vec<u8>, tier: crate::vm::confidential::Tier) -> 
     };
     opts.environment = environment.as_ref().map(|b| b.vm_environment());
     vm::install_interrupt_handler();
-    let out = match run_job(&args.job, &nonce, opts) {
-        Ok(HostRun::Ran(o)) => o,
+    let source: Box<dyn crate::nonce_exchange::NonceSource> = if args.nonce_exchange {
+        Box::new(crate::nonce_exchange::StdioExchange)
+    } else {
+        Box::new(crate::nonce_exchange::Fixed(nonce.clone()))
+    };
+    let out = match run_job_for_key(&args.job, source, opts) {
+        Ok(HostRun::Ran(o)) => {
+            nonce.clone_from(&o.nonce);
+            o
+        }
         Ok(HostRun::Refused(reason)) => {
             outln!("outcome: refused");
             outln!("refused by intake on the host before launch: {reason}");

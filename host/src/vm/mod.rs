@@ -188,6 +188,10 @@ pub struct VmRun {
     pub steps: Vec<(&'static str, Duration)>,
     /// What the host did at the cut (`None`: no cut, the job had no install phase).
     pub cut: Option<String>,
+    /// The nonce the job header carried (the fixed one, or the one obtained for the announced key).
+    pub nonce: Vec<u8>,
+    /// The SHA-256 of the evidence key the guest announced before its nonce (the evidence's key hashes to it).
+    pub key_sha256: [u8; 32],
 }
 
 /// How long the host waits for QEMU's answers when it removes the install network at the cut.
@@ -240,6 +244,10 @@ pub enum VmError {
     /// The run was interrupted; the VM was killed.
     #[error("interrupted; the VM was killed")]
     Interrupted,
+    /// No nonce was obtained for the key the guest announced (`--nonce-exchange`: the other side refused,
+    /// answered something that is not a nonce, or closed); the VM was killed.
+    #[error("{0}")]
+    Nonce(String),
 }
 
 /// A running VM; dropping it kills QEMU, waits for it and removes its directory.
@@ -318,6 +326,54 @@ impl Vm {
         }
     }
 
+    /// The nonce `source` gives for `key_sha256`, asked on a thread of its own so that QEMU exiting, SIGINT and
+    /// `deadline` still end the wait (a source that never answers is left behind; the run ends).
+    fn nonce_for(
+        &mut self,
+        mut source: Box<dyn crate::nonce_exchange::NonceSource>,
+        key_sha256: [u8; 32],
+        deadline: Instant,
+        budget: Duration,
+    ) -> Result<Vec<u8>, VmError> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(source.nonce_for(&key_sha256));
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Ok(n)) => return Ok(n),
+                Ok(Err(e)) => {
+                    return Err(VmError::Nonce(format!(
+                        "no nonce for the guest's evidence key {}: {e}; the VM was killed",
+                        hex::encode(key_sha256)
+                    )))
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(VmError::Nonce(format!(
+                        "no nonce for the guest's evidence key {}: the nonce source stopped without an answer",
+                        hex::encode(key_sha256)
+                    )))
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return Err(VmError::Qemu(self.fail(format!(
+                    "QEMU exited ({st}) while the host waited for the nonce of the guest's key"
+                ))));
+            }
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return Err(VmError::Interrupted);
+            }
+            if Instant::now() > deadline {
+                return Err(VmError::Timeout(format!(
+                    "no nonce for the guest's evidence key {} within {} s; the VM was killed",
+                    hex::encode(key_sha256),
+                    budget.as_secs()
+                )));
+            }
+        }
+    }
+
     fn send(&mut self, kind: FrameType, payload: &[u8]) -> Result<(), VmError> {
         channel::write_frame(&mut self.wr, kind, payload)
             .map_err(|e| VmError::Channel(format!("job channel, sending {kind:?}: {e}")))
@@ -331,8 +387,24 @@ pub fn run(
     nonce: &[u8],
     opts: &VmOptions,
 ) -> Result<VmRun, VmError> {
+    run_for_key(
+        kind,
+        bytes,
+        Box::new(crate::nonce_exchange::Fixed(nonce.to_vec())),
+        opts,
+    )
+}
+
+/// [`run`] with the nonce obtained from `source` for the evidence key the guest announces (`KeyAnnounce`,
+/// right after its hello): `source` gets the key's SHA-256 and must answer within the attest budget.
+pub fn run_for_key(
+    kind: BundleKind,
+    bytes: &[u8],
+    source: Box<dyn crate::nonce_exchange::NonceSource>,
+    opts: &VmOptions,
+) -> Result<VmRun, VmError> {
     let mut p = progress::Progress::new(opts.progress);
-    let r = run_steps(kind, bytes, nonce, opts, &mut p);
+    let r = run_steps(kind, bytes, source, opts, &mut p);
     match &r {
         Ok(_) => p.finish(None),
         Err(e) => p.finish(Some(e.to_string().lines().next().unwrap_or_default())),
@@ -373,10 +445,35 @@ fn dialer_command(
     cmd
 }
 
+/// The key hash of the guest's second frame, which must be `KeyAnnounce` of exactly 32 bytes; else what arrived.
+fn announced_key(f: &Frame) -> Result<[u8; 32], String> {
+    if f.kind != FrameType::KeyAnnounce {
+        return Err(format!(
+            "the guest sent a {:?} frame ({} bytes) after its hello, not the KeyAnnounce of its evidence key",
+            f.kind,
+            f.payload.len()
+        ));
+    }
+    channel::decode_key_announce(&f.payload).map_err(|e| format!("the guest's {e}"))
+}
+
+/// Checks that the evidence's key is the one whose hash the guest announced before it had its nonce.
+fn check_announced(evidence: &Evidence, announced: &[u8; 32]) -> Result<(), String> {
+    let got = attestation::pool_ledger::key_sha256(&evidence.key());
+    if &got != announced {
+        return Err(format!(
+            "the guest's evidence is sealed with a key whose SHA-256 is {}, not the {} it announced before its nonce",
+            hex::encode(got),
+            hex::encode(announced)
+        ));
+    }
+    Ok(())
+}
+
 fn run_steps(
     kind: BundleKind,
     bytes: &[u8],
-    nonce: &[u8],
+    source: Box<dyn crate::nonce_exchange::NonceSource>,
     opts: &VmOptions,
     progress: &mut progress::Progress,
 ) -> Result<VmRun, VmError> {
@@ -559,7 +656,17 @@ fn run_steps(
         ))));
     }
     let ready = start.elapsed();
-    progress.step("attest", "the guest's report request");
+    // The guest's evidence key exists before its nonce: its hash comes next, then the nonce is obtained for it.
+    progress.step(
+        "attest",
+        "the guest's evidence key, its nonce, then its report request",
+    );
+    let key_budget = opts.timeouts.attest;
+    let key_deadline = Instant::now() + key_budget;
+    let announce = vm.recv(key_deadline, key_budget, "the guest's KeyAnnounce")?;
+    let key_sha256 = announced_key(&announce).map_err(|e| VmError::Guest(vm.fail(e)))?;
+    let nonce = vm.nonce_for(source, key_sha256, key_deadline, key_budget)?;
+    let nonce = nonce.as_slice();
     let (tee, measurement) = match attester.join() {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return Err(VmError::Setup(vm.fail(e))),
@@ -717,6 +824,7 @@ fn run_steps(
             "the guest's verdict carries another nonce than the one sent".into(),
         )));
     }
+    check_announced(&evidence, &key_sha256).map_err(|e| VmError::Guest(vm.fail(e)))?;
     vm.send(FrameType::Ack, b"")?;
     let shutdown_deadline = Instant::now() + opts.timeouts.shutdown;
     loop {
@@ -744,6 +852,8 @@ fn run_steps(
         dialer_log,
         steps: Vec::new(),
         cut: cut_note,
+        nonce: nonce.to_vec(),
+        key_sha256,
     })
 }
 
@@ -763,6 +873,79 @@ mod environment_tests {
         assert_eq!(
             cmdline_with(base, Some(&env)),
             "console=ttyS0 quiet fenced_run.toolchains=task fenced_run.verity=2,ef,cd fenced_run.task_image=sha256:00"
+        );
+    }
+}
+
+#[cfg(test)]
+mod key_announce_tests {
+    use super::*;
+
+    fn frame(kind: FrameType, payload: &[u8]) -> Frame {
+        Frame {
+            kind,
+            payload: payload.to_vec(),
+        }
+    }
+
+    /// After its hello the guest must announce its key: anything else (a guest that skips KeyAnnounce and asks
+    /// for its report or the bundle, a second hello, a failure) is a guest error naming the frame; a KeyAnnounce
+    /// of another length than a SHA-256 is named with its length.
+    #[test]
+    fn the_frame_after_the_hello_must_be_a_key_announce_of_32_bytes() {
+        assert_eq!(
+            announced_key(&frame(FrameType::KeyAnnounce, &[0x5a; 32])).expect("a key hash"),
+            [0x5a; 32]
+        );
+        for (kind, payload) in [
+            (FrameType::ReportRequest, &[0u8; 64][..]),
+            (FrameType::BundleRequest, &[][..]),
+            (FrameType::Hello, channel::PROTOCOL),
+            (FrameType::Failure, b"no key".as_slice()),
+        ] {
+            let e = announced_key(&frame(kind, payload)).expect_err("not a KeyAnnounce");
+            assert!(
+                e.contains(&format!("{kind:?} frame ({} bytes)", payload.len()))
+                    && e.contains("not the KeyAnnounce"),
+                "{e}"
+            );
+        }
+        for len in [0, 31, 33, 64] {
+            let e = announced_key(&frame(FrameType::KeyAnnounce, &vec![1; len]))
+                .expect_err("wrong length");
+            assert!(
+                e.contains("KeyAnnounce") && e.contains(&format!("{len} bytes")),
+                "{e}"
+            );
+        }
+    }
+
+    /// The evidence must be sealed with the key whose hash was announced before the nonce.
+    #[test]
+    fn the_evidence_key_must_be_the_announced_one() {
+        let state = tempfile::tempdir().expect("tmp");
+        let psp = SimPsp::new(state.path(), Product::Milan).expect("sim psp");
+        let tee = SimSnpTee::new(psp, [7u8; 48]);
+        let nonce = vec![0x33; 32];
+        let keyed = attestation::session::KeyFirst::new();
+        let announced = keyed.key_sha256();
+        let session = keyed.begin(&tee, &nonce).expect("session");
+        let verdict = Verdict::new(
+            attestation::verdict::Outcome::TestsPassed,
+            attestation::verdict::Isolation::Vm,
+            attestation::verdict::Inputs {
+                nonce,
+                ..Default::default()
+            },
+            "test",
+        );
+        let evidence = session.seal(&verdict).expect("seal");
+        check_announced(&evidence, &announced).expect("the announced key");
+        let other = attestation::session::KeyFirst::new().key_sha256();
+        let e = check_announced(&evidence, &other).expect_err("another key");
+        assert!(
+            e.contains(&hex::encode(announced)) && e.contains(&hex::encode(other)),
+            "{e}"
         );
     }
 }
