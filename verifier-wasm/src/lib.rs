@@ -371,6 +371,8 @@ impl Request {
         };
         let ctx = ClaimContext {
             pool_attempt: self.pool_attempt,
+            // The pool's ledger is checked by verify-attestation (--pool-ledger), not in the browser.
+            pool_ledger: None,
             collateral_source: self.collateral_source.clone(),
             policy_file: self.policy_file.clone(),
             tcb_baseline: self.tcb_baseline.clone(),
