@@ -40,6 +40,9 @@ struct Pool {
     dir: tempfile::TempDir,
     _work: tempfile::TempDir,
     admin: String,
+    /// The pool's ledger key (the gateway signs the ledgers founders fetch with it) and its public half.
+    key: PathBuf,
+    public: PathBuf,
     // Last: the next test starts its servers only once these are stopped.
     _turn: std::sync::MutexGuard<'static, ()>,
 }
@@ -71,12 +74,19 @@ impl Pool {
             .tempdir()
             .expect("work");
         let worker = Worker::start(&t.addr, &admin, "process", "gw-worker-1", 2, work.path());
+        // The gateway holds the pool's ledger key: founders fetch their run's signed execution ledger through it.
+        let key = dir.path().join("pool.key");
+        let o = pool(&["key", "--out", key.to_str().expect("utf8")]);
+        assert!(o.status.success(), "{}", text(&o));
+        let public = dir.path().join("pool.key.pub");
+        let mut extra = vec!["--pool-key", key.to_str().expect("utf8")];
+        extra.extend_from_slice(gateway_extra);
         let listen = if listen_unix {
             format!("unix:{}", dir.path().join("gateway.sock").display())
         } else {
             "127.0.0.1:0".to_owned()
         };
-        let gateway = Gateway::start(&t.addr, &admin, &listen, gateway_extra);
+        let gateway = Gateway::start(&t.addr, &admin, &listen, &extra);
         Some(Pool {
             gateway,
             _worker: worker,
@@ -85,6 +95,8 @@ impl Pool {
             dir,
             _work: work,
             admin,
+            key,
+            public,
             _turn: turn,
         })
     }
@@ -143,12 +155,32 @@ impl Pool {
     }
 }
 
-fn verify(evidence: &Path, attempt: u32) -> Output {
+/// The founder's check of `evidence` (alice's run `run_id`): the run's signed execution ledger fetched through
+/// the gateway, pinned to the pool's key, at most `max_executions` executions.
+fn verify(p: &Pool, run_id: &str, evidence: &Path, max_executions: u32) -> Output {
+    let ledger = p.dir.path().join(format!("{run_id}.ledger"));
+    let copy = p.dir.path().join(format!("{run_id}.fetched-for-ledger"));
+    let o = p.as_founder(
+        "alice",
+        &[
+            "fetch",
+            run_id,
+            "--out",
+            copy.to_str().expect("utf8"),
+            "--ledger-out",
+            ledger.to_str().expect("utf8"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
     Command::new(VERIFY)
         .arg("evidence")
         .arg(evidence)
         .args(["--allow-simulated", "--any-measurement", "--nonce", NONCE_A])
-        .args(["--pool-attempt", &attempt.to_string()])
+        .arg("--pool-ledger")
+        .arg(&ledger)
+        .arg("--pool-key")
+        .arg(&p.public)
+        .args(["--max-executions", &max_executions.to_string()])
         .output()
         .expect("verify-attestation")
 }
@@ -182,7 +214,7 @@ fn alice_untouched(p: &Pool) {
         &["fetch", "run-a", "--out", ev.to_str().expect("utf8")],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let ok = verify(&ev, 1);
+    let ok = verify(p, "run-a", &ev, 1);
     assert!(ok.status.success(), "{}", text(&ok));
 }
 
@@ -390,15 +422,11 @@ fn no_token_or_a_wrong_token_is_refused() {
 
 #[test]
 fn a_founders_own_verbs_work_end_to_end() {
-    // The gateway holds the pool's ledger key: founders fetch their run's signed execution ledger through it.
-    let keys = tempfile::tempdir().expect("key dir");
-    let key = keys.path().join("pool.key");
-    let o = pool(&["key", "--out", key.to_str().expect("utf8")]);
-    assert!(o.status.success(), "{}", text(&o));
-    let public = keys.path().join("pool.key.pub");
-    let Some(p) = Pool::start(true, &["--pool-key", key.to_str().expect("utf8")]) else {
+    let Some(p) = Pool::start(true, &[]) else {
         return;
     };
+    let keys = tempfile::tempdir().expect("key dir");
+    let (key, public) = (p.key.clone(), p.public.clone());
     // submit --wait with the evidence, in JSON.
     let job = Job::new("echo '3 passed, 0 failed'\n", 60);
     let ev = p.dir.path().join("own.evidence");
@@ -410,7 +438,7 @@ fn a_founders_own_verbs_work_end_to_end() {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json_of(&o)["outcome"], "tests_passed", "{}", text(&o));
-    let ok = verify(&ev, 1);
+    let ok = verify(&p, "run-own", &ev, 1);
     assert!(ok.status.success(), "{}", text(&ok));
     // status, in JSON and text, under both forms of the ID.
     for id in ["run-own", "alice:run-own"] {
@@ -669,7 +697,7 @@ fn gateway_killed_mid_run_loses_nothing() {
     let o = child.wait_with_output().expect("submit");
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json_of(&o)["outcome"], "tests_passed", "{}", text(&o));
-    let ok = verify(&ev, 1);
+    let ok = verify(&p, "run-k", &ev, 1);
     assert!(ok.status.success(), "{}", text(&ok));
     let o = p.as_founder("alice", &["status", "run-k", "--json"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -725,7 +753,11 @@ fn postgres_killed_mid_run_loses_nothing() {
         &["fetch", "run-pg", "--out", ev.to_str().expect("utf8")],
     );
     assert!(o.status.success(), "{}", text(&o));
-    let ok = verify(&ev, n);
+    // Every execution the pool issued a nonce for is in the ledger and the status; the founder accepts exactly
+    // that many (a killed store may have cost an attempt its execution).
+    let executions = s["executions"].as_array().map_or(0, Vec::len) as u32;
+    assert!(executions >= n, "{s}");
+    let ok = verify(&p, "run-pg", &ev, executions);
     assert!(ok.status.success(), "{}", text(&ok));
     eprintln!(
         "run-pg after kill -9 of PostgreSQL: {} attempt(s)",
