@@ -338,7 +338,16 @@ pub fn main_with(cli: Cli) -> ExitCode {
                 ledger_out,
                 pool_key,
                 access,
-            } => fetch(&run_id, &out, ledger_out.as_deref(), pool_key.as_deref(), access).await,
+            } => {
+                fetch(
+                    &run_id,
+                    &out,
+                    ledger_out.as_deref(),
+                    pool_key.as_deref(),
+                    access,
+                )
+                .await
+            }
             Command::Key { out, json } => pool_key(&out, json),
             Command::Cancel {
                 run_id,
@@ -1139,7 +1148,10 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
         Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
         Err(e) => format!("unknown ({e})"),
     };
-    print!("{}", render_status(&run, &attempts, &executions, &workflow, json));
+    print!(
+        "{}",
+        render_status(&run, &attempts, &executions, &workflow, json)
+    );
     ExitCode::SUCCESS
 }
 

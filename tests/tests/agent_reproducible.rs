@@ -73,7 +73,10 @@ fn two_clones_at_different_paths_with_different_cargo_homes_link_the_same_agent_
         .output()
         .is_ok_and(|o| o.status.success());
     if !git_ok {
-        skip_for(SkipKind::Build, "git is not installed (the test clones the repository)");
+        skip_for(
+            SkipKind::Build,
+            "git is not installed (the test clones the repository)",
+        );
         return;
     }
     if !ws.join(".git").exists() {
@@ -83,7 +86,10 @@ fn two_clones_at_different_paths_with_different_cargo_homes_link_the_same_agent_
         );
         return;
     }
-    let Some(registry) = cargo_home().map(|h| h.join("registry")).filter(|r| r.is_dir()) else {
+    let Some(registry) = cargo_home()
+        .map(|h| h.join("registry"))
+        .filter(|r| r.is_dir())
+    else {
         skip_for(
             SkipKind::Build,
             "no cargo registry cache (CARGO_HOME/registry) to build offline from",
@@ -201,12 +207,15 @@ fn two_clones_at_different_paths_with_different_cargo_homes_link_the_same_agent_
     );
     // Neither embeds a path of its builder.
     for (bytes, builder) in [(a, &one), (b, &two)] {
-        for p in [&builder.clone, &builder.cargo_home, &builder.target, &builder.home] {
+        for p in [
+            &builder.clone,
+            &builder.cargo_home,
+            &builder.target,
+            &builder.home,
+        ] {
             let needle = p.to_string_lossy();
             assert!(
-                !bytes
-                    .windows(needle.len())
-                    .any(|w| w == needle.as_bytes()),
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
                 "the agent embeds {needle}"
             );
         }

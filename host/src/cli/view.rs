@@ -9,8 +9,8 @@ use super::run::fail;
 use attestation::text::{escape, shown};
 use std::path::Path;
 use std::process::ExitCode;
-use verify_attestation::cli::evidence::{options, OptionsError};
 use verifier_lib::evidence::EvidenceOptions;
+use verify_attestation::cli::evidence::{options, OptionsError};
 use viewer::bind::{Credential, CREDENTIAL_PATH};
 use viewer::{Page, ServeConfig};
 

@@ -472,7 +472,8 @@ pub fn run(args: Args) -> ExitCode {
                 .map_err(|e| format!("--pool-key: {e}"));
             match (read, key) {
                 (Ok(l), Ok(k)) => {
-                    let c = verifier_lib::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
+                    let c =
+                        verifier_lib::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
                     opts.nonce = c.nonce.clone().or(opts.nonce);
                     Some(c)
                 }
