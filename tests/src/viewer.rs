@@ -141,3 +141,29 @@ pub fn raw_get(port: u16, path: &str, headers: &[&str]) -> (u16, String) {
         .unwrap_or(0);
     (code, text)
 }
+
+/// The first of `names` found on `PATH` (chromium, chromedriver).
+pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|d| names.iter().map(move |n| d.join(n)))
+        .find(|p| p.is_file())
+}
+
+/// A process killed and reaped when the test ends, however it ends.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free loopback TCP port (for chromedriver).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

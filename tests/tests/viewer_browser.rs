@@ -7,28 +7,13 @@
 
 use attestation::verdict::Outcome;
 use fantoccini::{ClientBuilder, Locator};
-use fenced_run_tests::viewer::{evidence, founder_options, verdict};
+use fenced_run_tests::viewer::{
+    evidence, find_on_path as find, founder_options, free_port, verdict, Reaped,
+};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-fn find(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|d| names.iter().map(move |n| d.join(n)))
-        .find(|p| p.is_file())
-}
-
-/// A process killed and reaped when the test ends, however it ends.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Records the request line of every connection it receives and answers 403: Chromium's proxy, so that any
 /// request to anywhere but loopback (which Chromium never proxies) lands here.
@@ -84,13 +69,6 @@ impl Drop for Recorder {
             let _ = t.join();
         }
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 fn target_dir() -> PathBuf {

@@ -10,34 +10,11 @@
 use attestation::vectors::{skip_for, SkipKind};
 use attestation::verdict::Outcome;
 use fantoccini::{ClientBuilder, Locator};
-use fenced_run_tests::viewer::{evidence, founder_options, verdict};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use fenced_run_tests::viewer::{
+    evidence, find_on_path as find, founder_options, free_port, verdict, Reaped,
+};
+use std::net::TcpStream;
 use std::time::Duration;
-
-fn find(names: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|d| names.iter().map(move |n| d.join(n)))
-        .find(|p| p.is_file())
-}
-
-/// A process killed and reaped when the test ends, however it ends.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// What the page's script reports (`window.fencedRunCheck`) once it has finished.
 async fn check_state(c: &fantoccini::Client, url: &str) -> serde_json::Value {
