@@ -92,8 +92,8 @@ fn snp_from_report(bytes: &[u8]) -> Option<Measured> {
     })
 }
 
-fn tdx_from_quote(bytes: &[u8]) -> Result<Measured, String> {
-    let q = Quote::parse(bytes).map_err(|e| e.to_string())?;
+fn tdx_from_quote(bytes: &[u8]) -> Result<Measured, attestation::tdx::QuoteError> {
+    let q = Quote::parse(bytes)?;
     let b = q.body.td10();
     Ok(Measured::Tdx {
         mrtd: b.mrtd,
@@ -115,7 +115,7 @@ pub fn read_measured(bytes: &[u8]) -> Result<(InputKind, Measured), ExplainError
                 }
                 snp_from_report(&ev.report).ok_or_else(|| bad("too short".into()))?
             } else {
-                tdx_from_quote(&ev.report).map_err(bad)?
+                tdx_from_quote(&ev.report).map_err(|e| bad(e.to_string()))?
             };
             return Ok((InputKind::Evidence, m));
         }
@@ -131,7 +131,7 @@ pub fn read_measured(bytes: &[u8]) -> Result<(InputKind, Measured), ExplainError
         Err(quote) => Err(ExplainError::Unrecognised {
             evidence,
             len: bytes.len(),
-            quote,
+            quote: quote.to_string(),
         }),
     }
 }

@@ -25,6 +25,220 @@ pub const MAX_PROFILES: u64 = 8192;
 /// The most SEV metadata sections an OVMF build may list.
 pub const MAX_SECTIONS: usize = 64;
 
+/// Why a vCPU range does not parse ([`VcpuRange::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VcpuRangeError {
+    /// One end is not a count.
+    #[error("vCPU range {range:?}: {part:?} is not a count: {source}")]
+    NotACount {
+        /// The range as given.
+        range: String,
+        /// The end that is not a count.
+        part: String,
+        /// Why it is not.
+        source: std::num::ParseIntError,
+    },
+    /// The ends are out of order, zero or above [`MAX_VCPUS`].
+    #[error("vCPU range {range:?}: want 1 <= first <= last <= {MAX_VCPUS}")]
+    OutOfBounds {
+        /// The range as given.
+        range: String,
+    },
+}
+
+/// Why an OVMF build's record gives no stand-in image ([`SnpFirmware::stand_in`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StandInError {
+    /// More sections than [`MAX_SECTIONS`].
+    #[error("{count} sections, at most {MAX_SECTIONS}")]
+    TooManySections {
+        /// How many the record lists.
+        count: usize,
+    },
+    /// A section's kind is not one SNP defines.
+    #[error("section {index}: unknown kind {kind:?}")]
+    UnknownKind {
+        /// The section's position (from 1).
+        index: usize,
+        /// The kind recorded.
+        kind: String,
+    },
+    /// A recorded address or size does not fit in the 32 bits the metadata has for it.
+    #[error("{field} {value:#x} does not fit in 32 bits")]
+    Not32Bits {
+        /// Which value (`section gpa`, `section size`, `sev_hashes_table`, `sev_es_reset_eip`).
+        field: &'static str,
+        /// The value recorded.
+        value: u64,
+    },
+    /// The GUIDed table and the metadata do not fit in the stand-in's one page.
+    #[error("the sections do not fit in one page")]
+    DoesNotFit,
+    /// The stand-in does not parse as an OVMF image that measures a kernel.
+    #[error(transparent)]
+    Ovmf(#[from] snp::OvmfError),
+}
+
+/// What is wrong with an identity entry or its SNP profiles ([`IdentityEntry::check`]; the caller adds which
+/// entry).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EntryError {
+    /// The recorded command line's hash is not `cmdline_sha256`.
+    #[error("cmdline_sha256 is {recorded}, but SHA-256 of the cmdline with its NUL is {computed}")]
+    CmdlineHash {
+        /// `cmdline_sha256` as recorded.
+        recorded: Hex<32>,
+        /// SHA-256 of the recorded command line and its NUL.
+        computed: Hex<32>,
+    },
+    /// The toolchain root hash is not on the recorded command line.
+    #[error("toolchain_root_hash {root} is not on the command line")]
+    RootHashNotOnCmdline {
+        /// `toolchain_root_hash`.
+        root: Hex<32>,
+    },
+    /// Neither SNP nor TDX profiles.
+    #[error("admits no launch (no snp or tdx profiles)")]
+    NoLaunch,
+    /// An SNP list (vcpus, vmm, guest_features, ovmf) is empty.
+    #[error("snp: vcpus, vmm, guest_features and ovmf must each list at least one")]
+    SnpEmptyList,
+    /// A VMM type is not one the verifier knows.
+    #[error(transparent)]
+    Vmm(#[from] snp::UnknownVmmType),
+    /// QEMU is admitted but no vCPU type is.
+    #[error("snp: vmm QEMU needs at least one vcpu_types entry")]
+    QemuWithoutVcpuTypes,
+    /// A vCPU type whose signature the verifier does not know.
+    #[error("snp: unknown vcpu_type {vcpu_type:?}")]
+    UnknownVcpuType {
+        /// The type recorded.
+        vcpu_type: String,
+    },
+    /// More launch profiles than [`MAX_PROFILES`].
+    #[error(
+        "snp: admits {count} launch profiles, more than the {MAX_PROFILES} the verifier computes; split the \
+         entry or narrow its ranges"
+    )]
+    TooManyProfiles {
+        /// How many the entry admits.
+        count: u64,
+    },
+    /// An OVMF build's record gives no stand-in.
+    #[error("snp ovmf {index}: {source}")]
+    Ovmf {
+        /// The build's position (from 1).
+        index: usize,
+        /// Why.
+        source: StandInError,
+    },
+    /// TDX profiles without a TDVF build.
+    #[error("tdx: firmware must list at least one TDVF build")]
+    TdxNoFirmware,
+}
+
+/// Why the admitted SNP profiles could not be searched ([`IdentityEntry::find_snp`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnpSearchError {
+    /// An OVMF build's record gives no stand-in.
+    #[error(transparent)]
+    StandIn(#[from] StandInError),
+    /// A VMM type is not one the verifier knows.
+    #[error(transparent)]
+    Vmm(#[from] snp::UnknownVmmType),
+    /// A vCPU type whose signature the verifier does not know.
+    #[error("unknown vcpu_type {vcpu_type:?}")]
+    UnknownVcpuType {
+        /// The type recorded.
+        vcpu_type: String,
+    },
+    /// A launch digest could not be computed.
+    #[error(transparent)]
+    Digest(#[from] snp::OvmfError),
+}
+
+/// Why no identity entry could be made of an image ([`entry_for_image`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageEntryError {
+    /// The image's manifest could not be loaded.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
+    /// A file could not be read.
+    #[error("{what}: {source}")]
+    Read {
+        /// What the file is (`kernel`, `initramfs`, `OVMF`, `TDVF`).
+        what: &'static str,
+        /// Why.
+        source: attestation::cli_io::ReadError,
+    },
+    /// A file's SHA-256 is not the one its manifest lists.
+    #[error(
+        "{}: sha256 {computed}, but the manifest lists {}",
+        path.display(),
+        attestation::text::escape(listed)
+    )]
+    Sha256Mismatch {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its SHA-256 (hex).
+        computed: String,
+        /// What the manifest lists, as written.
+        listed: String,
+    },
+    /// The manifest's toolchain root hash is not 32 bytes of hex.
+    #[error("{}: toolchains.root_hash is not 32 bytes of hex", dir.display())]
+    RootHash {
+        /// The image directory.
+        dir: std::path::PathBuf,
+    },
+    /// An OVMF build does not parse, or gives no digest.
+    #[error("OVMF {}: {source}", path.display())]
+    Ovmf {
+        /// The OVMF file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: snp::OvmfError,
+    },
+    /// An OVMF build's record gives no stand-in.
+    #[error("OVMF {}: {source}", path.display())]
+    OvmfStandIn {
+        /// The OVMF file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: StandInError,
+    },
+    /// The stand-in made of an OVMF build's record gives another digest than the file.
+    #[error("OVMF {}: the recorded metadata does not reproduce the file's digest", path.display())]
+    OvmfNotReproduced {
+        /// The OVMF file.
+        path: std::path::PathBuf,
+    },
+    /// A TDVF build gives no TDX registers for the image.
+    #[error("TDVF {}: {source}", path.display())]
+    Tdvf {
+        /// The TDVF file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: crate::manifest::TdxMeasurementError,
+    },
+    /// A TDVF build gives no value for one register.
+    #[error("TDVF {}: no {register} computed", path.display())]
+    TdvfRegister {
+        /// The TDVF file.
+        path: std::path::PathBuf,
+        /// The register (`MRTD`, `RTMR1`, `RTMR1 (QEMU 10.1)`, `RTMR2`).
+        register: &'static str,
+    },
+    /// The entry made is inconsistent.
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+}
+
 /// An inclusive range of vCPU counts, written `"1-16"` (or `"8"`, or a plain integer on input).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct VcpuRange {
@@ -36,12 +250,16 @@ pub struct VcpuRange {
 
 impl VcpuRange {
     /// Parses `N` or `N-M`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, VcpuRangeError> {
         let t = s.trim();
         let num = |x: &str| {
             x.trim()
                 .parse::<u32>()
-                .map_err(|e| format!("vCPU range {s:?}: {x:?} is not a count: {e}"))
+                .map_err(|source| VcpuRangeError::NotACount {
+                    range: s.to_owned(),
+                    part: x.to_owned(),
+                    source,
+                })
         };
         let (first, last) = match t.split_once('-') {
             Some((a, b)) => (num(a)?, num(b)?),
@@ -51,9 +269,9 @@ impl VcpuRange {
             }
         };
         if first == 0 || first > last || last > MAX_VCPUS {
-            return Err(format!(
-                "vCPU range {s:?}: want 1 <= first <= last <= {MAX_VCPUS}"
-            ));
+            return Err(VcpuRangeError::OutOfBounds {
+                range: s.to_owned(),
+            });
         }
         Ok(VcpuRange { first, last })
     }
@@ -237,22 +455,23 @@ impl SnpFirmware {
     /// A one-page stand-in image whose GUIDed table and SEV metadata give exactly the recorded sections, reset
     /// vector and hashes table, so [`snp::launch_digest`] (seeded with [`Self::ovmf_hash`]) computes the digest
     /// of the real build without its file.
-    pub fn stand_in(&self) -> Result<Ovmf, String> {
+    pub fn stand_in(&self) -> Result<Ovmf, StandInError> {
         const PAGE: usize = 4096;
         const META_AT: usize = 0x100;
-        let u32_of = |what: &str, v: u64| {
-            u32::try_from(v).map_err(|_| format!("{what} {v:#x} does not fit in 32 bits"))
+        let u32_of = |field: &'static str, value: u64| {
+            u32::try_from(value).map_err(|_| StandInError::Not32Bits { field, value })
         };
         if self.sections.len() > MAX_SECTIONS {
-            return Err(format!(
-                "{} sections, at most {MAX_SECTIONS}",
-                self.sections.len()
-            ));
+            return Err(StandInError::TooManySections {
+                count: self.sections.len(),
+            });
         }
         let mut sections = Vec::with_capacity(self.sections.len());
         for (i, s) in self.sections.iter().enumerate() {
-            let code = kind_code(&s.kind)
-                .ok_or_else(|| format!("section {}: unknown kind {:?}", i + 1, s.kind))?;
+            let code = kind_code(&s.kind).ok_or_else(|| StandInError::UnknownKind {
+                index: i + 1,
+                kind: s.kind.clone(),
+            })?;
             sections.push((
                 u32_of("section gpa", s.gpa.0)?,
                 u32_of("section size", s.size.0)?,
@@ -274,9 +493,9 @@ impl SnpFirmware {
         ];
         let mut img = vec![0u8; PAGE];
         snp::write_ovmf_tables(&mut img, META_AT, &sections, &entries)
-            .ok_or_else(|| "the sections do not fit in one page".to_string())?;
-        let ovmf = Ovmf::parse(img).map_err(|e| e.to_string())?;
-        ovmf.kernel_hashes_offset().map_err(|e| e.to_string())?;
+            .ok_or(StandInError::DoesNotFit)?;
+        let ovmf = Ovmf::parse(img)?;
+        ovmf.kernel_hashes_offset()?;
         Ok(ovmf)
     }
 }
@@ -346,38 +565,37 @@ impl SnpProfiles {
         )
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), EntryError> {
         if self.vcpus.is_empty()
             || self.vmm.is_empty()
             || self.guest_features.is_empty()
             || self.ovmf.is_empty()
         {
-            return Err(
-                "snp: vcpus, vmm, guest_features and ovmf must each list at least one".into(),
-            );
+            return Err(EntryError::SnpEmptyList);
         }
         let mut qemu = false;
         for v in &self.vmm {
             qemu |= v.parse::<VmmType>()? == VmmType::Qemu;
         }
         if qemu && self.vcpu_types.is_empty() {
-            return Err("snp: vmm QEMU needs at least one vcpu_types entry".into());
+            return Err(EntryError::QemuWithoutVcpuTypes);
         }
         for t in &self.vcpu_types {
             if snp::vcpu_sig_for_type(t).is_none() {
-                return Err(format!("snp: unknown vcpu_type {t:?}"));
+                return Err(EntryError::UnknownVcpuType {
+                    vcpu_type: t.clone(),
+                });
             }
         }
-        let n = self.count();
-        if n > MAX_PROFILES {
-            return Err(format!(
-                "snp: admits {n} launch profiles, more than the {MAX_PROFILES} the verifier computes; split the \
-                 entry or narrow its ranges"
-            ));
+        let count = self.count();
+        if count > MAX_PROFILES {
+            return Err(EntryError::TooManyProfiles { count });
         }
         for (i, fw) in self.ovmf.iter().enumerate() {
-            fw.stand_in()
-                .map_err(|m| format!("snp ovmf {}: {m}", i + 1))?;
+            fw.stand_in().map_err(|source| EntryError::Ovmf {
+                index: i + 1,
+                source,
+            })?;
         }
         Ok(())
     }
@@ -388,7 +606,7 @@ impl SnpProfiles {
         &self,
         hashes: &KernelHashes,
         mut stop: impl FnMut(&LaunchDigest) -> bool,
-    ) -> Result<Option<SnpProfile>, String> {
+    ) -> Result<Option<SnpProfile>, SnpSearchError> {
         for fw in &self.ovmf {
             let stand_in = fw.stand_in()?;
             for v in &self.vmm {
@@ -400,8 +618,11 @@ impl SnpProfiles {
                 };
                 for t in types {
                     let sig = match t {
-                        Some(t) => snp::vcpu_sig_for_type(t)
-                            .ok_or_else(|| format!("unknown vcpu_type {t:?}"))?,
+                        Some(t) => snp::vcpu_sig_for_type(t).ok_or_else(|| {
+                            SnpSearchError::UnknownVcpuType {
+                                vcpu_type: t.clone(),
+                            }
+                        })?,
                         None => 0,
                     };
                     for gf in &self.guest_features {
@@ -414,8 +635,7 @@ impl SnpProfiles {
                                 vmm,
                                 ovmf_hash: Some(fw.ovmf_hash.0),
                             };
-                            let mut ld = snp::launch_digest(&stand_in, Some(hashes), &cfg)
-                                .map_err(|e| e.to_string())?;
+                            let mut ld = snp::launch_digest(&stand_in, Some(hashes), &cfg)?;
                             let ap_eip = fw.sev_es_reset_eip.0;
                             let ap: [u8; 48] =
                                 Sha384::digest(&snp::vmsa_page(ap_eip, &cfg)[..]).into();
@@ -472,40 +692,37 @@ impl IdentityEntry {
     }
 
     /// Checks the entry; the message names what is wrong (the caller adds which entry).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), EntryError> {
         if let Some(c) = &self.cmdline {
             let h = crate::sim::cmdline_sha256(c);
             if h != self.cmdline_sha256.0 {
-                return Err(format!(
-                    "cmdline_sha256 is {}, but SHA-256 of the cmdline with its NUL is {}",
-                    self.cmdline_sha256,
-                    hex::encode(h)
-                ));
+                return Err(EntryError::CmdlineHash {
+                    recorded: self.cmdline_sha256,
+                    computed: Hex(h),
+                });
             }
             if let Some(r) = &self.toolchain_root_hash {
                 if !c.contains(&r.to_string()) {
-                    return Err(format!(
-                        "toolchain_root_hash {r} is not on the command line"
-                    ));
+                    return Err(EntryError::RootHashNotOnCmdline { root: *r });
                 }
             }
         }
         if self.snp.is_none() && self.tdx.is_none() {
-            return Err("admits no launch (no snp or tdx profiles)".into());
+            return Err(EntryError::NoLaunch);
         }
         if let Some(s) = &self.snp {
             s.check()?;
         }
         if let Some(t) = &self.tdx {
             if t.firmware.is_empty() {
-                return Err("tdx: firmware must list at least one TDVF build".into());
+                return Err(EntryError::TdxNoFirmware);
             }
         }
         Ok(())
     }
 
     /// The admitted SNP profile whose digest is `measurement` (`Ok(None)` when none is).
-    pub fn find_snp(&self, measurement: &[u8; 48]) -> Result<Option<SnpProfile>, String> {
+    pub fn find_snp(&self, measurement: &[u8; 48]) -> Result<Option<SnpProfile>, SnpSearchError> {
         match &self.snp {
             Some(s) => s.search(&self.kernel_hashes(), |ld| ld == measurement),
             None => Ok(None),
@@ -633,8 +850,9 @@ pub struct ProfileSpec {
     pub tdx_qemu_10_1: bool,
 }
 
-fn read_capped(what: &str, p: &std::path::Path) -> Result<Vec<u8>, String> {
-    attestation::cli_io::read_capped(p, 4 << 30).map_err(|e| format!("{what}: {e}"))
+fn read_capped(what: &'static str, p: &std::path::Path) -> Result<Vec<u8>, ImageEntryError> {
+    attestation::cli_io::read_capped(p, 4 << 30)
+        .map_err(|source| ImageEntryError::Read { what, source })
 }
 
 /// The identity entry of the image in `dir` (`fenced-run image build --out DIR`): its manifest's kernel,
@@ -647,19 +865,19 @@ pub fn entry_for_image(
     ovmf: &[std::path::PathBuf],
     tdvf: &[std::path::PathBuf],
     spec: &ProfileSpec,
-) -> Result<IdentityEntry, String> {
+) -> Result<IdentityEntry, ImageEntryError> {
     use sha2::{Digest, Sha256};
-    let m = crate::manifest::Manifest::load(dir).map_err(|e| e.to_string())?;
-    let file = |name: &str, want: &str, what: &str| -> Result<Vec<u8>, String> {
+    let m = crate::manifest::Manifest::load(dir)?;
+    let file = |name: &str, want: &str, what: &'static str| -> Result<Vec<u8>, ImageEntryError> {
         let p = dir.join(name);
         let bytes = read_capped(what, &p)?;
         let have = hex::encode(Sha256::digest(&bytes));
         if have != want {
-            return Err(format!(
-                "{}: sha256 {have}, but the manifest lists {}",
-                p.display(),
-                attestation::text::escape(want)
-            ));
+            return Err(ImageEntryError::Sha256Mismatch {
+                path: p,
+                computed: have,
+                listed: want.to_owned(),
+            });
         }
         Ok(bytes)
     };
@@ -671,11 +889,8 @@ pub fn entry_for_image(
             let v = hex::decode(&t.root_hash)
                 .ok()
                 .and_then(|v| <[u8; 32]>::try_from(v).ok())
-                .ok_or_else(|| {
-                    format!(
-                        "{}: toolchains.root_hash is not 32 bytes of hex",
-                        dir.display()
-                    )
+                .ok_or_else(|| ImageEntryError::RootHash {
+                    dir: dir.to_owned(),
                 })?;
             Some(Hex(v))
         }
@@ -695,12 +910,19 @@ pub fn entry_for_image(
         for p in ovmf {
             let bytes = read_capped("OVMF", p)?;
             let sha: [u8; 32] = Sha256::digest(&bytes).into();
-            let o = Ovmf::parse(bytes).map_err(|e| format!("OVMF {}: {e}", p.display()))?;
-            let fw = SnpFirmware::of(&o, sha).map_err(|e| format!("OVMF {}: {e}", p.display()))?;
+            let ovmf_error = |source| ImageEntryError::Ovmf {
+                path: p.clone(),
+                source,
+            };
+            let o = Ovmf::parse(bytes).map_err(ovmf_error)?;
+            let fw = SnpFirmware::of(&o, sha).map_err(ovmf_error)?;
             // The stand-in must give the real file's digest.
             let stand_in = fw
                 .stand_in()
-                .map_err(|e| format!("OVMF {}: {e}", p.display()))?;
+                .map_err(|source| ImageEntryError::OvmfStandIn {
+                    path: p.clone(),
+                    source,
+                })?;
             let hashes = entry.kernel_hashes();
             let vmm = spec.vmm.first().copied().unwrap_or_default();
             let cfg = SnpConfig {
@@ -714,19 +936,14 @@ pub fn entry_for_image(
                 vmm,
                 ovmf_hash: None,
             };
-            let real = snp::launch_digest(&o, Some(&hashes), &cfg)
-                .map_err(|e| format!("OVMF {}: {e}", p.display()))?;
+            let real = snp::launch_digest(&o, Some(&hashes), &cfg).map_err(ovmf_error)?;
             let seeded = SnpConfig {
                 ovmf_hash: Some(fw.ovmf_hash.0),
                 ..cfg
             };
-            let via = snp::launch_digest(&stand_in, Some(&hashes), &seeded)
-                .map_err(|e| format!("OVMF {}: {e}", p.display()))?;
+            let via = snp::launch_digest(&stand_in, Some(&hashes), &seeded).map_err(ovmf_error)?;
             if real != via {
-                return Err(format!(
-                    "OVMF {}: the recorded metadata does not reproduce the file's digest",
-                    p.display()
-                ));
+                return Err(ImageEntryError::OvmfNotReproduced { path: p.clone() });
             }
             firmware.push(fw);
         }
@@ -745,14 +962,22 @@ pub fn entry_for_image(
         let mut firmware = Vec::new();
         for p in tdvf {
             let bytes = read_capped("TDVF", p)?;
-            let t = crate::manifest::tdx_measurement(&bytes, &kernel, &initrd, &cmdline)
-                .map_err(|e| format!("TDVF {}: {e}", p.display()))?;
-            let h48 = |what: &str, s: Option<&str>| -> Result<Hex<48>, String> {
-                s.and_then(|s| hex::decode(s).ok())
-                    .and_then(|v| <[u8; 48]>::try_from(v).ok())
-                    .map(Hex)
-                    .ok_or_else(|| format!("TDVF {}: no {what} computed", p.display()))
-            };
+            let t = crate::manifest::tdx_measurement(&bytes, &kernel, &initrd, &cmdline).map_err(
+                |source| ImageEntryError::Tdvf {
+                    path: p.clone(),
+                    source,
+                },
+            )?;
+            let h48 =
+                |register: &'static str, s: Option<&str>| -> Result<Hex<48>, ImageEntryError> {
+                    s.and_then(|s| hex::decode(s).ok())
+                        .and_then(|v| <[u8; 48]>::try_from(v).ok())
+                        .map(Hex)
+                        .ok_or_else(|| ImageEntryError::TdvfRegister {
+                            path: p.clone(),
+                            register,
+                        })
+                };
             firmware.push(TdxFirmware {
                 ovmf_sha256: Hex(Sha256::digest(&bytes).into()),
                 mrtd: h48("MRTD", Some(&t.mrtd))?,
@@ -868,14 +1093,14 @@ mod tests {
         p.check().expect("within bounds");
         let mut big = profiles(fw.clone(), "1-512");
         big.guest_features = (0..9).map(HexU64).collect();
-        let e = big.check().expect_err("too many");
+        let e = big.check().expect_err("too many").to_string();
         assert!(
             e.contains("admits 9216 launch profiles, more than the 8192"),
             "{e}"
         );
         let mut bad = fw.clone();
         bad.sections[0].kind = "BOGUS".into();
-        let e = profiles(bad, "1").check().expect_err("kind");
+        let e = profiles(bad, "1").check().expect_err("kind").to_string();
         assert!(e.contains("unknown kind \"BOGUS\""), "{e}");
         // The search finds the digest of the 11th vCPU count of the second type, and nothing for 17.
         let want = {
@@ -967,7 +1192,7 @@ mod tests {
         };
         good.check().expect("consistent");
         let refused = |e: IdentityEntry, want: &str| {
-            let m = e.check().expect_err(want);
+            let m = e.check().expect_err(want).to_string();
             assert!(m.contains(want), "{m} (wanted {want:?})");
         };
         let mut e = good.clone();

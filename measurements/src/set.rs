@@ -517,10 +517,15 @@ impl MeasurementSet {
     }
 }
 
+/// A date-time that is not RFC 3339 ([`parse_time`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("not an RFC 3339 date-time: {0}")]
+pub struct NotRfc3339(pub time::error::Parse);
+
 /// Parses an RFC 3339 date-time.
-pub fn parse_time(s: &str) -> Result<time::OffsetDateTime, String> {
+pub fn parse_time(s: &str) -> Result<time::OffsetDateTime, NotRfc3339> {
     time::OffsetDateTime::parse(s.trim(), &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("not an RFC 3339 date-time: {e}"))
+        .map_err(NotRfc3339)
 }
 
 /// A Unix time as RFC 3339 (UTC).

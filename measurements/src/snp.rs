@@ -448,16 +448,22 @@ pub enum VmmType {
     Gce,
 }
 
+/// A VMM type name that is not QEMU, ec2 or gce.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown VMM type {name:?} (expected QEMU, ec2 or gce)")]
+pub struct UnknownVmmType {
+    /// The name given.
+    pub name: String,
+}
+
 impl FromStr for VmmType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownVmmType;
+    fn from_str(s: &str) -> Result<Self, UnknownVmmType> {
         match s.to_ascii_lowercase().as_str() {
             "qemu" => Ok(Self::Qemu),
             "ec2" => Ok(Self::Ec2),
             "gce" => Ok(Self::Gce),
-            _ => Err(format!(
-                "unknown VMM type {s:?} (expected QEMU, ec2 or gce)"
-            )),
+            _ => Err(UnknownVmmType { name: s.to_owned() }),
         }
     }
 }

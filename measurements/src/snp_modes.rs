@@ -44,10 +44,18 @@ impl SevMode {
     }
 }
 
+/// A SEV mode name sev-snp-measure does not accept.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown SEV mode {name:?}")]
+pub struct UnknownSevMode {
+    /// The name given.
+    pub name: String,
+}
+
 impl FromStr for SevMode {
-    type Err = String;
+    type Err = UnknownSevMode;
     /// The spellings sev-snp-measure accepts (`sev`, `seves`/`sev-es`, `snp`/`sev-snp`, `snp:svsm`).
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownSevMode> {
         Ok(match s {
             "sev" | "SEV" => SevMode::Sev,
             "seves" | "sev-es" | "SEVES" | "SEV-ES" => SevMode::SevEs,
@@ -55,7 +63,7 @@ impl FromStr for SevMode {
             _ if matches!(s.to_ascii_lowercase().as_str(), "snp:svsm" | "sev-snp:svsm") => {
                 SevMode::SnpSvsm
             }
-            _ => return Err(format!("unknown SEV mode {s:?}")),
+            _ => return Err(UnknownSevMode { name: s.to_owned() }),
         })
     }
 }

@@ -302,37 +302,56 @@ impl SevGuestDevice {
                 vmm_error: (e.exitinfo2 >> 32) as u32,
             });
         }
-        let report = parse_report_response(&resp[..]).map_err(|detail| TeeError::Malformed {
+        let report = parse_report_response(&resp[..]).map_err(|e| TeeError::Malformed {
             source_name: format!("{} {name}", self.path.display()),
-            detail,
+            detail: e.to_string(),
         })?;
         Ok(report)
     }
 }
 
+/// What is wrong with an MSG_REPORT_RSP ([`parse_report_response`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ReportResponseError {
+    /// Fewer bytes than STATUS and REPORT_SIZE.
+    #[error("response shorter than its header")]
+    ShortHeader,
+    /// The firmware's status is not success.
+    #[error("firmware status {0:#x}")]
+    Status(u32),
+    /// REPORT_SIZE is below an attestation report's length.
+    #[error("report size {0} is below {len}", len = crate::snp::REPORT_LEN)]
+    ReportTooSmall(usize),
+    /// REPORT_SIZE runs past the response.
+    #[error("report size {size} does not fit in the {response}-byte response")]
+    ReportDoesNotFit {
+        /// REPORT_SIZE.
+        size: usize,
+        /// The response's length.
+        response: usize,
+    },
+}
+
 /// Extracts the report from MSG_REPORT_RSP (status, size, reserved, report).
-pub(crate) fn parse_report_response(data: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn parse_report_response(data: &[u8]) -> Result<Vec<u8>, ReportResponseError> {
     let mut r = crate::wire::Reader::new("MSG_REPORT_RSP", data);
-    let header = "response shorter than its header";
-    let status = r.u32_le("STATUS").map_err(|_| header)?;
-    let size = r.u32_le("REPORT_SIZE").map_err(|_| header)? as usize;
+    let header = |_| ReportResponseError::ShortHeader;
+    let status = r.u32_le("STATUS").map_err(header)?;
+    let size = r.u32_le("REPORT_SIZE").map_err(header)? as usize;
     if status != 0 {
-        return Err(format!("firmware status {status:#x}"));
+        return Err(ReportResponseError::Status(status));
     }
     if size < crate::snp::REPORT_LEN {
-        return Err(format!(
-            "report size {size} is below {}",
-            crate::snp::REPORT_LEN
-        ));
+        return Err(ReportResponseError::ReportTooSmall(size));
     }
     // The reserved bytes up to the report are not interpreted; what follows the report is the buffer's slack.
-    let fits = format!(
-        "report size {size} does not fit in the {}-byte response",
-        data.len()
-    );
+    let fits = |_| ReportResponseError::ReportDoesNotFit {
+        size,
+        response: data.len(),
+    };
     r.take("reserved", RSP_REPORT_OFFSET - r.offset())
-        .map_err(|_| fits.clone())?;
-    r.take("REPORT", size).map(<[u8]>::to_vec).map_err(|_| fits)
+        .map_err(fits)?;
+    r.take("REPORT", size).map(<[u8]>::to_vec).map_err(fits)
 }
 
 impl Tee for SevGuestDevice {
@@ -580,11 +599,13 @@ mod tests {
         rsp[0] = 0x16;
         assert!(parse_report_response(&rsp)
             .expect_err("status")
+            .to_string()
             .contains("status"));
         rsp[0] = 0;
         rsp[4..8].copy_from_slice(&5000u32.to_le_bytes());
         assert!(parse_report_response(&rsp)
             .expect_err("size")
+            .to_string()
             .contains("does not fit"));
         assert!(parse_report_response(&rsp[..3]).is_err());
     }

@@ -1262,7 +1262,8 @@ fn run_identity(a: IdentityArgs) -> Result<(), Fail> {
         policy: a.policy,
         tdx_qemu_10_1: a.tdx_qemu_10_1,
     };
-    let entry = entry_for_image(&a.image, &a.ovmf, &a.tdvf, &spec).map_err(usage)?;
+    let entry =
+        entry_for_image(&a.image, &a.ovmf, &a.tdvf, &spec).map_err(|e| usage(e.to_string()))?;
     let (s, out) = match &a.add_to {
         Some(p) => {
             let mut s = MeasurementSet::load(p).map_err(|e| usage(e.to_string()))?;
