@@ -1032,6 +1032,47 @@ mod tests {
     }
 
     #[test]
+    fn errors_name_what_is_wrong_by_variant() {
+        assert_eq!(
+            VcpuRange::parse("5-4"),
+            Err(VcpuRangeError::OutOfBounds {
+                range: "5-4".into()
+            })
+        );
+        let e = VcpuRange::parse("1-x").expect_err("not a count");
+        assert!(
+            matches!(&e, VcpuRangeError::NotACount { part, .. } if part == "x"),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string().split(": ").nth(1),
+            Some("\"x\" is not a count")
+        );
+        let fw = SnpFirmware {
+            ovmf_sha256: Hex([1; 32]),
+            ovmf_hash: Hex([2; 48]),
+            sev_es_reset_eip: HexU64(1 << 33),
+            sev_hashes_table: HexU64(0x80c000),
+            sections: vec![],
+        };
+        assert_eq!(
+            fw.stand_in().expect_err("reset vector"),
+            StandInError::Not32Bits {
+                field: "sev_es_reset_eip",
+                value: 1 << 33
+            }
+        );
+        let mut p = profiles(fw, "1-512");
+        p.guest_features = (0..9).map(HexU64).collect();
+        assert_eq!(p.check(), Err(EntryError::TooManyProfiles { count: 9216 }));
+        p.vmm = vec!["xen".into()];
+        assert_eq!(
+            p.check(),
+            Err(EntryError::Vmm(snp::UnknownVmmType { name: "xen".into() }))
+        );
+    }
+
+    #[test]
     fn the_stand_in_gives_the_real_firmware_digest() {
         let Some(ovmf) = shared_ovmf() else { return };
         let fw = SnpFirmware::of(&ovmf, [7; 32]).expect("record");
