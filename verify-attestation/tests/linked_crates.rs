@@ -161,6 +161,16 @@ fn featureless_sources(krate: &str) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// Whether `line` holds `word` where it starts a word (`nix::` in `use nix::...`, not in `unix::`).
+fn holds_word(line: &str, word: &str) -> bool {
+    line.match_indices(word).any(|(i, _)| {
+        !line[..i]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
 /// The lines of `file` (before its `#[cfg(test)]`, comments left out) that hold runner code.
 fn runner_lines(file: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
@@ -168,7 +178,7 @@ fn runner_lines(file: &std::path::Path) -> Vec<String> {
         .take_while(|l| l.trim() != "#[cfg(test)]")
         .enumerate()
         .filter(|(_, l)| !l.trim_start().starts_with("//"))
-        .filter(|(_, l)| RUNNER_CODE.iter().any(|c| l.contains(c)))
+        .filter(|(_, l)| RUNNER_CODE.iter().any(|c| holds_word(l, c)))
         .map(|(i, l)| format!("{}:{}: {}", file.display(), i + 1, l.trim()))
         .collect()
 }
@@ -190,6 +200,9 @@ fn the_formats_carry_no_code_that_launches_or_runs_anything() {
             "{runner} is compiled without `runner`: {names:?}"
         );
     }
+    assert!(
+        holds_word("use nix::errno;", "nix::") && !holds_word("std::os::unix::process", "nix::")
+    );
     // The scan finds what it looks for: the TEE backends (feature `runner`) open devices and issue ioctls.
     let mut backends = Vec::new();
     rs_files(
