@@ -13,13 +13,31 @@ use std::path::PathBuf;
 pub fn root() -> PathBuf {
     match std::env::var_os("FENCED_RUN_VECTORS") {
         Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"),
+        None => workspace().join("../shared/vectors"),
     }
 }
 
-/// The workspace root (the directory of the top-level `Cargo.toml`).
+/// The workspace root (the directory of the top-level `Cargo.toml`), found when the program runs: the nearest
+/// directory at or above `$CARGO_MANIFEST_DIR` (cargo sets it for the tests and programs it runs), else at or
+/// above the current directory, whose `Cargo.toml` declares `[workspace]`; else the current directory.
+///
+/// Never compiled in (`env!("CARGO_MANIFEST_DIR")`): this crate is linked into the static guest agent, and a path of
+/// the build machine in its code makes the agent, hence the vm measurement, differ between two builders (even where
+/// the linker drops the function, its exception table stays; docs/vm.md, "Reproducing the agent").
 pub fn workspace() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+    let declares_workspace = |d: &std::path::Path| {
+        std::fs::read_to_string(d.join("Cargo.toml"))
+            .is_ok_and(|t| t.lines().any(|l| l.trim() == "[workspace]"))
+    };
+    let starts = [
+        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
+        std::env::current_dir().ok(),
+    ];
+    starts
+        .into_iter()
+        .flatten()
+        .find_map(|s| s.ancestors().find(|d| declares_workspace(d)).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 /// The shared read-only directory (`firmware/`, `vectors/`, `notes/`): `$FENCED_RUN_SHARED`, else the parent of

@@ -64,6 +64,81 @@ impl Builder {
     }
 }
 
+/// The macros that compile a path of the build machine into a crate's code (`file!()` is remapped by
+/// scripts/rustc-remap; these are not: their values are taken verbatim).
+const BUILD_PATH_MACROS: &[&str] = &[
+    "env!(\"CARGO_MANIFEST_DIR\")",
+    "env!(\"OUT_DIR\")",
+    "env!(\"CARGO_TARGET_TMPDIR\")",
+    "option_env!(\"CARGO_MANIFEST_DIR\")",
+    "option_env!(\"OUT_DIR\")",
+];
+
+/// Every `FILE:LINE: MACRO` under `dir` (Rust files, recursively) that uses one of [`BUILD_PATH_MACROS`].
+fn build_paths_compiled_in(dir: &Path, found: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            build_paths_compiled_in(&p, found);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for m in BUILD_PATH_MACROS {
+                    if code.replace(' ', "").contains(m) {
+                        found.push(format!("{}:{}: {m}", p.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The cheap half of the check below, run everywhere in milliseconds: no crate's library or binary code (`src/` of
+/// every workspace member; tests, benches and examples are never linked into the agent) compiles in a path of the
+/// build machine. Two builders at different paths got agents differing in 11 bytes of `.gcc_except_table` from one
+/// such function (`attestation::vectors::root`), kept by the linker although the function itself was dropped.
+#[test]
+fn no_crate_compiles_a_path_of_the_build_machine_into_its_code() {
+    // The scan finds what it looks for.
+    let t = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        t.path().join("lib.rs"),
+        "fn root() -> &'static str { env!( \"CARGO_MANIFEST_DIR\") } // env!(\"OUT_DIR\") in a comment\n",
+    )
+    .expect("write");
+    let mut planted = Vec::new();
+    build_paths_compiled_in(t.path(), &mut planted);
+    assert_eq!(planted.len(), 1, "{planted:?}");
+
+    let ws = workspace();
+    let manifest = std::fs::read_to_string(ws.join("Cargo.toml")).expect("the workspace's Cargo.toml");
+    let members: Vec<String> = manifest
+        .split("members = [")
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .expect("[workspace] members")
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    assert!(members.iter().any(|m| m == "host"), "{members:?}");
+    let mut found = Vec::new();
+    for m in &members {
+        build_paths_compiled_in(&ws.join(m).join("src"), &mut found);
+    }
+    assert!(
+        found.is_empty(),
+        "code that is linked into binaries compiles in a path of the build machine (read it at run time \
+         instead, e.g. std::env::var_os(\"CARGO_MANIFEST_DIR\")):\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn two_clones_at_different_paths_with_different_cargo_homes_link_the_same_agent_bytes() {
     let ws = workspace();

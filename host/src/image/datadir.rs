@@ -138,7 +138,9 @@ pub fn resolve() -> Result<DataDir, DataDirError> {
         exe,
         xdg_data_home: env("XDG_DATA_HOME"),
         home: env("HOME"),
-        compiled_workspace: Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))),
+        cargo_workspace: std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .and_then(|m| m.ancestors().find(|d| is_workspace(d)).map(PathBuf::from)),
     })
 }
 
@@ -155,9 +157,11 @@ pub struct Inputs {
     pub xdg_data_home: Option<PathBuf>,
     /// `$HOME`.
     pub home: Option<PathBuf>,
-    /// The workspace this binary was compiled in: used only when the executable lies in a cargo target directory
-    /// that is not inside its workspace (CARGO_TARGET_DIR elsewhere), and only if it still holds a workspace.
-    pub compiled_workspace: Option<PathBuf>,
+    /// The workspace cargo names when it runs this program (`cargo run`, `cargo test`: the nearest fenced-run
+    /// workspace at or above `$CARGO_MANIFEST_DIR`): used only when the executable lies in a cargo target directory
+    /// that is not inside its workspace (CARGO_TARGET_DIR elsewhere). Read when the program runs, never compiled in:
+    /// a path of the build machine in the code makes two builders' binaries differ (docs/vm.md).
+    pub cargo_workspace: Option<PathBuf>,
 }
 
 /// [`resolve`] over explicit inputs.
@@ -165,7 +169,7 @@ pub fn resolve_from(i: &Inputs) -> Result<DataDir, DataDirError> {
     let build_tree = i
         .exe
         .as_deref()
-        .and_then(|e| build_tree_of(e, i.compiled_workspace.as_deref()));
+        .and_then(|e| build_tree_of(e, i.cargo_workspace.as_deref()));
     let absolute = |what: &'static str, p: &PathBuf| {
         if p.is_absolute() {
             Ok(p.clone())
@@ -214,8 +218,8 @@ fn is_workspace(dir: &Path) -> bool {
 }
 
 /// The build tree `exe` lies in: a cargo target directory at most three levels above it (`target/debug/X`,
-/// `target/debug/deps/X`, `target/TRIPLE/debug/X`) whose parent, or else `compiled`, is a fenced-run workspace.
-pub fn build_tree_of(exe: &Path, compiled: Option<&Path>) -> Option<BuildTree> {
+/// `target/debug/deps/X`, `target/TRIPLE/debug/X`) whose parent, or else `cargo_workspace`, is a fenced-run workspace.
+pub fn build_tree_of(exe: &Path, cargo_workspace: Option<&Path>) -> Option<BuildTree> {
     let mut dir = exe.parent()?;
     for _ in 0..3 {
         if is_target_dir(dir) {
@@ -230,7 +234,7 @@ pub fn build_tree_of(exe: &Path, compiled: Option<&Path>) -> Option<BuildTree> {
                 .filter(|p| is_workspace(p))
                 .map(Path::to_path_buf)
                 .or_else(|| {
-                    compiled
+                    cargo_workspace
                         .filter(|c| is_workspace(c))
                         .map(|c| std::fs::canonicalize(c).unwrap_or_else(|_| c.to_path_buf()))
                 })?;
@@ -323,8 +327,8 @@ mod tests {
         let inputs = Inputs {
             exe: Some(bin.clone()),
             home: Some("/home/u".into()),
-            // The workspace it was compiled in still exists: it must not matter.
-            compiled_workspace: Some(t.path().join("src")),
+            // Cargo names a workspace (the binary was started from `cargo test`): it must not matter.
+            cargo_workspace: Some(t.path().join("src")),
             ..Inputs::default()
         };
         let d = resolve_from(&inputs).expect("home");
@@ -371,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn a_target_directory_outside_the_workspace_uses_the_compiled_workspace_only_if_it_is_one() {
+    fn a_target_directory_outside_the_workspace_uses_cargos_workspace_only_if_it_is_one() {
         let t = tempfile::tempdir().expect("tmp");
         workspace(&t.path().join("ws"));
         let target = t.path().join("elsewhere");
