@@ -554,7 +554,9 @@ async fn worker(a: WorkerArgs) -> ExitCode {
                 json,
                 2,
                 &format!(
-                    "--store: {why}: a worker's role could rewrite outcomes and the execution ledger; connect                      as a login role that is only a member of fenced_run_worker (CREATE ROLE host1 LOGIN IN                      ROLE fenced_run_worker), never as the store's owner"
+                    "--store: {why}: a worker's role could rewrite outcomes and the execution ledger; connect \
+                     as a login role that is only a member of fenced_run_worker (CREATE ROLE host1 LOGIN IN \
+                     ROLE fenced_run_worker), never as the store's owner"
                 ),
             )
         }
@@ -567,7 +569,8 @@ async fn worker(a: WorkerArgs) -> ExitCode {
                 "worker",
                 json,
                 2,
-                "--store: the store's schema has no worker functions yet: start the coordinator (or run                  `pool init` as the store's owner) first",
+                "--store: the store's schema has no worker functions yet: start the coordinator (or run \
+                 `pool init` as the store's owner) first",
             )
         }
         Err(e) => return fail("worker", json, 2, &e),

@@ -603,7 +603,9 @@ impl Store {
         let row = self
             .client
             .query_one(
-                "SELECT current_user::text, r.rolsuper, r.rolbypassrls,                  coalesce(pg_has_role(current_user, 'fenced_run_worker', 'USAGE'), false)                  FROM pg_roles r WHERE r.rolname = current_user",
+                "SELECT current_user::text, r.rolsuper, r.rolbypassrls, \
+                 coalesce(pg_has_role(current_user, 'fenced_run_worker', 'USAGE'), false) \
+                 FROM pg_roles r WHERE r.rolname = current_user",
                 &[],
             )
             .await
@@ -619,7 +621,10 @@ impl Store {
         let rows = self
             .client
             .query(
-                "SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL AND (                  pg_has_role(current_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(t)), 'MEMBER')                  OR has_table_privilege(current_user, t, 'INSERT') OR has_table_privilege(current_user, t, 'UPDATE')                  OR has_table_privilege(current_user, t, 'DELETE') OR has_table_privilege(current_user, t, 'TRUNCATE'))",
+                "SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL AND ( \
+                 pg_has_role(current_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(t)), 'MEMBER') \
+                 OR has_table_privilege(current_user, t, 'INSERT') OR has_table_privilege(current_user, t, 'UPDATE') \
+                 OR has_table_privilege(current_user, t, 'DELETE') OR has_table_privilege(current_user, t, 'TRUNCATE'))",
                 &[&tables],
             )
             .await
@@ -645,7 +650,9 @@ impl Store {
         let row = self
             .client
             .query_one(
-                "SELECT to_regprocedure('pool_put_evidence(text,bytea)') IS NOT NULL                  AND to_regprocedure('pool_run_bundle(text)') IS NOT NULL                  AND to_regprocedure('pool_attempt_started(text,integer,text)') IS NOT NULL",
+                "SELECT to_regprocedure('pool_put_evidence(text,bytea)') IS NOT NULL \
+                 AND to_regprocedure('pool_run_bundle(text)') IS NOT NULL \
+                 AND to_regprocedure('pool_attempt_started(text,integer,text)') IS NOT NULL",
                 &[],
             )
             .await

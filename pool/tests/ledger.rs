@@ -699,11 +699,18 @@ fn execution_ledger() {
     );
     // A worker given the owner's credentials (or any role that can write a record table) refuses to start,
     // naming the fix; so does one whose role is not in fenced_run_worker.
-    let o = psql(&pg, "pool_admin", "CREATE ROLE plain LOGIN");
+    // The tests' owner is the cluster's superuser; a deployment's owner is often a plain role owning the tables:
+    // `owner` owns the ledger here.
+    let o = psql(
+        &pg,
+        "pool_admin",
+        "CREATE ROLE plain LOGIN; CREATE ROLE owner LOGIN; ALTER TABLE pool_executions OWNER TO owner",
+    );
     assert!(o.status.success(), "{}", text(&o));
     for (user, says) in [
-        ("pool_admin", "owns or can write"),
-        ("alice", "owns or can write"),
+        ("pool_admin", "is a superuser"),
+        ("owner", "owns or can write pool_executions"),
+        ("alice", "owns or can write pool_runs"),
         ("plain", "not a member of fenced_run_worker"),
     ] {
         let o = Command::new(POOL)
