@@ -74,7 +74,7 @@ pub fn parse_lifetime(s: &str) -> Result<std::time::Duration, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("{shown}: give a whole number and a unit (e.g. 90d, 12h)"))?;
-    let secs = n.checked_mul(per).unwrap_or(u64::MAX);
+    let secs = n.saturating_mul(per);
     if secs == 0 || secs > MAX_TOKEN_LIFETIME.as_secs() {
         return Err(format!(
             "{shown}: from 1s to {} days",
