@@ -1,10 +1,10 @@
 //! The `fenced-run pool` commands (run as `fenced-run-pool`, which `fenced-run pool ...` executes): `init`,
-//! `founder add`, `worker`, `submit`, `status`, `fetch` and `cancel`. Exit 0 when the command did what it was
+//! `founder add`, `coordinator`, `worker`, `submit`, `status`, `fetch` and `cancel`. Exit 0 when the command did what it was
 //! asked (for `submit --wait`: the run judged), 1 when a run ended without a judged verdict or was refused, 2 on
 //! unusable input or an unreachable server.
 
 use crate::store::Store;
-use crate::worker::{PoolActivities, WorkerConfig};
+use crate::worker::{AttemptActivities, WorkerConfig};
 use crate::workflow::{PoolRun, RunInput, RunResult};
 use attestation::text::escape;
 use clap::{Parser, Subcommand};
@@ -140,7 +140,11 @@ pub enum Command {
         #[command(subcommand)]
         action: FounderCommand,
     },
-    /// Take runs from a task queue and run them on this host, at most --max-runs at once.
+    /// The operator's coordinator of a task queue: runs the run workflows, verifies what execution hosts
+    /// deliver, and alone records outcomes (connects to the store as its owner).
+    Coordinator(CoordinatorArgs),
+    /// An execution host: take attempts from a task queue and run them here, at most --max-runs at once
+    /// (connects to the store as a role in `fenced_run_worker`, which can write no table).
     Worker(WorkerArgs),
     /// Intake a job or bundle, store it by its SHA-256 and start its run.
     Submit(SubmitArgs),
@@ -208,6 +212,10 @@ pub enum FounderCommand {
         /// Issue a new token for an existing founder; the old one stops working.
         #[arg(long)]
         replace: bool,
+        /// How long the token is accepted: a whole number and a unit, s, m, h or d (default 90d, at most
+        /// 1830d); the gateway then refuses it, saying it expired.
+        #[arg(long, value_name = "DURATION", default_value = "90d", value_parser = crate::founders::parse_lifetime)]
+        expires_in: Duration,
         /// The Temporal server (unused; accepted like every pool command).
         #[arg(long, value_name = "HOST:PORT")]
         temporal: Option<String>,
@@ -215,6 +223,43 @@ pub enum FounderCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+}
+
+/// Arguments of `pool coordinator`.
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("launch").required(true).args(["measurements", "any_measurement"])))]
+pub struct CoordinatorArgs {
+    /// Temporal.
+    #[command(flatten)]
+    pub temporal: TemporalArgs,
+    /// The task queue whose runs this coordinator decides (its workflows are on QUEUE:coordinator; the
+    /// execution hosts take attempts from QUEUE).
+    #[arg(long, value_name = "QUEUE")]
+    pub queue: String,
+    /// The store, as its owner (the coordinator migrates the schema and writes outcomes).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The queue's measurement set (TOML, from `measure-guest pin`, as `verify-attestation --measurements`
+    /// reads it): a delivered execution verifies only when its launch measurement is one of the set's entries
+    /// (of the run's tier) and at least --auditors-required of the --auditor-key keys signed the set.
+    #[arg(long, value_name = "SET", requires = "auditor_key")]
+    pub measurements: Option<PathBuf>,
+    /// A trusted auditor's public key (Ed25519 PEM); repeat for each auditor.
+    #[arg(long = "auditor-key", value_name = "KEY", requires = "measurements")]
+    pub auditor_key: Vec<PathBuf>,
+    /// How many distinct trusted auditors must have signed the set (default 1).
+    #[arg(long, value_name = "K", requires = "measurements", value_parser = clap::value_parser!(u32).range(1..))]
+    pub auditors_required: Option<u32>,
+    /// An auditor's detached signature over the set; repeat for each (default: every `SET.*.sig` beside it).
+    #[arg(long = "set-signature", value_name = "FILE", requires = "measurements")]
+    pub set_signature: Vec<PathBuf>,
+    /// Verify without pinning the launch measurement, on purpose: any guest code could then have produced a
+    /// verdict the pool records, and every result says "launch measurement not pinned".
+    #[arg(long)]
+    pub any_measurement: bool,
+    /// This coordinator's name in the run history (default: pool-coordinator-PID@HOSTNAME).
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
 }
 
 /// Arguments of `pool worker`.
@@ -226,7 +271,8 @@ pub struct WorkerArgs {
     /// The task queue to take runs from (one per TEE class and CPU generation, docs/pool.md).
     #[arg(long, value_name = "QUEUE")]
     pub queue: String,
-    /// The store.
+    /// The store, as a login role in `fenced_run_worker` (never the owner: a worker whose role can write or
+    /// owns a record table refuses to start).
     #[command(flatten)]
     pub store: StoreArgs,
     /// The isolation tier this host gives: `process` or `vm`.
@@ -325,10 +371,12 @@ pub fn main_with(cli: Cli) -> ExitCode {
                     FounderCommand::Add {
                         name,
                         replace,
+                        expires_in,
                         store,
                         ..
                     },
-            } => founder_add(&name, replace, store).await,
+            } => founder_add(&name, replace, expires_in, store).await,
+            Command::Coordinator(a) => coordinator(a).await,
             Command::Worker(a) => worker(a).await,
             Command::Submit(a) => submit(a).await,
             Command::Status { run_id, access } => status(&run_id, access).await,
@@ -399,7 +447,7 @@ async fn init(store: StoreArgs) -> ExitCode {
     }
 }
 
-async fn founder_add(name: &str, replace: bool, store: StoreArgs) -> ExitCode {
+async fn founder_add(name: &str, replace: bool, lifetime: Duration, store: StoreArgs) -> ExitCode {
     let mut s = match Store::connect(&store.store).await {
         Ok(s) => s,
         Err(e) => return fail("founder add", store.json, 2, &e),
@@ -415,13 +463,16 @@ async fn founder_add(name: &str, replace: bool, store: StoreArgs) -> ExitCode {
     if let Err(e) = f.migrate().await {
         return fail("founder add", store.json, 2, &e.to_string());
     }
-    match f.issue(name, replace).await {
-        Ok(token) => {
+    match f.issue(name, replace, lifetime).await {
+        Ok((token, expires_at)) => {
             if store.json {
-                println!("{}", json!({ "founder": name, "token": token }));
+                println!(
+                    "{}",
+                    json!({ "founder": name, "token": token, "expires_at": expires_at })
+                );
             } else {
                 println!(
-                    "founder {name}: gateway token (shown once; give it to the founder only):"
+                    "founder {name}: gateway token, accepted until {expires_at} (shown once; give it to the founder only):"
                 );
                 println!("{token}");
             }
@@ -431,12 +482,12 @@ async fn founder_add(name: &str, replace: bool, store: StoreArgs) -> ExitCode {
     }
 }
 
-fn default_identity() -> String {
+fn default_identity(role: &str) -> String {
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".into());
-    format!("pool-worker-{}@{host}", std::process::id())
+    format!("pool-{role}-{}@{host}", std::process::id())
 }
 
 fn beside_me(name: &str) -> PathBuf {
@@ -486,16 +537,49 @@ async fn worker(a: WorkerArgs) -> ExitCode {
             &format!("--work-dir {}: not a directory", work_dir.display()),
         );
     }
+    if let Err(e) = crate::temporal::check_queue(&a.queue) {
+        return fail("worker", json, 2, &format!("--{e}"));
+    }
     crate::worker::sweep_stale(&work_dir);
-    let mut store = match Store::connect(&a.store.store).await {
+    let store = match Store::connect(&a.store.store).await {
         Ok(s) => s,
         Err(e) => return fail("worker", json, 2, &e),
     };
-    if let Err(e) = store.migrate().await {
-        return fail("worker", json, 2, &e);
+    // An execution host is untrusted: its role must not be able to write the pool's record.
+    match store.worker_role_problem().await {
+        Ok(None) => {}
+        Ok(Some(why)) => {
+            return fail(
+                "worker",
+                json,
+                2,
+                &format!(
+                    "--store: {why}: a worker's role could rewrite outcomes and the execution ledger; connect \
+                     as a login role that is only a member of fenced_run_worker (CREATE ROLE host1 LOGIN IN \
+                     ROLE fenced_run_worker), never as the store's owner"
+                ),
+            )
+        }
+        Err(e) => return fail("worker", json, 2, &e),
+    }
+    match store.has_worker_functions().await {
+        Ok(true) => {}
+        Ok(false) => {
+            return fail(
+                "worker",
+                json,
+                2,
+                "--store: the store's schema has no worker functions yet: start the coordinator (or run \
+                 `pool init` as the store's owner) first",
+            )
+        }
+        Err(e) => return fail("worker", json, 2, &e),
     }
     drop(store);
-    let identity = a.identity.clone().unwrap_or_else(default_identity);
+    let identity = a
+        .identity
+        .clone()
+        .unwrap_or_else(|| default_identity("worker"));
     let config = WorkerConfig {
         store_url: a.store.store.clone(),
         fenced_run,
@@ -509,10 +593,138 @@ async fn worker(a: WorkerArgs) -> ExitCode {
             host_failure_attempts: a.test_host_failure_attempts,
         },
     };
-    match run_worker(&a, config, &identity).await {
+    let max_runs = a.max_runs as usize;
+    let options = temporalio_sdk::WorkerOptions::new(a.queue.clone())
+        .register_activities(AttemptActivities { config })
+        .tuner(tuner(16, max_runs, 16))
+        // Attempts are taken from the queue by polling only, within this worker's slots.
+        .max_eager_activity_reservations_per_workflow_task(0)
+        .client_identity_override(identity.clone())
+        .build();
+    let said = format!(
+        "queue {}, isolation {}, at most {max_runs} run(s) at once",
+        a.queue, a.isolation
+    );
+    match run_sdk_worker("worker", &a.temporal, &a.queue, options, &identity, &said).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail("worker", json, 2, &e),
     }
+}
+
+/// Loads `--measurements` with its auditors' signatures (as `verify-attestation --measurements` does), or
+/// takes `--any-measurement`.
+fn measurement_pin(a: &CoordinatorArgs) -> Result<crate::ledger::MeasurementPin, String> {
+    use crate::ledger::MeasurementPin;
+    let Some(set) = &a.measurements else {
+        return Ok(MeasurementPin::Any);
+    };
+    let signatures = if a.set_signature.is_empty() {
+        measurements::set::default_signature_paths(set)
+            .map_err(|e| format!("--measurements {}: {e}", set.display()))?
+    } else {
+        a.set_signature.clone()
+    };
+    let trusted = measurements::set::TrustedSet::load(
+        set,
+        &signatures,
+        &a.auditor_key,
+        a.auditors_required.unwrap_or(1) as usize,
+    )
+    .and_then(|t| {
+        t.check_current(time::OffsetDateTime::now_utc().unix_timestamp())
+            .map(|()| t)
+    })
+    .map_err(|e| format!("--measurements {}: {e}", set.display()))?;
+    Ok(MeasurementPin::Set(std::sync::Arc::new(trusted)))
+}
+
+async fn coordinator(a: CoordinatorArgs) -> ExitCode {
+    let json = a.store.json;
+    if let Err(e) = crate::temporal::target(&a.temporal.temporal) {
+        return fail("coordinator", json, 2, &e);
+    }
+    if let Err(e) = crate::temporal::check_queue(&a.queue) {
+        return fail("coordinator", json, 2, &format!("--{e}"));
+    }
+    let pin = match measurement_pin(&a) {
+        Ok(p) => p,
+        Err(e) => return fail("coordinator", json, 2, &e),
+    };
+    let mut store = match Store::connect(&a.store.store).await {
+        Ok(s) => s,
+        Err(e) => return fail("coordinator", json, 2, &e),
+    };
+    if let Err(e) = store.migrate().await {
+        return fail("coordinator", json, 2, &e);
+    }
+    drop(store);
+    let identity = a
+        .identity
+        .clone()
+        .unwrap_or_else(|| default_identity("coordinator"));
+    let queue = crate::temporal::coordinator_queue(&a.queue);
+    let said = format!(
+        "runs of queue {} (workflows on {queue}); {}",
+        a.queue,
+        pin.describe()
+    );
+    let options =
+        match temporalio_sdk::WorkerOptions::new(queue.clone()).register_workflow::<PoolRun>() {
+            Ok(o) => o,
+            Err(e) => {
+                return fail(
+                    "coordinator",
+                    json,
+                    2,
+                    &format!("registering the run workflow: {e}"),
+                )
+            }
+        };
+    let options = options
+        .register_activities(crate::coordinator::CoordinatorActivities {
+            store_url: a.store.store.clone(),
+            pin,
+        })
+        // No attempt is ever scheduled on the coordinator queue: one activity slot for the SDK's idle poll.
+        .tuner(tuner(16, 1, 16))
+        // A workflow cache with room for every open run (issue 15, docs/pool.md): with no cache the SDK keeps
+        // one run, evicts it for the next run's workflow task even while its bookkeeping local activity is in
+        // flight, and that eviction trips an internal assertion that kills the workflow-processing thread.
+        .max_cached_workflows(WORKFLOW_CACHE)
+        // A killed coordinator's sticky queue: its workflow tasks go back to the normal queue after this long.
+        .sticky_queue_schedule_to_start_timeout(STICKY_TO_NORMAL)
+        // Attempts are taken from the queue by polling only, within each worker's slots.
+        .max_eager_activity_reservations_per_workflow_task(0)
+        .client_identity_override(identity.clone())
+        .build();
+    match run_sdk_worker(
+        "coordinator",
+        &a.temporal,
+        &queue,
+        options,
+        &identity,
+        &said,
+    )
+    .await
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail("coordinator", json, 2, &e),
+    }
+}
+
+/// The SDK's slots: workflow tasks, (remote) activities, local activities.
+fn tuner(
+    workflows: usize,
+    activities: usize,
+    local: usize,
+) -> temporalio_sdk::runtime::worker_tuner::TunerHolder {
+    use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
+    TunerHolder::builder()
+        .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(workflows))
+        .activity_task_slot_supplier(FixedSizeSlotSupplier::new(activities))
+        .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(local))
+        .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
+        .build()
 }
 
 /// The environment variable naming which of the Temporal SDK's own log lines a worker prints on stderr (an
@@ -532,7 +744,7 @@ fn install_sdk_log(identity: &str) {
         .finish()
         .try_init();
     if let Err(e) = installed {
-        eprintln!("fenced-run pool worker {identity}: the SDK's log lines will not be shown: {e}");
+        eprintln!("fenced-run pool {identity}: the SDK's log lines will not be shown: {e}");
     }
 }
 
@@ -558,8 +770,8 @@ fn exit_on_workflow_thread_panic(identity: &str) {
         previous(info);
         if std::thread::current().name() == Some("workflow-processing") {
             eprintln!(
-                "fenced-run pool worker {identity}: the Temporal SDK's workflow-processing thread panicked \
-                 (above); this worker can no longer run workflows and exits"
+                "fenced-run pool {identity}: the Temporal SDK's workflow-processing thread panicked \
+                 (above); this process can no longer run workflows and exits"
             );
             std::process::exit(2);
         }
@@ -575,51 +787,34 @@ pub const WORKFLOW_CACHE: usize = 1000;
 /// worker killed with SIGKILL delays the runs it had cached by this much.
 pub const STICKY_TO_NORMAL: Duration = Duration::from_secs(5);
 
-async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Result<(), String> {
+/// Runs a Temporal SDK worker (`role`: `worker` or `coordinator`) with `options` on `queue` until SIGTERM or
+/// SIGINT; every other end is an error naming why.
+async fn run_sdk_worker(
+    role: &str,
+    temporal: &TemporalArgs,
+    queue: &str,
+    options: temporalio_sdk::WorkerOptions,
+    identity: &str,
+    said: &str,
+) -> Result<(), String> {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
-    use temporalio_sdk::{Runtime, Worker, WorkerOptions};
+    use temporalio_sdk::{Runtime, Worker};
     exit_on_workflow_thread_panic(identity);
     install_sdk_log(identity);
     let runtime = Runtime::from_current_tokio(Default::default())
         .map_err(|e| format!("Temporal runtime: {}", error_chain(&e)))?;
     let client =
-        crate::temporal::connect(&a.temporal.temporal, &a.temporal.namespace, identity).await?;
-    let max_runs = a.max_runs as usize;
-    let tuner = TunerHolder::builder()
-        .workflow_task_slot_supplier(FixedSizeSlotSupplier::new(16))
-        .activity_task_slot_supplier(FixedSizeSlotSupplier::new(max_runs))
-        .local_activity_task_slot_supplier(FixedSizeSlotSupplier::new(16))
-        .nexus_task_slot_supplier(FixedSizeSlotSupplier::new(1))
-        .build();
-    let options = WorkerOptions::new(a.queue.clone())
-        .register_workflow::<PoolRun>()
-        .map_err(|e| format!("registering the run workflow: {e}"))?
-        .register_activities(PoolActivities { config })
-        .tuner(tuner)
-        // A workflow cache with room for every open run (issue 15, docs/pool.md): with no cache the SDK keeps
-        // one run, evicts it for the next run's workflow task even while its bookkeeping local activity is in
-        // flight, and that eviction trips an internal assertion that kills the workflow-processing thread.
-        .max_cached_workflows(WORKFLOW_CACHE)
-        // A killed worker's sticky queue: its workflow tasks go back to the normal queue after this long.
-        .sticky_queue_schedule_to_start_timeout(STICKY_TO_NORMAL)
-        // Runs are taken from the queue by polling only, within this worker's slots.
-        .max_eager_activity_reservations_per_workflow_task(0)
-        .client_identity_override(identity.to_owned())
-        .build();
-    let mut worker = Worker::new(&runtime, client, options).map_err(|e| {
-        format!(
-            "starting the worker on queue {}: {}",
-            a.queue,
-            error_chain(&e)
-        )
-    })?;
+        crate::temporal::connect(&temporal.temporal, &temporal.namespace, identity).await?;
+    let mut worker = Worker::new(&runtime, client, options)
+        .map_err(|e| format!("starting the {role} on queue {queue}: {}", error_chain(&e)))?;
     let shutdown = worker.shutdown_handle();
     let asked = Arc::new(AtomicBool::new(false));
     let asked_by_signal = asked.clone();
     let who = identity.to_owned();
+    let role_s = role.to_owned();
     tokio::spawn(async move {
+        let role = role_s;
         use tokio::signal::unix::{signal, SignalKind};
         match (
             signal(SignalKind::terminate()),
@@ -630,33 +825,29 @@ async fn run_worker(a: &WorkerArgs, config: WorkerConfig, identity: &str) -> Res
                     _ = term.recv() => "SIGTERM",
                     _ = int.recv() => "SIGINT",
                 };
-                eprintln!("fenced-run pool worker {who}: {name}: shutting down");
+                eprintln!("fenced-run pool {role} {who}: {name}: shutting down");
                 asked_by_signal.store(true, Ordering::SeqCst);
                 shutdown();
             }
             (Err(e), _) | (_, Err(e)) => eprintln!(
-                "fenced-run pool worker {who}: cannot watch for SIGTERM/SIGINT ({e}); stop it with SIGKILL"
+                "fenced-run pool {role} {who}: cannot watch for SIGTERM/SIGINT ({e}); stop it with SIGKILL"
             ),
         }
     });
-    eprintln!(
-        "fenced-run pool worker {identity}: queue {}, isolation {}, at most {max_runs} run(s) at once",
-        a.queue, a.isolation
-    );
+    eprintln!("fenced-run pool {role} {identity}: {said}");
     let ran = worker.run().await;
     match ran {
-        Err(e) => Err(format!("worker stopped: {}", error_chain(&e))),
+        Err(e) => Err(format!("{role} stopped: {}", error_chain(&e))),
         Ok(()) if asked.load(Ordering::SeqCst) => {
-            eprintln!("fenced-run pool worker {identity}: stopped");
+            eprintln!("fenced-run pool {role} {identity}: stopped");
             Ok(())
         }
         // The SDK ends `run` without an error when its workflow stream ends (its poller or processing
         // thread gone): not a shutdown anybody asked for.
-        Ok(()) => Err(
-            "worker stopped without being asked to (no SIGTERM or SIGINT): the Temporal SDK's task \
+        Ok(()) => Err(format!(
+            "{role} stopped without being asked to (no SIGTERM or SIGINT): the Temporal SDK's task \
              processing ended; its log lines above say why"
-                .to_owned(),
-        ),
+        )),
     }
 }
 
@@ -781,6 +972,7 @@ pub(crate) async fn start_run(
     client: &temporalio_client::Client,
     r: &NewRun<'_>,
 ) -> Result<String, (u8, String)> {
+    crate::temporal::check_queue(r.queue).map_err(|e| (2, format!("--{e}")))?;
     // The bundle and the run are in the store (one transaction) before the workflow refers to them.
     let digest = store
         .submit(
@@ -800,12 +992,17 @@ pub(crate) async fn start_run(
         bundle_digest: digest.clone(),
         nonce: hex::encode(r.nonce),
         isolation: r.isolation.to_owned(),
+        queue: r.queue.to_owned(),
         max_attempts: r.max_attempts,
         heartbeat_seconds: r.heartbeat_seconds,
         attempt_seconds: r.attempt_seconds,
     };
     let options =
-        temporalio_client::WorkflowStartOptions::new(r.queue.to_owned(), r.run_id.to_owned())
+        // The workflow runs on the queue's coordinator; its attempts go to the queue's execution hosts.
+        temporalio_client::WorkflowStartOptions::new(
+            crate::temporal::coordinator_queue(r.queue),
+            r.run_id.to_owned(),
+        )
             .id_reuse_policy(temporalio_client::WorkflowIdReusePolicy::RejectDuplicate)
             .build();
     match client.start_workflow(PoolRun::run, input, options).await {
@@ -963,7 +1160,24 @@ async fn submit(a: SubmitArgs) -> ExitCode {
             )
             .await
             {
-                Ok(Ok(r)) => r,
+                // The workflow has ended; what it ended with is the store's record (the coordinator's), never
+                // the workflow's result, which anyone who reaches Temporal could have written.
+                Ok(Ok(_)) => match store.run_result(&run_id).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => {
+                        return fail(
+                            "submit",
+                            json,
+                            2,
+                            &format!(
+                            "run {}: its workflow ended but the store records no end for it (the \
+                                 coordinator records every end first): not reported",
+                            escape(&run_id)
+                        ),
+                        )
+                    }
+                    Err(e) => return fail("submit", json, 2, &e),
+                },
                 Ok(Err(e)) => {
                     return fail(
                         "submit",

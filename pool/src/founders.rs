@@ -11,7 +11,15 @@ use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
 
 /// The version of the founders' table schema the migration brings a store to.
-pub const FOUNDERS_SCHEMA_VERSION: i32 = 1;
+pub const FOUNDERS_SCHEMA_VERSION: i32 = 2;
+
+/// How long a token is accepted when `pool founder add` is not given `--expires-in`: 90 days.
+pub const DEFAULT_TOKEN_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(90 * 24 * 3600);
+
+/// The longest `--expires-in`: 5 years (a token is a bearer secret: it should end).
+pub const MAX_TOKEN_LIFETIME: std::time::Duration =
+    std::time::Duration::from_secs(5 * 366 * 24 * 3600);
 
 /// What every issued token starts with (so that a token pasted in the wrong place is recognisable).
 pub const TOKEN_PREFIX: &str = "frp1_";
@@ -26,6 +34,55 @@ CREATE TABLE pool_founders (
     issued_at timestamptz NOT NULL DEFAULT now()
 );
 "#;
+
+/// The migration to version 2: tokens expire (`expires_at`). Tokens issued before it expire
+/// [`DEFAULT_TOKEN_LIFETIME`] after they were issued.
+const FOUNDERS_MIGRATION_2: &str = r#"
+ALTER TABLE pool_founders ADD COLUMN expires_at timestamptz;
+UPDATE pool_founders SET expires_at = issued_at + interval '90 days';
+ALTER TABLE pool_founders ALTER COLUMN expires_at SET NOT NULL;
+"#;
+
+/// What a token presented to the gateway is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// A current token of this founder.
+    Valid(String),
+    /// A token the store knows whose time is over: the founder and when it expired (RFC 3339).
+    Expired(String, String),
+    /// A token the store does not know (never issued, or replaced).
+    Unknown,
+}
+
+/// Parses `--expires-in`: a whole number with a unit, `s`, `m`, `h` or `d` (`90d`, `12h`), from 1 s to
+/// [`MAX_TOKEN_LIFETIME`].
+pub fn parse_lifetime(s: &str) -> Result<std::time::Duration, String> {
+    let shown = attestation::text::escape(s);
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let per: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86400,
+        _ => {
+            return Err(format!(
+                "{shown}: give a whole number and a unit, s, m, h or d (e.g. 90d, 12h)"
+            ))
+        }
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{shown}: give a whole number and a unit (e.g. 90d, 12h)"))?;
+    let secs = n.saturating_mul(per);
+    if secs == 0 || secs > MAX_TOKEN_LIFETIME.as_secs() {
+        return Err(format!(
+            "{shown}: from 1s to {} days",
+            MAX_TOKEN_LIFETIME.as_secs() / 86400
+        ));
+    }
+    Ok(std::time::Duration::from_secs(secs))
+}
 
 /// Errors of the founders' table.
 #[derive(Debug, thiserror::Error)]
@@ -152,59 +209,82 @@ impl Founders {
                 .await
                 .map_err(|e| db_err("founders migration 1", e))?;
         }
+        if before < 2 {
+            tx.batch_execute(FOUNDERS_MIGRATION_2)
+                .await
+                .map_err(|e| db_err("founders migration 2", e))?;
+            tx.execute("INSERT INTO pool_gateway_schema (version) VALUES (2)", &[])
+                .await
+                .map_err(|e| db_err("founders migration 2", e))?;
+        }
         tx.commit()
             .await
             .map_err(|e| db_err("founders migration", e))?;
         Ok(before)
     }
 
-    /// Issues a token for `name` and stores its hash: a new founder, or (with `replace`) a new token for an
-    /// existing one, the old token no longer accepted. Returns the token, which is not kept anywhere.
-    pub async fn issue(&self, name: &str, replace: bool) -> Result<String, FounderError> {
+    /// Issues a token for `name`, accepted for `lifetime`, and stores its hash: a new founder, or (with
+    /// `replace`) a new token for an existing one, the old token no longer accepted. Returns the token, which is
+    /// not kept anywhere, and when it expires (RFC 3339).
+    pub async fn issue(
+        &self,
+        name: &str,
+        replace: bool,
+        lifetime: std::time::Duration,
+    ) -> Result<(String, String), FounderError> {
         check_name(name)?;
         let token = new_token()?;
         let hash = token_hash(&token).to_vec();
-        let n = if replace {
+        let secs = f64::from(u32::try_from(lifetime.as_secs()).unwrap_or(u32::MAX));
+        let row = if replace {
             self.client
-                .execute(
-                    "UPDATE pool_founders SET token_sha256 = $2, issued_at = now() WHERE founder = $1",
-                    &[&name, &hash],
+                .query_opt(
+                    "UPDATE pool_founders SET token_sha256 = $2, issued_at = now(), \
+                     expires_at = now() + make_interval(secs => $3) WHERE founder = $1 \
+                     RETURNING expires_at",
+                    &[&name, &hash, &secs],
                 )
                 .await
                 .map_err(|e| db_err(&format!("founder {name}"), e))?
         } else {
             self.client
-                .execute(
-                    "INSERT INTO pool_founders (founder, token_sha256) VALUES ($1, $2) \
-                     ON CONFLICT (founder) DO NOTHING",
-                    &[&name, &hash],
+                .query_opt(
+                    "INSERT INTO pool_founders (founder, token_sha256, expires_at) \
+                     VALUES ($1, $2, now() + make_interval(secs => $3)) \
+                     ON CONFLICT (founder) DO NOTHING RETURNING expires_at",
+                    &[&name, &hash, &secs],
                 )
                 .await
                 .map_err(|e| db_err(&format!("founder {name}"), e))?
         };
-        match (n, replace) {
-            (0, false) => Err(FounderError::Exists(name.to_owned())),
-            (0, true) => Err(FounderError::NoSuchFounder(name.to_owned())),
-            _ => Ok(token),
+        match (row, replace) {
+            (None, false) => Err(FounderError::Exists(name.to_owned())),
+            (None, true) => Err(FounderError::NoSuchFounder(name.to_owned())),
+            (Some(r), _) => Ok((token, rfc3339(r.get(0)))),
         }
     }
 
-    /// The founder whose token this is, or None. The token is looked up by its SHA-256 (an index lookup: no
-    /// comparison of secrets byte by byte in this process).
-    pub async fn authenticate(&self, token: &str) -> Result<Option<String>, FounderError> {
+    /// What the token is: a current founder's, an expired one's, or unknown. The token is looked up by its
+    /// SHA-256 (an index lookup: no comparison of secrets byte by byte in this process); the store's clock
+    /// decides expiry.
+    pub async fn authenticate(&self, token: &str) -> Result<TokenCheck, FounderError> {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-            return Ok(None);
+            return Ok(TokenCheck::Unknown);
         }
         let hash = token_hash(token).to_vec();
         let row = self
             .client
             .query_opt(
-                "SELECT founder FROM pool_founders WHERE token_sha256 = $1",
+                "SELECT founder, expires_at, expires_at <= now() FROM pool_founders WHERE token_sha256 = $1",
                 &[&hash],
             )
             .await
             .map_err(|e| db_err("store: founders", e))?;
-        Ok(row.map(|r| r.get(0)))
+        Ok(match row {
+            None => TokenCheck::Unknown,
+            Some(r) if r.get::<_, bool>(2) => TokenCheck::Expired(r.get(0), rfc3339(r.get(1))),
+            Some(r) => TokenCheck::Valid(r.get(0)),
+        })
     }
 
     /// The founder that owns the run `run_id`, or None when there is no such run.
@@ -221,9 +301,37 @@ impl Founders {
     }
 }
 
+fn rfc3339(t: std::time::SystemTime) -> String {
+    time::OffsetDateTime::from(t)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lifetimes() {
+        use std::time::Duration;
+        assert_eq!(parse_lifetime("90d"), Ok(Duration::from_secs(90 * 86400)));
+        assert_eq!(parse_lifetime("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_lifetime("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_lifetime("1s"), Ok(Duration::from_secs(1)));
+        for bad in [
+            "",
+            "0d",
+            "d",
+            "90",
+            "9x",
+            "-1d",
+            "1.5d",
+            "99999999999999999999d",
+            "1900d",
+        ] {
+            assert!(parse_lifetime(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn names() {

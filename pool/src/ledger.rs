@@ -1,11 +1,67 @@
 //! The pool's own check of what a worker delivered (docs/pool.md, "Outcome only from verified evidence"): the
 //! evidence is read from the store by the digest the worker named, its nonce must be one the ledger issued for
 //! this run and attempt, its key must be the one that asked for that nonce, and the evidence must verify
-//! (`verifier-lib`; the process and vm tiers' sim root with allow-simulated today, the launch measurement not
-//! pinned, and the result says SIMULATED). Anything else is a rejected execution, never a status.
+//! (`verifier-lib`; the process and vm tiers' sim root with allow-simulated today, the result then says
+//! SIMULATED) with the launch measurement in the coordinator's measurement set ([`MeasurementPin`]), unless the
+//! operator said `--any-measurement`. Anything else is a rejected execution, never a status. This module is the
+//! pool's one user of `verifier_lib::evidence`'s options.
 
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Marks a check's `why` whose evidence chain ends in a simulated root.
+pub const SIMULATED_MARK: &str = ", SIMULATED (sim root, allow-simulated)";
+
+/// What the pool's check requires of the launch measurement: the coordinator's `--measurements` set (signed
+/// by enough of its `--auditor-key`s), or nothing, when the operator said `--any-measurement`.
+#[derive(Clone)]
+pub enum MeasurementPin {
+    /// Not pinned, on the operator's word (`--any-measurement`).
+    Any,
+    /// The launch measurement must be an entry of this set (of the run's tier, for sim evidence).
+    Set(Arc<measurements::set::TrustedSet>),
+}
+
+impl MeasurementPin {
+    /// How the check is described in every result: the set's name and digest, or that nothing was pinned.
+    pub fn describe(&self) -> String {
+        match self {
+            MeasurementPin::Any => {
+                "launch measurement not pinned (the coordinator runs with --any-measurement)"
+                    .to_owned()
+            }
+            MeasurementPin::Set(t) => format!(
+                "launch measurement in measurement set {} (SHA-256 {})",
+                t.name(),
+                hex::encode(t.set.digest())
+            ),
+        }
+    }
+}
+
+/// The verifier's options for one delivered result: the sim root accepted (the process and vm tiers; the
+/// result says SIMULATED), the issued nonce, and the launch measurement as `pin` requires. The one place the
+/// pool builds `verifier_lib::evidence` options.
+fn evidence_options(
+    nonce: Vec<u8>,
+    pin: &MeasurementPin,
+) -> verifier_lib::evidence::EvidenceOptions {
+    let (any_measurement, measurement_set) = match pin {
+        MeasurementPin::Any => (true, None),
+        MeasurementPin::Set(t) => (false, Some(t.clone())),
+    };
+    verifier_lib::evidence::EvidenceOptions {
+        chain: verifier_lib::snp::ChainOptions {
+            allow_simulated: true,
+            ..Default::default()
+        },
+        nonce: Some(nonce),
+        any_measurement,
+        measurement_set,
+        ..Default::default()
+    }
+}
 
 /// What the pool's check concluded about one delivered result.
 #[derive(Debug, Clone, Serialize, Deserialize, Default, PartialEq)]
@@ -38,8 +94,10 @@ fn rejected(execution: Option<u32>, why: String) -> Checked {
 /// Checks the evidence `evidence_digest` a worker delivered for `attempt` of `run_id` and fills the ledger row
 /// of its execution (verified or rejected) when it names one of this attempt's executions that has no result
 /// yet. `Err` only when the store could not be read or written (the caller retries).
+#[allow(clippy::too_many_arguments)]
 pub async fn check_delivered(
     store: &Store,
+    pin: &MeasurementPin,
     run_id: &str,
     founder: &str,
     isolation: &str,
@@ -101,17 +159,23 @@ pub async fn check_delivered(
         )
     } else {
         let nonce_hex = hex::encode(&nonce);
-        let opts = verifier_lib::evidence::EvidenceOptions {
-            chain: verifier_lib::snp::ChainOptions {
-                allow_simulated: true,
-                ..Default::default()
-            },
-            nonce: Some(nonce),
-            any_measurement: true,
-            ..Default::default()
+        let expired = match pin {
+            MeasurementPin::Set(t) => t
+                .check_current(time::OffsetDateTime::now_utc().unix_timestamp())
+                .err()
+                .map(|e| e.to_string()),
+            MeasurementPin::Any => None,
         };
+        let opts = evidence_options(nonce, pin);
         let v = verifier_lib::evidence::verify_evidence(&ev, &opts);
         match (&v.verdict, v.verified()) {
+            _ if expired.is_some() => rejected(
+                execution,
+                format!(
+                    "the coordinator's measurement set is no longer current: {}",
+                    expired.unwrap_or_default()
+                ),
+            ),
             (Some(verdict), true) if verdict.isolation.to_string() != isolation => rejected(
                 execution,
                 format!(
@@ -128,14 +192,10 @@ pub async fn check_delivered(
                 nonce: Some(nonce_hex),
                 simulated: v.simulated,
                 why: format!(
-                    "verified by the pool: nonce of attempt {attempt} execution {}, key bound, verdict signed{}; \
-                     launch measurement not pinned by the pool",
+                    "verified by the pool: nonce of attempt {attempt} execution {}, key bound, verdict signed{}; {}",
                     row.execution,
-                    if v.simulated {
-                        ", SIMULATED (sim root, allow-simulated)"
-                    } else {
-                        ""
-                    }
+                    if v.simulated { SIMULATED_MARK } else { "" },
+                    pin.describe()
                 ),
             },
             _ => rejected(

@@ -3,6 +3,7 @@
 //! PostgreSQL by their SHA-256 and every founder reading only their own runs.
 
 pub mod cli;
+pub mod coordinator;
 pub mod founders;
 pub mod gateway;
 pub mod ledger;

@@ -5,7 +5,7 @@ use std::str::FromStr;
 use tokio_postgres::{Client, NoTls};
 
 /// The schema version the migration brings a store to.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The group role every founder's role is a member of (granted read access; rows are filtered per founder).
 pub const FOUNDER_GROUP: &str = "fenced_run_founder";
@@ -168,6 +168,89 @@ DO $$ BEGIN
 END $$;
 GRANT EXECUTE ON FUNCTION pool_issue_nonce(text, integer, bytea, text) TO fenced_run_worker;
 "#;
+
+/// The most bytes of evidence a worker may store for one execution (`pool_put_evidence`).
+pub const MAX_EVIDENCE_BYTES: i64 = 64 << 20;
+
+/// The migration to schema version 3: an execution host's only ways into the store (docs/pool.md, "Roles").
+/// A worker connects as a login role in [`WORKER_GROUP`], which holds no privilege on any table: it records an
+/// attempt's start, reads the bundle of a run that has not ended, and stores evidence, each through a
+/// SECURITY DEFINER function that checks the run, and asks for nonces (`pool_issue_nonce`). Outcomes (the
+/// runs', the attempts' ends, the ledger's results) are written only by the coordinator, the store's owner.
+const MIGRATION_3: &str = r#"
+CREATE FUNCTION pool_attempt_started(p_run text, p_attempt integer, p_worker text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT pr.founder AS founder, pr.ended_at AS ended_at INTO r
+        FROM public.pool_runs pr WHERE pr.run_id = p_run;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % is not in the store', p_run;
+    END IF;
+    IF r.ended_at IS NOT NULL THEN
+        RAISE EXCEPTION 'run % has ended; no attempt of it starts any more', p_run;
+    END IF;
+    IF p_attempt IS NULL OR p_attempt < 1 THEN
+        RAISE EXCEPTION 'attempt % is not an attempt number', p_attempt;
+    END IF;
+    INSERT INTO public.pool_attempts (run_id, attempt, founder, worker)
+        VALUES (p_run, p_attempt, r.founder, p_worker) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'attempt % of run % was already started', p_attempt, p_run;
+    END IF;
+END $$;
+CREATE FUNCTION pool_run_bundle(p_run text)
+RETURNS TABLE (bundle_kind text, bundle_digest text, bundle_bytes bytea)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RETURN QUERY SELECT b.kind, b.digest, b.bytes FROM public.pool_runs pr
+        JOIN public.pool_bundles b ON b.founder = pr.founder AND b.digest = pr.bundle_digest
+        WHERE pr.run_id = p_run AND pr.ended_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % is not in the store or has ended', p_run;
+    END IF;
+END $$;
+CREATE FUNCTION pool_put_evidence(p_run text, p_bytes bytea) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    r record;
+    d text;
+BEGIN
+    SELECT pr.founder AS founder, pr.ended_at AS ended_at INTO r
+        FROM public.pool_runs pr WHERE pr.run_id = p_run;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % is not in the store', p_run;
+    END IF;
+    IF r.ended_at IS NOT NULL THEN
+        RAISE EXCEPTION 'run % has ended; its evidence is no longer taken', p_run;
+    END IF;
+    IF p_bytes IS NULL OR octet_length(p_bytes) > MAX_EVIDENCE THEN
+        RAISE EXCEPTION 'evidence of run % is missing or over MAX_EVIDENCE bytes', p_run;
+    END IF;
+    d := encode(sha256(p_bytes), 'hex');
+    INSERT INTO public.pool_evidence (founder, digest, bytes) VALUES (r.founder, d, p_bytes)
+        ON CONFLICT DO NOTHING;
+    RETURN d;
+END $$;
+REVOKE ALL ON FUNCTION pool_attempt_started(text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pool_run_bundle(text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pool_put_evidence(text, bytea) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pool_attempt_started(text, integer, text) TO fenced_run_worker;
+GRANT EXECUTE ON FUNCTION pool_run_bundle(text) TO fenced_run_worker;
+GRANT EXECUTE ON FUNCTION pool_put_evidence(text, bytea) TO fenced_run_worker;
+"#;
+
+/// The tables whose rows are the pool's record: a worker's role must not be able to write any of them.
+pub const RECORD_TABLES: [&str; 7] = [
+    "pool_runs",
+    "pool_attempts",
+    "pool_executions",
+    "pool_evidence",
+    "pool_bundles",
+    "pool_schema",
+    "pool_founders",
+];
 
 /// One execution of an attempt, as the ledger holds it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -354,6 +437,15 @@ impl Store {
                 .await
                 .map_err(|e| db_err("migration 2", e))?;
         }
+        if before < 3 {
+            let m3 = MIGRATION_3.replace("MAX_EVIDENCE", &MAX_EVIDENCE_BYTES.to_string());
+            tx.batch_execute(&m3)
+                .await
+                .map_err(|e| db_err("migration 3", e))?;
+            tx.execute("INSERT INTO pool_schema (version) VALUES (3)", &[])
+                .await
+                .map_err(|e| db_err("migration 3", e))?;
+        }
         tx.commit().await.map_err(|e| db_err("migration", e))?;
         Ok(before)
     }
@@ -440,18 +532,49 @@ impl Store {
             .map_err(|e| db_err("store: withdraw", e))
     }
 
-    /// The bundle `digest` of `founder`: its kind and bytes.
-    pub async fn bundle(&self, founder: &str, digest: &str) -> Result<(String, Vec<u8>), String> {
-        let row = self
-            .client
-            .query_opt(
-                "SELECT kind, bytes FROM pool_bundles WHERE founder = $1 AND digest = $2",
-                &[&founder, &digest],
+    /// Records that `worker` started `attempt` of `run_id` (`pool_attempt_started`, which a worker's role may
+    /// execute). A second start of the same attempt, and a start of a run that ended, are refused (an attempt
+    /// runs once; a retry is a new attempt).
+    pub async fn attempt_started(
+        &self,
+        run_id: &str,
+        attempt: i32,
+        worker: &str,
+    ) -> Result<(), String> {
+        self.client
+            .execute(
+                "SELECT pool_attempt_started($1, $2, $3)",
+                &[&run_id, &attempt, &worker],
             )
             .await
-            .map_err(|e| db_err("store: bundle", e))?
-            .ok_or_else(|| format!("store: no bundle {digest}"))?;
-        let bytes: Vec<u8> = row.get(1);
+            .map(|_| ())
+            .map_err(|e| db_err("store: attempt", e))
+    }
+
+    /// The bundle of `run_id`, a run that has not ended (`pool_run_bundle`, which a worker's role may execute):
+    /// its kind and bytes, checked against `digest` (what the workflow names) and against their address.
+    pub async fn run_bundle(
+        &self,
+        run_id: &str,
+        digest: &str,
+    ) -> Result<(String, Vec<u8>), String> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT bundle_kind, bundle_digest, bundle_bytes FROM pool_run_bundle($1)",
+                &[&run_id],
+            )
+            .await
+            .map_err(|e| db_err("store: bundle", e))?;
+        let stored: String = row.get(1);
+        let bytes: Vec<u8> = row.get(2);
+        if stored != digest {
+            return Err(format!(
+                "store: run {} has bundle {stored}, the attempt names {}",
+                attestation::text::escape(run_id),
+                attestation::text::escape(digest)
+            ));
+        }
         if crate::digest(&bytes) != digest {
             return Err(format!(
                 "store: bundle {digest}: stored bytes do not hash to their address"
@@ -460,51 +583,81 @@ impl Store {
         Ok((row.get(0), bytes))
     }
 
-    /// Records that `worker` started `attempt` of `run_id`. A second start of the same attempt is refused (an
-    /// attempt runs once; a retry is a new attempt with its own nonce).
-    pub async fn attempt_started(
-        &self,
-        run_id: &str,
-        attempt: i32,
-        founder: &str,
-        worker: &str,
-    ) -> Result<(), String> {
-        let n = self
+    /// Stores the evidence of an execution of `run_id` (a run that has not ended) by its SHA-256
+    /// (`pool_put_evidence`, which a worker's role may execute; storing the same bytes twice is a no-op) and
+    /// returns the digest.
+    pub async fn put_run_evidence(&self, run_id: &str, bytes: &[u8]) -> Result<String, String> {
+        let row = self
             .client
-            .execute(
-                "INSERT INTO pool_attempts (run_id, attempt, founder, worker) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT DO NOTHING",
-                &[&run_id, &attempt, &founder, &worker],
-            )
+            .query_one("SELECT pool_put_evidence($1, $2)", &[&run_id, &bytes])
             .await
-            .map_err(|e| db_err("store: attempt", e))?;
-        if n == 0 {
-            return Err(format!(
-                "attempt {attempt} of run {} was already started",
-                attestation::text::escape(run_id)
-            ));
-        }
-        Ok(())
+            .map_err(|e| db_err("store: evidence", e))?;
+        Ok(row.get(0))
     }
 
-    /// Stores evidence bytes by their SHA-256 (in a transaction; storing the same bytes twice is a no-op) and
-    /// returns the digest.
-    pub async fn put_evidence(&mut self, founder: &str, bytes: &[u8]) -> Result<String, String> {
-        let digest = crate::digest(bytes);
-        let tx = self
+    /// Why this connection's role must not serve as an execution host's (a worker's) role, or `None` when it
+    /// may: it is a superuser or bypasses row-level security, it owns (or may act as the owner of) a record
+    /// table or can write one (INSERT, UPDATE, DELETE, TRUNCATE), or it is not a member of [`WORKER_GROUP`]. A
+    /// host holding such a role could rewrite outcomes and the ledger (`ALTER TABLE ... DISABLE TRIGGER`).
+    pub async fn worker_role_problem(&self) -> Result<Option<String>, String> {
+        let row = self
             .client
-            .transaction()
+            .query_one(
+                "SELECT current_user::text, r.rolsuper, r.rolbypassrls, \
+                 coalesce(pg_has_role(current_user, 'fenced_run_worker', 'USAGE'), false) \
+                 FROM pg_roles r WHERE r.rolname = current_user",
+                &[],
+            )
             .await
-            .map_err(|e| db_err("store", e))?;
-        tx.execute(
-            "INSERT INTO pool_evidence (founder, digest, bytes) VALUES ($1, $2, $3) \
-             ON CONFLICT DO NOTHING",
-            &[&founder, &digest, &bytes],
-        )
-        .await
-        .map_err(|e| db_err("store: evidence", e))?;
-        tx.commit().await.map_err(|e| db_err("store", e))?;
-        Ok(digest)
+            .map_err(|e| db_err("store: role", e))?;
+        let (user, sup, bypass, member): (String, bool, bool, bool) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        if sup || bypass {
+            return Ok(Some(format!(
+                "role {user} is a superuser or bypasses row-level security"
+            )));
+        }
+        let tables: Vec<&str> = RECORD_TABLES.to_vec();
+        let rows = self
+            .client
+            .query(
+                "SELECT t FROM unnest($1::text[]) t WHERE to_regclass(t) IS NOT NULL AND ( \
+                 pg_has_role(current_user, (SELECT c.relowner FROM pg_class c WHERE c.oid = to_regclass(t)), 'MEMBER') \
+                 OR has_table_privilege(current_user, t, 'INSERT') OR has_table_privilege(current_user, t, 'UPDATE') \
+                 OR has_table_privilege(current_user, t, 'DELETE') OR has_table_privilege(current_user, t, 'TRUNCATE'))",
+                &[&tables],
+            )
+            .await
+            .map_err(|e| db_err("store: role", e))?;
+        let writable: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        if !writable.is_empty() {
+            return Ok(Some(format!(
+                "role {user} owns or can write {}",
+                writable.join(", ")
+            )));
+        }
+        if !member {
+            return Ok(Some(format!(
+                "role {user} is not a member of {WORKER_GROUP}"
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Whether the store's schema has the worker's functions (schema version 3), asked in a way a worker's
+    /// role can (it cannot read `pool_schema`).
+    pub async fn has_worker_functions(&self) -> Result<bool, String> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT to_regprocedure('pool_put_evidence(text,bytea)') IS NOT NULL \
+                 AND to_regprocedure('pool_run_bundle(text)') IS NOT NULL \
+                 AND to_regprocedure('pool_attempt_started(text,integer,text)') IS NOT NULL",
+                &[],
+            )
+            .await
+            .map_err(|e| db_err("store: schema", e))?;
+        Ok(row.get(0))
     }
 
     /// Records how an attempt ended, as the workflow decided. Only the workflow calls this (from a local
@@ -612,6 +765,59 @@ impl Store {
             })
             .collect();
         Ok((run, attempts))
+    }
+
+    /// The run's result as the store records it (what `submit --wait` prints), or `None` while the store has no
+    /// end for the run. The accepted attempt is the one whose execution the coordinator verified (its ledger
+    /// row, `verified`, with the run's evidence): never what a workflow's result on Temporal says.
+    pub async fn run_result(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<crate::workflow::RunResult>, String> {
+        let (run, attempts) = self.status(run_id).await?;
+        if run.ended_at.is_none() {
+            return Ok(None);
+        }
+        let why = run.ended_why.clone().unwrap_or_default();
+        let accepted = match (run.accepted_attempt, &run.evidence_digest, &run.outcome) {
+            (Some(attempt), Some(digest), Some(outcome)) => {
+                let rows = self.executions(run_id).await?;
+                let row = rows
+                    .iter()
+                    .find(|r| {
+                        r.attempt == attempt
+                            && r.result == attestation::pool_ledger::RESULT_VERIFIED
+                            && r.evidence_digest.as_deref() == Some(digest.as_str())
+                    })
+                    .ok_or_else(|| {
+                        format!(
+                            "store: run {}: the accepted attempt {attempt} has no verified execution with its \
+                             evidence in the ledger",
+                            attestation::text::escape(run_id)
+                        )
+                    })?;
+                let checked = row.detail.clone().unwrap_or_default();
+                Some(crate::workflow::AttemptResult {
+                    attempt: u32::try_from(attempt).unwrap_or(0),
+                    execution: u32::try_from(row.execution).unwrap_or(0),
+                    simulated: checked.contains(crate::ledger::SIMULATED_MARK),
+                    checked,
+                    worker: row.worker.clone(),
+                    outcome: outcome.clone(),
+                    verdict: self.verdict(run_id).await?.unwrap_or_default(),
+                    evidence_digest: digest.clone(),
+                    nonce: row.nonce.clone(),
+                })
+            }
+            _ => None,
+        };
+        Ok(Some(crate::workflow::RunResult {
+            run_id: run.run_id,
+            accepted,
+            attempts: u32::try_from(attempts.len()).unwrap_or(0),
+            cancelled: why.starts_with(crate::workflow::CANCELLED_WHY),
+            why,
+        }))
     }
 
     /// The verdict (JSON) of the run's accepted attempt, when the run is final.

@@ -55,3 +55,28 @@ pub async fn workflow_state(client: &Client, run_id: &str) -> String {
         Err(e) => format!("unknown ({})", attestation::text::escape(&e.to_string())),
     }
 }
+
+/// Checks a task queue's name: 1 to 100 of `A-Z a-z 0-9 - _ .` (so that no queue's name is another queue's
+/// coordinator queue).
+pub fn check_queue(queue: &str) -> Result<(), String> {
+    let ok = !queue.is_empty()
+        && queue.len() <= 100
+        && queue
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "queue {}: use 1 to 100 of A-Z a-z 0-9 - _ .",
+            attestation::text::escape(queue)
+        ))
+    }
+}
+
+/// The task queue the runs of `queue` have their workflow tasks on: only the coordinator polls it. Attempts go to
+/// `queue` itself, which the execution hosts poll; a coordinator never takes an attempt, since the SDK's worker
+/// that runs workflows with local activities also polls its own queue for activities.
+pub fn coordinator_queue(queue: &str) -> String {
+    format!("{queue}:coordinator")
+}

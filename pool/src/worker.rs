@@ -1,14 +1,17 @@
-//! The worker side of the pool: the activities a `fenced-run pool worker` offers on its task queue. An attempt
-//! runs the accepted bundle through `fenced-run run` itself (the same code path as a direct run, in its own
-//! process group and work directory), heartbeats while it goes, and kills the run at once when its lease is lost
-//! or the run is cancelled; the bookkeeping activities write what the workflow decided to the store.
+//! The execution host's side of the pool: the one activity a `fenced-run pool worker` offers on its task queue.
+//! An attempt runs the accepted bundle through `fenced-run run` itself (the same code path as a direct run, in
+//! its own process group and work directory), heartbeats while it goes, and kills the run at once when its lease
+//! is lost or the run is cancelled. The host is untrusted: it connects to the store as a role in
+//! `fenced_run_worker` (it records its attempt's start, reads the run's bundle, asks for nonces and stores
+//! evidence, each through a function that checks the run) and decides nothing; the coordinator
+//! (`crate::coordinator`) verifies what it delivers and records outcomes.
 
 // The SDK's macros add a constant per workflow or activity method and leave it undocumented; every item written
 // here is documented.
 #![allow(missing_docs)]
 
 use crate::store::Store;
-use crate::workflow::{AttemptEnd, AttemptInput, AttemptRef, AttemptResult, RunEnd, VerifyInput};
+use crate::workflow::{AttemptInput, AttemptResult};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -63,8 +66,8 @@ struct Ran {
     execution: Option<(i32, String)>,
 }
 
-/// The pool's activities, registered by every worker.
-pub struct PoolActivities {
+/// The attempt activity, registered by every worker (an execution host) and nowhere else.
+pub struct AttemptActivities {
     /// The worker's configuration.
     pub config: WorkerConfig,
 }
@@ -290,7 +293,7 @@ async fn run_once(
 }
 
 #[activities]
-impl PoolActivities {
+impl AttemptActivities {
     /// One attempt at a run: the bundle from the store, `fenced-run run` with the attempt's nonce, heartbeats
     /// while it goes, the evidence stored by its digest. Ends with an error (a host failure) when the run could
     /// not be judged; is cancelled (the run killed, its files removed) when the lease is lost or the run cancelled.
@@ -310,11 +313,11 @@ impl PoolActivities {
         let store = Store::connect(&cfg.store_url).await.map_err(failure)?;
         let attempt = i32::try_from(input.attempt).map_err(|_| failure("attempt out of range"))?;
         store
-            .attempt_started(&input.run_id, attempt, &input.founder, &cfg.identity)
+            .attempt_started(&input.run_id, attempt, &cfg.identity)
             .await
             .map_err(failure)?;
         let (kind, bundle) = store
-            .bundle(&input.founder, &input.bundle_digest)
+            .run_bundle(&input.run_id, &input.bundle_digest)
             .await
             .map_err(failure)?;
         let dir = tempfile::Builder::new()
@@ -395,9 +398,8 @@ impl PoolActivities {
             };
         drop(lock);
         drop(dir);
-        let mut store = store;
         let evidence_digest = store
-            .put_evidence(&input.founder, &evidence)
+            .put_run_evidence(&input.run_id, &evidence)
             .await
             .map_err(failure)?;
         Ok(AttemptResult {
@@ -412,95 +414,5 @@ impl PoolActivities {
             evidence_digest,
             nonce,
         })
-    }
-
-    /// The pool's own check of a delivered result (a local activity of the workflow): the evidence from the
-    /// store, verified against the ledger's nonce and key for its execution (`crate::ledger`).
-    #[activity]
-    pub async fn verify_execution(
-        self: Arc<Self>,
-        _ctx: ActivityContext,
-        input: VerifyInput,
-    ) -> Result<crate::ledger::Checked, ActivityError> {
-        let store = Store::connect(&self.config.store_url)
-            .await
-            .map_err(failure)?;
-        crate::ledger::check_delivered(
-            &store,
-            &input.run_id,
-            &input.founder,
-            &input.isolation,
-            input.attempt,
-            &input.evidence_digest,
-        )
-        .await
-        .map_err(failure)
-    }
-
-    /// How many executions of an attempt got a nonce and have no result (a local activity of the workflow).
-    #[activity]
-    pub async fn open_executions(
-        self: Arc<Self>,
-        _ctx: ActivityContext,
-        a: AttemptRef,
-    ) -> Result<u32, ActivityError> {
-        let store = Store::connect(&self.config.store_url)
-            .await
-            .map_err(failure)?;
-        let rows = store.executions(&a.run_id).await.map_err(failure)?;
-        Ok(rows
-            .iter()
-            .filter(|r| {
-                i64::from(r.attempt) == i64::from(a.attempt)
-                    && r.result == attestation::pool_ledger::RESULT_NONE
-            })
-            .count() as u32)
-    }
-
-    /// Writes how an attempt ended, as the workflow decided (a local activity of the workflow).
-    #[activity]
-    pub async fn record_attempt(
-        self: Arc<Self>,
-        _ctx: ActivityContext,
-        end: AttemptEnd,
-    ) -> Result<(), ActivityError> {
-        let mut store = Store::connect(&self.config.store_url)
-            .await
-            .map_err(failure)?;
-        let attempt = i32::try_from(end.attempt).map_err(|_| failure("attempt out of range"))?;
-        store
-            .attempt_ended(
-                &end.run_id,
-                attempt,
-                end.outcome.as_deref(),
-                &end.why,
-                end.evidence_digest.as_deref(),
-            )
-            .await
-            .map_err(failure)
-    }
-
-    /// Writes how the run ended, as the workflow decided (a local activity of the workflow).
-    #[activity]
-    pub async fn record_run(
-        self: Arc<Self>,
-        _ctx: ActivityContext,
-        end: RunEnd,
-    ) -> Result<(), ActivityError> {
-        let store = Store::connect(&self.config.store_url)
-            .await
-            .map_err(failure)?;
-        let accepted = end.accepted.as_ref().map(|a| {
-            (
-                i32::try_from(a.attempt).unwrap_or(i32::MAX),
-                a.outcome.as_str(),
-                a.evidence_digest.as_str(),
-                &a.verdict,
-            )
-        });
-        store
-            .run_ended(&end.run_id, accepted, &end.why)
-            .await
-            .map_err(failure)
     }
 }

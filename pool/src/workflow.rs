@@ -8,7 +8,8 @@
 // here is documented.
 #![allow(missing_docs)]
 
-use crate::worker::PoolActivities;
+use crate::coordinator::CoordinatorActivities;
+use crate::worker::AttemptActivities;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use temporalio_common::error::TimeoutType;
@@ -32,6 +33,10 @@ pub struct RunInput {
     pub nonce: String,
     /// The isolation tier the run must get (`process`, `vm`, ...); a worker of another tier does not run it.
     pub isolation: String,
+    /// The task queue whose workers (execution hosts) run the attempts; the workflow itself runs on its
+    /// coordinator queue ([`crate::temporal::coordinator_queue`]).
+    #[serde(default)]
+    pub queue: String,
     /// Most attempts before the run ends without a verdict.
     pub max_attempts: u32,
     /// The lease: an attempt whose worker has not heartbeat within this many seconds is lost.
@@ -146,6 +151,9 @@ pub struct RunResult {
     pub cancelled: bool,
 }
 
+/// How the `why` of a cancelled run begins.
+pub const CANCELLED_WHY: &str = "cancelled by request";
+
 /// The workflow of one pooled run.
 #[workflow]
 #[derive(Default)]
@@ -182,8 +190,9 @@ fn failure_why(e: &ActivityExecutionError) -> String {
 }
 
 fn bookkeeping() -> LocalActivityOptions {
-    // Store writes run as local activities (on the worker that runs the workflow task, outside the run slots),
-    // with their own cancellation token so that they still happen when the run is cancelled.
+    // The check and the store writes run as local activities, in the coordinator (the process that runs the
+    // workflow task, never an execution host), with their own cancellation token so that they still happen
+    // when the run is cancelled.
     LocalActivityOptions::builder()
         .start_to_close_timeout(Duration::from_secs(30))
         .cancellation_token(WorkflowCancellationToken::new())
@@ -208,6 +217,8 @@ impl PoolRun {
                 input.attempt_seconds.max(1),
             ))
             .activity_id(format!("attempt-{attempt}"))
+            // The hosts' queue: the coordinator, which runs this workflow, never takes an attempt.
+            .task_queue(input.queue.clone())
             .heartbeat_timeout(Duration::from_secs(input.heartbeat_seconds.max(1)))
             // One server-side try per attempt: a retry is a new attempt decided here; every execution asks the
             // pool's ledger for its own nonce.
@@ -216,7 +227,7 @@ impl PoolRun {
             .build();
             let result = ctx
                 .execute_activity(
-                    PoolActivities::run_attempt,
+                    AttemptActivities::run_attempt,
                     AttemptInput {
                         run_id: input.run_id.clone(),
                         founder: input.founder.clone(),
@@ -233,7 +244,7 @@ impl PoolRun {
                     // becomes a status.
                     let checked = ctx
                         .execute_local_activity(
-                            PoolActivities::verify_execution,
+                            CoordinatorActivities::verify_execution,
                             VerifyInput {
                                 run_id: input.run_id.clone(),
                                 founder: input.founder.clone(),
@@ -264,7 +275,7 @@ impl PoolRun {
                             };
                             let why = format!("final: {shown}");
                             ctx.execute_local_activity(
-                                PoolActivities::record_attempt,
+                                CoordinatorActivities::record_attempt,
                                 AttemptEnd {
                                     run_id: input.run_id.clone(),
                                     attempt,
@@ -279,7 +290,7 @@ impl PoolRun {
                             )
                             .await?;
                             ctx.execute_local_activity(
-                                PoolActivities::record_run,
+                                CoordinatorActivities::record_run,
                                 RunEnd {
                                     run_id: input.run_id.clone(),
                                     accepted: Some(accepted.clone()),
@@ -316,10 +327,9 @@ impl PoolRun {
                 }
                 Err(ActivityExecutionError::Cancelled(_)) => {
                     let why =
-                        "cancelled by request; the worker killed the run and removed its files"
-                            .to_owned();
+                        format!("{CANCELLED_WHY}; the worker killed the run and removed its files");
                     ctx.execute_local_activity(
-                        PoolActivities::record_attempt,
+                        CoordinatorActivities::record_attempt,
                         AttemptEnd {
                             run_id: input.run_id.clone(),
                             attempt,
@@ -331,7 +341,7 @@ impl PoolRun {
                     )
                     .await?;
                     ctx.execute_local_activity(
-                        PoolActivities::record_run,
+                        CoordinatorActivities::record_run,
                         RunEnd {
                             run_id: input.run_id.clone(),
                             accepted: None,
@@ -355,7 +365,7 @@ impl PoolRun {
                     let base = failure_why(&e);
                     let open = ctx
                         .execute_local_activity(
-                            PoolActivities::open_executions,
+                            CoordinatorActivities::open_executions,
                             AttemptRef {
                                 run_id: input.run_id.clone(),
                                 attempt,
@@ -374,7 +384,7 @@ impl PoolRun {
                 }
             }
             ctx.execute_local_activity(
-                PoolActivities::record_attempt,
+                CoordinatorActivities::record_attempt,
                 AttemptEnd {
                     run_id: input.run_id.clone(),
                     attempt,
@@ -388,7 +398,7 @@ impl PoolRun {
         }
         let why = format!("no attempt judged after {max} attempt(s); last: {why}");
         ctx.execute_local_activity(
-            PoolActivities::record_run,
+            CoordinatorActivities::record_run,
             RunEnd {
                 run_id: input.run_id.clone(),
                 accepted: None,

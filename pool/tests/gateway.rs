@@ -638,7 +638,7 @@ fn founders_have_no_database_role() {
         "the old token works before --replace: {}",
         text(&o)
     );
-    let o = pool(&[
+    let o_replaced = pool(&[
         "founder",
         "add",
         "alice",
@@ -647,7 +647,7 @@ fn founders_have_no_database_role() {
         &p.admin,
         "--json",
     ]);
-    assert!(o.status.success(), "{}", text(&o));
+    assert!(o_replaced.status.success(), "{}", text(&o_replaced));
     let o = p.as_founder("alice", &["status", "run-none"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
@@ -655,6 +655,89 @@ fn founders_have_no_database_role() {
         "{}",
         text(&o)
     );
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("expired"),
+        "a replaced token is not an expired one: {}",
+        text(&o)
+    );
+    let v = json_of(&o_replaced);
+    assert!(v["expires_at"].is_string(), "{v}");
+
+    // Tokens expire: `--expires-in` says when (default 90 days), the store's clock decides, and an expired token
+    // is refused saying that it expired, which a wrong token never says.
+    let o = pool(&[
+        "founder",
+        "add",
+        "carol",
+        "--expires-in",
+        "1h",
+        "--store",
+        &p.admin,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v = json_of(&o);
+    std::fs::write(p.token_file("carol"), v["token"].as_str().expect("token")).expect("token file");
+    let rows =
+        p.pg.query(
+            "pool_admin",
+            "SELECT founder, extract(epoch FROM expires_at - now())::integer FROM pool_founders \
+             WHERE founder IN ('alice', 'carol') ORDER BY founder",
+        )
+        .expect("expiry");
+    let left = |i: usize| -> i64 {
+        rows[i][1]
+            .as_deref()
+            .and_then(|x| x.parse().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        (89 * 86400..=90 * 86400).contains(&left(0)),
+        "alice's token (default): {rows:?}"
+    );
+    assert!(
+        (3500..=3600).contains(&left(1)),
+        "carol's token (1h): {rows:?}"
+    );
+    let o = p.as_founder("carol", &["status", "run-none"]);
+    assert_eq!(o.status.code(), Some(1), "a current token: {}", text(&o));
+    p.pg.query(
+        "pool_admin",
+        "UPDATE pool_founders SET expires_at = now() - interval '1 second' WHERE founder = 'carol'",
+    )
+    .expect("expire carol's token");
+    for verb in [
+        &["status", "run-none"][..],
+        &["fetch", "run-none", "--out", "/dev/null"],
+    ] {
+        let o = p.as_founder("carol", verb);
+        assert_eq!(o.status.code(), Some(2), "{verb:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("401"), "{verb:?}: {}", text(&o));
+        assert!(
+            err.contains("founder token of carol expired at"),
+            "{verb:?}: {}",
+            text(&o)
+        );
+        assert!(err.contains("--replace"), "{verb:?}: {}", text(&o));
+    }
+    for bad in ["0d", "90", "2000d", "1w"] {
+        let o = pool(&[
+            "founder",
+            "add",
+            "dave",
+            "--expires-in",
+            bad,
+            "--store",
+            &p.admin,
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--expires-in"),
+            "{bad}: {}",
+            text(&o)
+        );
+    }
 }
 
 use sha2::Digest as _;

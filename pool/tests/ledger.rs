@@ -29,7 +29,8 @@ fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o)))
 }
 
-/// A worker on `queue` with extra flags (the hidden test misbehaviours, another `--fenced-run`).
+/// The coordinator of `queue` (the store's owner `store`) and a worker on `queue`, connected as the execution
+/// hosts' role, with extra flags (the hidden test misbehaviours, another `--fenced-run`).
 fn worker(
     t: &Temporal,
     store: &str,
@@ -37,7 +38,9 @@ fn worker(
     identity: &str,
     work: &Path,
     extra: &[&str],
-) -> Child9 {
+) -> (Coordinator, Child9) {
+    let coordinator = Coordinator::start(&t.addr, store, queue, None);
+    let store = &host_url(store);
     let child = Command::new(POOL)
         .args([
             "worker",
@@ -64,7 +67,7 @@ fn worker(
         .stdout(Stdio::null())
         .spawn()
         .expect("pool worker");
-    Child9(child)
+    (coordinator, Child9(child))
 }
 
 /// A worker process killed (SIGKILL) and reaped on drop.
@@ -202,7 +205,7 @@ fn execution_ledger() {
     let admin = pg.url("pool_admin");
     let o = pool(&["init", "--store", &admin, "--json"]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(json_of(&o)["schema"], 2, "{}", text(&o));
+    assert_eq!(json_of(&o)["schema"], 3, "{}", text(&o));
     // The founder's own database role (the operator's direct path; founders of the gateway have none).
     pg.founder_role("alice");
     let alice = pg.url("alice");
@@ -250,6 +253,11 @@ fn execution_ledger() {
             "{s}"
         );
         assert!(why.contains("SIMULATED"), "{s}");
+        // The coordinator pinned the process tier's measurement of this fenced-run with its set, and says so.
+        assert!(
+            why.contains("launch measurement in measurement set pool-test 1"),
+            "{s}"
+        );
         let o = status(&t, &alice, "run-rerun", false);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -327,8 +335,131 @@ fn execution_ledger() {
         );
     }
 
+    // --- the coordinator's measurement set: a set without this fenced-run's measurement rejects the execution;
+    // --any-measurement verifies and says the measurement was not pinned ----------------------------------------
+    {
+        let sets = tempfile::tempdir().expect("sets");
+        let other = measurement_set(
+            sets.path(),
+            &[("process", [7; 48]), ("vm", process_measurement())],
+        );
+        let _c = Coordinator::start(&t.addr, &admin, "wrongset", Some(other));
+        let host = host_url(&admin);
+        let _w = Command::new(POOL)
+            .args(["worker", "--temporal", &t.addr, "--queue", "wrongset"])
+            .args([
+                "--store",
+                &host,
+                "--isolation",
+                "process",
+                "--identity",
+                "w-wrongset",
+            ])
+            .args(["--fenced-run", FENCED_RUN])
+            .arg("--work-dir")
+            .arg(work.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map(Child9)
+            .expect("worker");
+        let jobp = pass.path();
+        let o = pool(&[
+            "submit",
+            jobp.to_str().expect("utf8"),
+            "--temporal",
+            &t.addr,
+            "--store",
+            &alice,
+            "--nonce",
+            NONCE,
+            "--queue",
+            "wrongset",
+            "--run-id",
+            "run-wrongset",
+            "--max-attempts",
+            "1",
+            "--wait",
+            "--wait-timeout",
+            "180",
+        ]);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let s = json_of(&status(&t, &alice, "run-wrongset", true));
+        assert!(s["outcome"].is_null(), "{s}");
+        assert!(s["accepted_attempt"].is_null(), "{s}");
+        assert_eq!(executions(&s), vec![(1, 1, "rejected".to_owned())], "{s}");
+        let why = s["attempts"][0]["why"].as_str().unwrap_or("");
+        assert!(why.contains("rejected execution 1"), "{s}");
+        assert!(why.contains("measurement-set"), "{s}");
+        assert!(s["attempts"][0]["outcome"].is_null(), "{s}");
+
+        let _c = Coordinator::start(
+            &t.addr,
+            &admin,
+            "anyset",
+            Some(vec!["--any-measurement".into()]),
+        );
+        let _w = Command::new(POOL)
+            .args(["worker", "--temporal", &t.addr, "--queue", "anyset"])
+            .args([
+                "--store",
+                &host,
+                "--isolation",
+                "process",
+                "--identity",
+                "w-anyset",
+            ])
+            .args(["--fenced-run", FENCED_RUN])
+            .arg("--work-dir")
+            .arg(work.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .map(Child9)
+            .expect("worker");
+        let o = pool(&[
+            "submit",
+            jobp.to_str().expect("utf8"),
+            "--temporal",
+            &t.addr,
+            "--store",
+            &alice,
+            "--nonce",
+            NONCE,
+            "--queue",
+            "anyset",
+            "--run-id",
+            "run-anyset",
+            "--wait",
+            "--wait-timeout",
+            "180",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains(
+                "launch measurement not pinned (the coordinator runs with --any-measurement)"
+            ),
+            "{}",
+            text(&o)
+        );
+        // Without either, the coordinator does not start.
+        let o = Command::new(POOL)
+            .args(["coordinator", "--temporal", &t.addr, "--queue", "x"])
+            .args(["--store", &admin])
+            .output()
+            .expect("coordinator");
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("--measurements"),
+            "{}",
+            text(&o)
+        );
+    }
+
     // --- a host failure before any nonce: accepted as one, nothing in the ledger --------------------------------
     {
+        let _c = Coordinator::start(&t.addr, &admin, "broken", None);
+        let host = host_url(&admin);
         let _w = Command::new(POOL)
             .args([
                 "worker",
@@ -337,7 +468,7 @@ fn execution_ledger() {
                 "--queue",
                 "broken",
                 "--store",
-                &admin,
+                &host,
             ])
             .args([
                 "--isolation",
@@ -514,4 +645,85 @@ fn execution_ledger() {
         "{}",
         text(&o)
     );
+
+    // --- the execution hosts' role (what every worker above connected as) can write no record ------------------
+    for attack in [
+        "UPDATE pool_runs SET outcome = 'tests_passed'",
+        "UPDATE pool_attempts SET outcome = 'tests_passed', why = 'forged'",
+        "ALTER TABLE pool_executions DISABLE TRIGGER pool_executions_no_update_delete",
+        "ALTER TABLE pool_executions DISABLE TRIGGER ALL",
+        "DELETE FROM pool_executions",
+        "DELETE FROM pool_runs",
+        "INSERT INTO pool_evidence (founder, digest, bytes) VALUES ('alice', repeat('0', 64), '\\x00')",
+        "UPDATE pool_evidence SET bytes = '\\x00'",
+        "TRUNCATE pool_attempts",
+    ] {
+        let o = psql(&pg, HOST_ROLE, attack);
+        assert!(!o.status.success(), "{attack}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("permission denied") || err.contains("must be owner"),
+            "{attack}: {}",
+            text(&o)
+        );
+    }
+    // Its functions check the run: an ended run's bundle, attempts and evidence are not reachable through them.
+    for (call, says) in [
+        ("SELECT * FROM pool_run_bundle('run-forge')", "has ended"),
+        (
+            "SELECT pool_attempt_started('run-forge', 7, 'mallory')",
+            "has ended",
+        ),
+        (
+            "SELECT pool_put_evidence('run-forge', '\\x00')",
+            "has ended",
+        ),
+        (
+            "SELECT pool_attempt_started('no-such-run', 1, 'mallory')",
+            "not in the store",
+        ),
+    ] {
+        let o = psql(&pg, HOST_ROLE, call);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{call}: {}",
+            text(&o)
+        );
+    }
+    let o = psql(&pg, "pool_admin", "SELECT count(*) FROM pool_executions");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        before,
+        "{}",
+        text(&o)
+    );
+    // A worker given the owner's credentials (or any role that can write a record table) refuses to start,
+    // naming the fix; so does one whose role is not in fenced_run_worker.
+    // The tests' owner is the cluster's superuser; a deployment's owner is often a plain role owning the tables:
+    // `owner` owns the ledger here.
+    let o = psql(
+        &pg,
+        "pool_admin",
+        "CREATE ROLE plain LOGIN; CREATE ROLE owner LOGIN; ALTER TABLE pool_executions OWNER TO owner",
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    for (user, says) in [
+        ("pool_admin", "is a superuser"),
+        ("owner", "owns or can write pool_executions"),
+        ("alice", "owns or can write pool_runs"),
+        ("plain", "not a member of fenced_run_worker"),
+    ] {
+        let o = Command::new(POOL)
+            .args(["worker", "--temporal", &t.addr, "--queue", "refused"])
+            .args(["--store", &pg.url(user), "--isolation", "process"])
+            .args(["--fenced-run", FENCED_RUN])
+            .arg("--work-dir")
+            .arg(work.path())
+            .output()
+            .expect("worker");
+        assert_eq!(o.status.code(), Some(2), "{user}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{user}: {}", text(&o));
+        assert!(err.contains("fenced_run_worker"), "{user}: {}", text(&o));
+    }
 }

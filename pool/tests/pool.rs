@@ -657,7 +657,7 @@ fn queued_runs_beyond_slots() {
                 "{} of {n} submits still waiting after {limit:?} ({names}); worker {}; worker log:\n{}",
                 names.split(", ").count(),
                 if alive { "alive" } else { "EXITED" },
-                std::fs::read_to_string(&log).unwrap_or_default()
+                logs_of(&log)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -678,8 +678,13 @@ fn queued_runs_beyond_slots() {
         assert_eq!(s["attempts"].as_array().map(Vec::len), Some(1), "{s}");
         assert_eq!(s["accepted_attempt"], 1, "{s}");
     }
-    let alive = matches!(worker.child.try_wait(), Ok(None));
-    let worker_log = std::fs::read_to_string(&log).unwrap_or_default();
+    // The worker and the coordinator it came with (which runs the workflows and their local activities).
+    let alive = matches!(worker.child.try_wait(), Ok(None))
+        && worker
+            .coordinator
+            .as_mut()
+            .is_some_and(|c| matches!(c.child.try_wait(), Ok(None)));
+    let worker_log = logs_of(&log);
     let noted: Vec<&str> = worker_log
         .lines()
         .filter(|l| l.contains("WARN") || l.contains("ERROR"))
@@ -694,13 +699,32 @@ fn queued_runs_beyond_slots() {
             .map(|l| format!("\n  {l}"))
             .collect::<String>()
     );
-    assert!(alive, "the worker exited; its log:\n{worker_log}");
-    for bad in ["panicked", "likely to be dropped", "worker stopped"] {
+    assert!(
+        alive,
+        "the worker or its coordinator exited; their logs:\n{worker_log}"
+    );
+    for bad in [
+        "panicked",
+        "likely to be dropped",
+        "worker stopped",
+        "coordinator stopped",
+    ] {
         assert!(
             !worker_log.contains(bad),
-            "the worker's log has {bad:?}:\n{worker_log}"
+            "the worker's or the coordinator's log has {bad:?}:\n{worker_log}"
         );
     }
+}
+
+/// The worker's log and its coordinator's (`LOG.coordinator`).
+fn logs_of(log: &Path) -> String {
+    let mut c = log.as_os_str().to_owned();
+    c.push(".coordinator");
+    format!(
+        "{}\n--- coordinator:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default(),
+        std::fs::read_to_string(std::path::PathBuf::from(c)).unwrap_or_default()
+    )
 }
 
 /// The fence needs root or unprivileged namespaces (the same rule as the fence tests).
@@ -848,9 +872,22 @@ fn pool_vm_tier_end_to_end() {
         .prefix("pool-vm-work-")
         .tempdir()
         .expect("work");
+    // The coordinator of the vm queue pins the image's vm measurement; the worker is an execution host.
+    let sets = tempfile::tempdir().expect("set dir");
+    let m: [u8; 48] = hex::decode(&measurement)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .expect("the image's vm measurement is 48 bytes of hex");
+    let coordinator = Coordinator::start(
+        &t.addr,
+        &admin,
+        "vm",
+        Some(measurement_set(sets.path(), &[("vm", m)])),
+    );
+    let host = host_url(&admin);
     let worker = Command::new(POOL)
         .args(["worker", "--temporal", &t.addr, "--queue", "vm"])
-        .args(["--store", &admin, "--isolation", "vm", "--max-runs", "1"])
+        .args(["--store", &host, "--isolation", "vm", "--max-runs", "1"])
         .args(["--identity", "vm-worker-1", "--fenced-run", FENCED_RUN])
         .arg("--image")
         .arg(&image)
@@ -863,6 +900,7 @@ fn pool_vm_tier_end_to_end() {
     let worker = Worker {
         child: worker,
         identity: "vm-worker-1".into(),
+        coordinator: Some(coordinator),
     };
 
     let job = Job::new("echo '2 passed, 0 failed'\n", 120);
@@ -955,7 +993,79 @@ fn pool_vm_tier_end_to_end() {
     assert_eq!(x.len(), 1, "{s}");
     assert_eq!(x[0]["result"], "verified", "{s}");
     assert_eq!(x[0]["outcome"], "tests_passed", "{s}");
-    // The attempt left no directory and no process (QEMU) naming its directory.
+    // The coordinator pinned the image's measurement with its set and says so.
+    let why = s["attempts"][0]["why"].as_str().unwrap_or("");
+    assert!(
+        why.contains("launch measurement in measurement set pool-test 1"),
+        "{s}"
+    );
+
+    // A coordinator whose set lacks the image's vm measurement (it has the process tier's of this fenced-run,
+    // and a vm entry of something else): the vm execution is rejected, never a status.
+    let wrong_sets = tempfile::tempdir().expect("set dir");
+    let _wrong_coordinator = Coordinator::start(
+        &t.addr,
+        &admin,
+        "vm-wrong",
+        Some(measurement_set(
+            wrong_sets.path(),
+            &[("vm", [9; 48]), ("process", m)],
+        )),
+    );
+    let wrong_worker = Command::new(POOL)
+        .args(["worker", "--temporal", &t.addr, "--queue", "vm-wrong"])
+        .args(["--store", &host, "--isolation", "vm", "--max-runs", "1"])
+        .args(["--identity", "vm-worker-2", "--fenced-run", FENCED_RUN])
+        .arg("--image")
+        .arg(&image)
+        .arg("--work-dir")
+        .arg(work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("pool worker");
+    let wrong_worker = Worker {
+        child: wrong_worker,
+        identity: "vm-worker-2".into(),
+        coordinator: None,
+    };
+    let mut cmd = Command::new(POOL);
+    cmd.arg("submit")
+        .arg(job.path())
+        .args(["--temporal", &t.addr, "--store", &alice, "--nonce", NONCE_A])
+        .args([
+            "--queue",
+            "vm-wrong",
+            "--isolation",
+            "vm",
+            "--run-id",
+            "run-vm-wrong",
+        ])
+        .args([
+            "--max-attempts",
+            "1",
+            "--wait",
+            "--wait-timeout",
+            "600",
+            "--json",
+        ]);
+    let o = output_within(
+        cmd,
+        Duration::from_secs(660),
+        "submit --wait in the vm tier, a set without the image",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let s = status(&t, &alice, "run-vm-wrong");
+    assert!(s["outcome"].is_null(), "{s}");
+    let why = s["attempts"][0]["why"].as_str().unwrap_or("");
+    assert!(why.contains("rejected execution 1"), "{s}");
+    assert!(why.contains("measurement-set"), "{s}");
+    let x = s["executions"].as_array().expect("executions");
+    assert_eq!(x.len(), 1, "{s}");
+    assert_eq!(x[0]["result"], "rejected", "{s}");
+    drop(wrong_worker);
+
+    // The attempts left no directory and no process (QEMU) naming its directory.
     assert!(
         attempt_dirs(work.path()).is_empty(),
         "{}",

@@ -12,6 +12,7 @@ fn usage_errors_with_json_print_one_json_object() {
         &["status", "--json"],
         &["submit", "--json", "--bogus"],
         &["worker", "--json"],
+        &["coordinator", "--json"],
     ];
     for args in cases {
         let o = Command::new(POOL)

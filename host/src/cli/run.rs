@@ -37,6 +37,10 @@ pub struct Args {
     /// `key-sha256 HEX` is written on stdout, and one line of nonce hex is read from stdin. Needs --evidence.
     #[arg(long, requires = "evidence")]
     pub nonce_exchange: bool,
+    /// With --nonce-exchange: the longest wait for the nonce line on stdin, in seconds; the run then ends with
+    /// exit status 2 and a message naming this flag.
+    #[arg(long, value_name = "SECONDS", requires = "nonce_exchange", default_value_t = crate::nonce_exchange::DEFAULT_NONCE_TIMEOUT.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub nonce_timeout: u64,
     /// The operator's configuration (TOML, see docs/job-file.md): the environment names a job may pass
     /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
     #[arg(long, value_name = "FILE")]
@@ -178,7 +182,9 @@ pub fn run(args: Args) -> ExitCode {
     // With --nonce-exchange the key is made first and its hash announced; the nonce comes back for it.
     let started = match (&args.evidence, args.nonce_exchange) {
         (Some(_), true) => Some(crate::sim::begin_process_session_for_key(
-            &mut crate::nonce_exchange::StdioExchange,
+            &mut crate::nonce_exchange::StdioExchange::within(std::time::Duration::from_secs(
+                args.nonce_timeout,
+            )),
         )),
         (Some(_), false) => Some(crate::sim::begin_process_session(&nonce)),
         (None, _) => None,

@@ -325,7 +325,9 @@ pub fn run(args: &Args, nonce: &mut Vec<u8>, tier: crate::vm::confidential::Tier
     opts.environment = environment.as_ref().map(|b| b.vm_environment());
     vm::install_interrupt_handler();
     let source: Box<dyn crate::nonce_exchange::NonceSource> = if args.nonce_exchange {
-        Box::new(crate::nonce_exchange::StdioExchange)
+        Box::new(crate::nonce_exchange::StdioExchange::within(
+            std::time::Duration::from_secs(args.nonce_timeout),
+        ))
     } else {
         Box::new(crate::nonce_exchange::Fixed(nonce.clone()))
     };

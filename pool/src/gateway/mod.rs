@@ -177,8 +177,8 @@ fn check_scoped(id: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The founder a request's token belongs to, and the store connection that found it. 401 without a token or
-/// with one the store does not know.
+/// The founder a request's token belongs to, and the store connection that found it. 401 without a token, with
+/// one the store does not know, or with an expired one (saying that it expired and when).
 async fn authenticate(g: &Gateway, headers: &HeaderMap) -> Result<(Founders, String), ApiError> {
     let refused = || {
         ApiError::new(
@@ -197,8 +197,15 @@ async fn authenticate(g: &Gateway, headers: &HeaderMap) -> Result<(Founders, Str
         .await
         .map_err(|e| unavailable("the store", e))?;
     match founders.authenticate(token).await {
-        Ok(Some(f)) => Ok((founders, f)),
-        Ok(None) => Err(refused()),
+        Ok(crate::founders::TokenCheck::Valid(f)) => Ok((founders, f)),
+        // Said apart from a wrong token: the founder held a real one and needs a new one from the operator.
+        Ok(crate::founders::TokenCheck::Expired(f, at)) => Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            format!(
+                "the founder token of {f} expired at {at}; ask the operator for a new one (`pool founder add {f} --replace`)"
+            ),
+        )),
+        Ok(crate::founders::TokenCheck::Unknown) => Err(refused()),
         Err(e) => Err(unavailable("the store", e)),
     }
 }
@@ -458,8 +465,25 @@ async fn result(
             StatusCode::BAD_GATEWAY,
             format!("run {}: {}", escape(&run_id), escape(&e.to_string())),
         )),
-        Ok(Ok(r)) => {
-            let r: RunResult = r;
+        Ok(Ok(_)) => {
+            // The workflow ended: the answer is the store's record (the coordinator's), never the workflow's
+            // result, which anyone who reaches Temporal could have written.
+            let store = Store::connect(&g.store_url)
+                .await
+                .map_err(|e| unavailable("the store", e))?;
+            let r: RunResult = store
+                .run_result(&run_id)
+                .await
+                .map_err(|e| unavailable("the store", e))?
+                .ok_or_else(|| {
+                    ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        format!(
+                            "run {}: its workflow ended but the store records no end for it: not reported",
+                            escape(&run_id)
+                        ),
+                    )
+                })?;
             Ok((
                 [(header::CONTENT_TYPE, "application/json")],
                 serde_json::to_string(&r).unwrap_or_default(),

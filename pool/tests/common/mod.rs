@@ -285,16 +285,221 @@ impl Drop for Temporal {
     }
 }
 
-/// A `fenced-run pool worker` child process, killed on drop.
+/// The store URL `owner_url` with another user name (`postgresql://USER@/...`).
+pub fn url_as(owner_url: &str, user: &str) -> String {
+    let (scheme, rest) = owner_url.split_once("://").expect("a URL");
+    let (_, rest) = rest.split_once('@').expect("a URL with a user");
+    format!("{scheme}://{user}@{rest}")
+}
+
+/// The login role execution hosts use in the tests (a member of `fenced_run_worker` only).
+pub const HOST_ROLE: &str = "pool_host";
+
+/// The store schema brought up to date by its owner (`pool init`), and the URL of the execution hosts' role
+/// (`HOST_ROLE`, made once, a member of `fenced_run_worker` and of nothing else).
+pub fn host_url(owner_url: &str) -> String {
+    let o = pool(&["init", "--store", owner_url]);
+    assert!(
+        o.status.success(),
+        "pool init: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    sql(
+        owner_url,
+        &format!(
+            "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{HOST_ROLE}') THEN \
+             CREATE ROLE {HOST_ROLE} LOGIN IN ROLE fenced_run_worker; END IF; END $$"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("role {HOST_ROLE}: {e}"));
+    url_as(owner_url, HOST_ROLE)
+}
+
+/// Runs `sql` at `url` and gives every row's columns as text, or the server's error.
+pub fn sql(url: &str, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let url = url.to_owned();
+    let sql = sql.to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async move {
+        let config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+        let said = |e: tokio_postgres::Error| match e.as_db_error() {
+            Some(d) => d.message().to_owned(),
+            None => e.to_string(),
+        };
+        let (client, conn) = config.connect(tokio_postgres::NoTls).await.map_err(said)?;
+        let task = tokio::spawn(conn);
+        let rows = client.simple_query(&sql).await.map_err(said)?;
+        drop(client);
+        let _ = task.await;
+        Ok(rows
+            .into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect())
+    })
+}
+
+/// The process tier's sim launch measurement of the `fenced-run` the tests' workers run (computed once).
+pub fn process_measurement() -> [u8; 48] {
+    static M: std::sync::OnceLock<[u8; 48]> = std::sync::OnceLock::new();
+    *M.get_or_init(|| {
+        attestation::sim::process_launch_measurement(
+            &std::fs::read(FENCED_RUN).expect("fenced-run"),
+        )
+    })
+}
+
+/// A measurement set in `dir` with one sim entry per `(tier, measurement)`, signed by one auditor; returns the
+/// coordinator's arguments for it (`--measurements SET --auditor-key KEY`).
+pub fn measurement_set(dir: &Path, entries: &[(&str, [u8; 48])]) -> Vec<String> {
+    use measurements::set::{
+        self, Artifacts, Hex, MeasurementSet, Release, SignatureFile, SimEntry,
+    };
+    let set = MeasurementSet {
+        format: set::SET_FORMAT.to_string(),
+        not_after: Some("2099-01-01T00:00:00Z".into()),
+        release: Release {
+            name: "pool-test".into(),
+            version: "1".into(),
+        },
+        artifacts: Artifacts {
+            kernel_sha256: Some(Hex([1; 32])),
+            initramfs_sha256: Some(Hex([2; 32])),
+            cmdline: Some("console=ttyS0".into()),
+            cmdline_sha256: Some(Hex(measurements::sim::cmdline_sha256("console=ttyS0"))),
+            ovmf_sha256: None,
+            tdvf_sha256: None,
+        },
+        snp: Vec::new(),
+        tdx: Vec::new(),
+        sim: entries
+            .iter()
+            .map(|(tier, m)| SimEntry {
+                tier: (*tier).into(),
+                measurement: Hex(*m),
+                binary_sha256: None,
+            })
+            .collect(),
+        identity: Vec::new(),
+    };
+    let path = dir.join("queue-set.toml");
+    std::fs::write(&path, set.to_toml()).expect("set");
+    let sk = set::generate_key();
+    let pk = dir.join("auditor.pub.pem");
+    std::fs::write(&pk, set::public_key_pem(&sk.verifying_key()).expect("pem")).expect("key");
+    std::fs::write(
+        dir.join("queue-set.toml.auditor.sig"),
+        SignatureFile::sign(&set, &sk, "auditor").to_toml(),
+    )
+    .expect("signature");
+    vec![
+        "--measurements".into(),
+        path.display().to_string(),
+        "--auditor-key".into(),
+        pk.display().to_string(),
+    ]
+}
+
+/// A `fenced-run pool coordinator` child process (the operator's: the store's owner), killed on drop.
+pub struct Coordinator {
+    /// The process.
+    pub child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Coordinator {
+    /// Starts a coordinator of `queue` with the store's owner URL, pinning the process tier's measurement of
+    /// the tests' `fenced-run` (a set signed by a test auditor) unless `launch` gives other launch arguments
+    /// (`--any-measurement`, another set).
+    pub fn start(
+        temporal: &str,
+        owner: &str,
+        queue: &str,
+        launch: Option<Vec<String>>,
+    ) -> Coordinator {
+        Self::start_logged(temporal, owner, queue, launch, None)
+    }
+
+    /// As [`Coordinator::start`], its stderr written to `log` when given.
+    pub fn start_logged(
+        temporal: &str,
+        owner: &str,
+        queue: &str,
+        launch: Option<Vec<String>>,
+        log: Option<&Path>,
+    ) -> Coordinator {
+        let stderr = match log {
+            Some(p) => Stdio::from(std::fs::File::create(p).expect("coordinator log")),
+            None => Stdio::inherit(),
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("pool-coord-")
+            .tempdir()
+            .expect("coordinator dir");
+        let launch = launch
+            .unwrap_or_else(|| measurement_set(dir.path(), &[("process", process_measurement())]));
+        let child = Command::new(POOL)
+            .args(["coordinator", "--temporal", temporal, "--queue", queue])
+            .args(["--store", owner])
+            .args(&launch)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("pool coordinator");
+        Coordinator { child, _dir: dir }
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+fn stop(child: &mut Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A `fenced-run pool worker` child process (an execution host, with the hosts' store role) and the coordinator
+/// of its queue that it came with, both killed on drop.
 pub struct Worker {
     /// The process.
     pub child: Child,
     /// Its identity.
     pub identity: String,
+    /// The coordinator started with it.
+    pub coordinator: Option<Coordinator>,
 }
 
 impl Worker {
-    /// Starts a worker on `queue` with `max_runs` slots and attempts under `work_dir`.
+    /// Starts a coordinator of `queue` (the owner's `store`) and a worker on `queue` with `max_runs` slots and
+    /// attempts under `work_dir`, connected as the hosts' role.
     pub fn start(
         temporal: &str,
         store: &str,
@@ -317,6 +522,20 @@ impl Worker {
         work_dir: &Path,
         log: Option<&Path>,
     ) -> Worker {
+        let host = host_url(store);
+        // The coordinator's stderr beside the worker's log: `LOG.coordinator`.
+        let coordinator_log = log.map(|p| {
+            let mut name = p.as_os_str().to_owned();
+            name.push(".coordinator");
+            PathBuf::from(name)
+        });
+        let coordinator = Some(Coordinator::start_logged(
+            temporal,
+            store,
+            queue,
+            None,
+            coordinator_log.as_deref(),
+        ));
         let stderr = match log {
             Some(p) => Stdio::from(std::fs::File::create(p).expect("worker log")),
             None => Stdio::inherit(),
@@ -329,7 +548,7 @@ impl Worker {
                 "--queue",
                 queue,
                 "--store",
-                store,
+                &host,
             ])
             .args([
                 "--isolation",
@@ -348,6 +567,7 @@ impl Worker {
         Worker {
             child,
             identity: identity.to_owned(),
+            coordinator,
         }
     }
 
@@ -360,19 +580,7 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        stop(&mut self.child);
     }
 }
 
