@@ -13,10 +13,12 @@ use super::x509::{
     p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
     INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
-use super::{
-    Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
-    VerifyOptions,
+use super::collateral::Collateral;
+use super::policy::Policy;
+use super::result::{
+    Authenticity, CollateralChecks, Root, TdxError, TdxVerification, VerifyOptions,
 };
+use crate::failure::Failure;
 use crate::pki;
 
 /// The QE vendor ID of Intel's quoting enclaves (939a7233-f79c-4ca9-940a-0db3957f0607).
@@ -211,7 +213,7 @@ pub fn verify_quote_for_evidence(
         for (i, der) in certs.iter().enumerate() {
             out.push(
                 Cert::from_der(&format!("certs[{i}]"), der)
-                    .map_err(|e| TdxError::Collateral(super::CollateralError::X509(e)))?,
+                    .map_err(|e| TdxError::Collateral(super::collateral::CollateralError::X509(e)))?,
             );
         }
         Some(out)
@@ -311,7 +313,7 @@ pub fn verify_quote_received_json(
     quote: Quote,
     collateral_json: Option<&[u8]>,
     opts: &VerifyOptions<'_>,
-) -> Result<TdxVerification, super::CollateralError> {
+) -> Result<TdxVerification, super::collateral::CollateralError> {
     let collateral = collateral_json.map(Collateral::from_json).transpose()?;
     let mut v = crate::sigcache::within_one_verification(|| {
         check_received(raw, quote, None, opts, collateral.as_ref())
@@ -524,7 +526,7 @@ fn check_received(
         simulated,
         authenticity: auth,
         collateral: coll_checks,
-        collateral_used: collateral.map(|c| c.used(super::CollateralSource::Given)),
+        collateral_used: collateral.map(|c| c.used(super::collateral::CollateralSource::Given)),
         pck,
         tcb: tcb_eval,
         at,
