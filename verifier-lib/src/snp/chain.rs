@@ -661,7 +661,7 @@ fn check_one_crl(
 }
 
 /// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F as received).
-pub fn verify_report_signature(
+pub(crate) fn verify_report_signature(
     signed: &[u8],
     sig: &Signature,
     key: &P384Key,
