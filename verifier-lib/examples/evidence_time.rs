@@ -86,7 +86,11 @@ fn main() {
         ..Default::default()
     };
     opts.chain.at = time::OffsetDateTime::now_utc();
-    cases.push(("SEV-SNP milan-v2-virtee-sev", seal(TeeLabel::SevSnp, report, certs), opts));
+    cases.push((
+        "SEV-SNP milan-v2-virtee-sev",
+        seal(TeeLabel::SevSnp, report, certs),
+        opts,
+    ));
 
     let tdx = root.join("tdx/dcapqvl-v4-b0c06f-uptodate");
     let expected: serde_json::Value =

@@ -186,8 +186,7 @@ pub fn verify_snp_report(input: &Input<'_>) -> Result<Verification, VerifyError>
         certs,
     };
     let v = crate::snp::verify_report_bytes(&snp_input, &opts, &input.policy.snp)?;
-    let claims =
-        crate::output::snp_claims(&v, &opts, &input.policy.snp, &input.collateral.context);
+    let claims = crate::output::snp_claims(&v, &opts, &input.policy.snp, &input.collateral.context);
     Ok(Verification {
         claims,
         failures: v.failures.clone(),

@@ -54,8 +54,7 @@ mod digest;
 mod entry;
 #[doc(hidden)]
 pub mod evidence;
-#[doc(hidden)]
-pub mod failure;
+mod failure;
 #[doc(hidden)]
 pub mod output;
 #[doc(hidden)]

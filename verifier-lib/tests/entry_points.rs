@@ -27,17 +27,22 @@ fn a_real_snp_report_verifies_with_a_held_chain_anchored_in_the_pinned_ark() {
     };
     let report = read(&dir.join("report.bin"));
     let mut input = Input::new(&report, collection_time());
-    input.collateral.snp_certs =
-        Some(CertBundle::from_dir(&dir, SigningKey::Vcek).expect("certs"));
+    input.collateral.snp_certs = Some(CertBundle::from_dir(&dir, SigningKey::Vcek).expect("certs"));
     let v = verify_snp_report(&input).expect("a report");
     assert!(v.verified(), "{:?}", v.failures);
     assert!(matches!(v.detail, Detail::SnpReport(_)));
     let names: Vec<&str> = v.claims.iter().map(|c| c.claim).collect();
-    assert_eq!(names, ["chain", "tcb", "policy", "measurement", "collateral"]);
+    assert_eq!(
+        names,
+        ["chain", "tcb", "policy", "measurement", "collateral"]
+    );
     let chain = v.claim("chain").expect("chain row");
     assert_eq!(chain.status, ClaimStatus::Held);
     let anchor = chain.anchor.as_deref().expect("an anchor");
-    assert!(anchor.contains("ARK-Milan") && anchor.contains("VCEK"), "{anchor}");
+    assert!(
+        anchor.contains("ARK-Milan") && anchor.contains("VCEK"),
+        "{anchor}"
+    );
     // Nothing pinned the measurement: the row says so rather than held.
     assert_eq!(
         v.claim("measurement").expect("row").status,
@@ -66,8 +71,7 @@ fn a_bare_snp_report_without_certificates_or_with_bad_bytes_is_an_error() {
         return;
     };
     let mut input = Input::new(&[0u8; 10], collection_time());
-    input.collateral.snp_certs =
-        Some(CertBundle::from_dir(&dir, SigningKey::Vcek).expect("certs"));
+    input.collateral.snp_certs = Some(CertBundle::from_dir(&dir, SigningKey::Vcek).expect("certs"));
     let e = verify_snp_report(&input).expect_err("ten bytes are no report");
     assert!(matches!(e, VerifyError::Report(_)), "{e}");
     assert!(e.to_string().starts_with("SEV-SNP report: "), "{e}");
@@ -129,7 +133,11 @@ fn evidence_of_the_real_report_fails_only_the_key_binding_and_names_every_run_cl
     let evidence = Evidence::seal(
         TeeLabel::SevSnp,
         read(&dir.join("report.bin")),
-        vec![certs.leaf.clone(), certs.intermediate.clone(), certs.ark.clone()],
+        vec![
+            certs.leaf.clone(),
+            certs.intermediate.clone(),
+            certs.ark.clone(),
+        ],
         None,
         &key,
         &verdict,

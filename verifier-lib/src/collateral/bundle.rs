@@ -475,16 +475,22 @@ mod tests {
             "\"extra\": \"unsigned?\",\n  \"subject\":",
             1,
         );
-        let e = Bundle::from_json(unknown.as_bytes()).expect_err("unknown key").to_string();
+        let e = Bundle::from_json(unknown.as_bytes())
+            .expect_err("unknown key")
+            .to_string();
         assert!(
             e.contains("content") && e.contains("unknown field `extra`"),
             "{e}"
         );
         let twice = text.replacen("\"subject\":", "\"subject\": \"other\",\n  \"subject\":", 1);
-        let e = Bundle::from_json(twice.as_bytes()).expect_err("duplicate key").to_string();
+        let e = Bundle::from_json(twice.as_bytes())
+            .expect_err("duplicate key")
+            .to_string();
         assert!(e.contains("duplicate field `subject`"), "{e}");
         let outer = text.replacen("{\n\"content\"", "{\n\"note\": 1,\n\"content\"", 1);
-        let e = Bundle::from_json(outer.as_bytes()).expect_err("unknown outer key").to_string();
+        let e = Bundle::from_json(outer.as_bytes())
+            .expect_err("unknown outer key")
+            .to_string();
         assert!(e.contains("unknown field `note`"), "{e}");
     }
 
@@ -493,7 +499,9 @@ mod tests {
         let v1 = format!(
             r#"{{"format": "{BUNDLE_FORMAT_V1}", "created": "x", "subject": "y", "sources": [], "signatures": []}}"#
         );
-        let e = Bundle::from_json(v1.as_bytes()).expect_err("v1").to_string();
+        let e = Bundle::from_json(v1.as_bytes())
+            .expect_err("v1")
+            .to_string();
         assert!(
             e.contains(BUNDLE_FORMAT_V1) && e.contains("fetch --bundle"),
             "{e}"
@@ -521,7 +529,10 @@ mod tests {
             content_sha256: hex::encode(b.content_digest()),
             signature: hex::encode(sig),
         });
-        let e = b.check_signatures(&trusted, 1).expect_err("weak key").to_string();
+        let e = b
+            .check_signatures(&trusted, 1)
+            .expect_err("weak key")
+            .to_string();
         assert!(e.contains("signature is invalid"), "{e}");
     }
 }

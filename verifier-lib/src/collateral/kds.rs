@@ -5,8 +5,8 @@
 //! fetched: KDS issues it to the cloud provider only, so the founder must get it from the host or provider.
 
 use super::cache::{Cache, Entry, Origin};
-use super::http::Client;
 use super::error::FetchError;
+use super::http::Client;
 // Defined below FetchError (which carries a partial fetch); named here as before.
 pub use super::error::{SnpFetched, VLEK_ADVICE};
 use crate::snp::certs::{parse_cert, CertBundle};
@@ -138,7 +138,6 @@ pub fn vcek_url(
         )
     })
 }
-
 
 /// The refusal for a VLEK-signed report when no VLEK was given (the ASVK chain is fetchable, the VLEK not).
 pub fn vlek_error() -> FetchError {

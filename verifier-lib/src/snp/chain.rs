@@ -15,7 +15,6 @@ use attestation::snp::{
 use serde::Serialize;
 use x509_parser::prelude::*;
 
-
 const OID_RSASSA_PSS: &str = "1.2.840.113549.1.1.10";
 const OID_MGF1: &str = "1.2.840.113549.1.1.8";
 const OID_SHA384: &str = "2.16.840.1.101.3.4.2.2";

@@ -6,8 +6,8 @@
 pub mod collateral;
 pub mod pck;
 pub mod policy;
-pub mod tcb;
 mod result;
+pub mod tcb;
 mod verify;
 pub mod x509;
 

@@ -7,16 +7,16 @@ use time::OffsetDateTime;
 
 use attestation::tdx::{CertificationData, Quote};
 
+use super::collateral::Collateral;
 use super::pck::PckExtensions;
+use super::policy::Policy;
+use super::result::{
+    Authenticity, CollateralChecks, Root, TdxError, TdxVerification, VerifyOptions,
+};
 use super::tcb;
 use super::x509::{
     p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
     INTEL_SGX_ROOT_CA_SPKI_SHA256,
-};
-use super::collateral::Collateral;
-use super::policy::Policy;
-use super::result::{
-    Authenticity, CollateralChecks, Root, TdxError, TdxVerification, VerifyOptions,
 };
 use crate::failure::Failure;
 use crate::pki;
@@ -208,18 +208,18 @@ pub fn verify_quote_for_evidence(
 ) -> Result<TdxVerification, TdxError> {
     let quote = Quote::parse(report)?;
     let collateral = collateral_json.map(Collateral::from_json).transpose()?;
-    let chain = if quote.pck_chain_pem().is_none() && !certs.is_empty() {
-        let mut out = Vec::new();
-        for (i, der) in certs.iter().enumerate() {
-            out.push(
-                Cert::from_der(&format!("certs[{i}]"), der)
-                    .map_err(|e| TdxError::Collateral(super::collateral::CollateralError::X509(e)))?,
-            );
-        }
-        Some(out)
-    } else {
-        None
-    };
+    let chain =
+        if quote.pck_chain_pem().is_none() && !certs.is_empty() {
+            let mut out = Vec::new();
+            for (i, der) in certs.iter().enumerate() {
+                out.push(Cert::from_der(&format!("certs[{i}]"), der).map_err(|e| {
+                    TdxError::Collateral(super::collateral::CollateralError::X509(e))
+                })?);
+            }
+            Some(out)
+        } else {
+            None
+        };
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),
         at,

@@ -317,7 +317,8 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         }
     };
     refuse_unsigned_inputs(args, ev).map_err(refused)?;
-    let crl = super::input::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
+    let crl =
+        super::input::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
     let at = super::input::at_or_now(args.at);
     let baseline = args
         .collateral_args
@@ -602,7 +603,8 @@ fn load_set(
 ) -> Result<measurements::set::TrustedSet, (Exit, String)> {
     use measurements::set::{SetError, TrustedSet};
     let signatures = if args.set_signature.is_empty() {
-        measurements::set::default_signature_paths(set).map_err(|e| (Exit::Unusable, e.to_string()))?
+        measurements::set::default_signature_paths(set)
+            .map_err(|e| (Exit::Unusable, e.to_string()))?
     } else {
         args.set_signature.clone()
     };

@@ -644,8 +644,13 @@ impl CollateralArgs {
         path: &Path,
         bytes: &[u8],
     ) -> Result<(Bundle, verifier_lib::collateral::bundle::SignatureCheck), Refusal> {
-        let b = Bundle::from_json(bytes)
-            .map_err(|e| (Exit::Unusable, "collateral-format", format!("{}: {e}", path.display())))?;
+        let b = Bundle::from_json(bytes).map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         if !self.auditors_named() {
             return Ok((
                 b,
@@ -659,13 +664,17 @@ impl CollateralArgs {
         self.check_usage()?;
         let mut keys = Vec::new();
         for k in &self.collateral_auditor_key {
-            let key =
-                measurements::set::load_public_key(k).map_err(|e| (Exit::Unusable, "input", e.to_string()))?;
+            let key = measurements::set::load_public_key(k)
+                .map_err(|e| (Exit::Unusable, "input", e.to_string()))?;
             keys.push((k.display().to_string(), key));
         }
         match b.check_signatures(&keys, self.auditors_required() as usize) {
             Ok(c) => Ok((b, c)),
-            Err(e) => Err((Exit::Rejected, COLLATERAL_UNSIGNED, format!("{}: {e}", path.display()))),
+            Err(e) => Err((
+                Exit::Rejected,
+                COLLATERAL_UNSIGNED,
+                format!("{}: {e}", path.display()),
+            )),
         }
     }
 
@@ -792,8 +801,8 @@ pub fn tdx_collateral(
     args.check_usage()?;
     args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
-        let bytes =
-            super::input::read_input(path).map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
+        let bytes = super::input::read_input(path)
+            .map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
         if !Bundle::is_bundle(&bytes) {
             args.refuse_unsigned(&format!(
                 "the bare collateral file --collateral {} (not a bundle)",
@@ -813,7 +822,8 @@ pub fn tdx_collateral(
                 format!("{}: the bundle has no TDX part", path.display()),
             )
         })?;
-        let json = serde_json::to_vec(&tdx).map_err(|e| (Exit::Unusable, "collateral-format", e.to_string()))?;
+        let json = serde_json::to_vec(&tdx)
+            .map_err(|e| (Exit::Unusable, "collateral-format", e.to_string()))?;
         return Ok(Some((json, note)));
     }
     if !args.wants_cache_or_network() {
@@ -861,8 +871,8 @@ pub fn snp_collateral(
     args.check_usage()?;
     args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
-        let bytes =
-            super::input::read_input(path).map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
+        let bytes = super::input::read_input(path)
+            .map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
         if !Bundle::is_bundle(&bytes) {
             return Err((
                 Exit::Unusable,
@@ -883,12 +893,20 @@ pub fn snp_collateral(
                 format!("{}: the bundle has no SEV-SNP part", path.display()),
             )
         })?;
-        let certs = snp
-            .certs()
-            .map_err(|e| (Exit::Unusable, "collateral-format", format!("{}: {e}", path.display())))?;
-        let crl = snp
-            .crl()
-            .map_err(|e| (Exit::Unusable, "collateral-format", format!("{}: {e}", path.display())))?;
+        let certs = snp.certs().map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        let crl = snp.crl().map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         return Ok(Some(SnpCollateral { certs, crl, note }));
     }
     if !args.wants_cache_or_network() {

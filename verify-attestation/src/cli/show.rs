@@ -4,8 +4,8 @@
 //!
 //! Exit 0 decoded, 2 unusable input. Nothing printed here is checked: the output says so on its first line.
 
-use super::kind::{self, Kind};
 use super::exit::{unusable, Exit};
+use super::kind::{self, Kind};
 use attestation::snp::{AttestationReport, Product, TcbVersion};
 use attestation::tdx::Quote;
 use std::path::PathBuf;

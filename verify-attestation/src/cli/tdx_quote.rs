@@ -436,21 +436,22 @@ pub fn run(args: Args) -> ExitCode {
             );
         }
     };
-    let replay = match super::input::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
-        Ok(None) => None,
-        Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                let p = args.event_log.as_deref().unwrap_or(Path::new("-"));
-                return unusable(
-                    args.json,
-                    "event-log-format",
-                    format!("{}: {e}", p.display()),
-                );
-            }
-        },
-        Err(exit) => return exit,
-    };
+    let replay =
+        match super::input::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
+            Ok(None) => None,
+            Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let p = args.event_log.as_deref().unwrap_or(Path::new("-"));
+                    return unusable(
+                        args.json,
+                        "event-log-format",
+                        format!("{}: {e}", p.display()),
+                    );
+                }
+            },
+            Err(exit) => return exit,
+        };
     if let Some(r) = replay {
         let quoted = v.quote.td().rtmr;
         for i in r.mismatches(&quoted) {
