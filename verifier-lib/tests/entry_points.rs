@@ -49,6 +49,15 @@ fn a_real_snp_report_verifies_with_a_held_chain_anchored_in_the_pinned_ark() {
         ClaimStatus::NotPinned
     );
 
+    // Through a Verifier: the second report of the same chip takes the chain's signatures from the cache.
+    let verifier = verifier_lib::Verifier::new();
+    for _ in 0..2 {
+        let v = verifier.cached(|| verify_snp_report(&input)).expect("a report");
+        assert!(v.verified(), "{:?}", v.failures);
+    }
+    let stats = verifier.stats();
+    assert!(stats.hits > 0 && stats.misses > 0, "{stats:?}");
+
     // A measurement pin that the report does not carry fails the measurement claim, and only that row.
     input.policy.snp.measurements = vec!["11".repeat(48).parse().expect("hex")];
     let v = verify_snp_report(&input).expect("a report");
