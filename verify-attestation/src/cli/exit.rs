@@ -1,9 +1,9 @@
 //! The exit codes of `verify-attestation`, decided here and nowhere else: 0 verified (or, for `fetch`,
 //! `bundle-sign` and `show`, done), 1 rejected (a check failed, or collateral or a measurement set was refused
-//! before the evidence was looked at), 2 unusable input (an unreadable or malformed file, a usage error the parser
-//! cannot see). The parser's own errors take clap's code through `attestation::cli_io::parse_failure` (2, or 0
-//! for `--help` and `--version`). Every subcommand returns an [`Exit`] through these, and prints its refusals
-//! with [`unusable`] and [`rejected`].
+//! before the evidence was looked at), 2 unusable input (an unreadable or malformed file, a usage error). Every
+//! subcommand returns an [`Exit`] and prints its refusals with [`unusable`] and [`rejected`]; `src/main.rs` maps
+//! the parser's errors the same way (a usage error is [`Exit::Unusable`], `--help` and `--version`
+//! [`Exit::Success`]; `attestation::cli_io::parse_failure` prints the message).
 
 use std::process::ExitCode;
 
