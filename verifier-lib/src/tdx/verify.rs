@@ -231,7 +231,7 @@ pub fn verify_quote_for_evidence(
     Ok(v)
 }
 
-/// As [`verify_quote_for_evidence`] with collateral chosen by [`super::collateral::choose_for_evidence`]: the
+/// As [`verify_quote_for_evidence`] with collateral chosen by `collateral::choose_for_evidence`: the
 /// result names where the collateral came from and whether the evidence's own was set aside.
 pub fn verify_quote_for_evidence_chosen(
     report: &[u8],
