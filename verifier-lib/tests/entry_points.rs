@@ -52,7 +52,9 @@ fn a_real_snp_report_verifies_with_a_held_chain_anchored_in_the_pinned_ark() {
     // Through a Verifier: the second report of the same chip takes the chain's signatures from the cache.
     let verifier = verifier_lib::Verifier::new();
     for _ in 0..2 {
-        let v = verifier.cached(|| verify_snp_report(&input)).expect("a report");
+        let v = verifier
+            .cached(|| verify_snp_report(&input))
+            .expect("a report");
         assert!(v.verified(), "{:?}", v.failures);
     }
     let stats = verifier.stats();
