@@ -106,33 +106,42 @@ pub struct RunPins {
 /// The shortest commit prefix `--commit` accepts (12 hex digits, 48 bits).
 pub const MIN_COMMIT_PREFIX: usize = 12;
 
+/// Why a `--commit`, `--tree` or `--protect-tree` pin is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    /// The pin is not hexadecimal (as given).
+    #[error("{0:?} is not hex")]
+    NotHex(String),
+    /// A commit pin of this many digits: too short to name one object, or longer than an object id.
+    #[error("{0} hex digits; a commit pin is the full object id or a prefix of at least {MIN_COMMIT_PREFIX} digits (at most 64)")]
+    CommitLength(usize),
+    /// A tree pin of this many digits: not a full object id.
+    #[error("{0} hex digits; a tree pin is a full object id (40 or 64 digits)")]
+    TreeLength(usize),
+}
+
 /// Checks a `--commit` pin: hex, 12 to 64 digits (a SHA-1 or SHA-256 object id or a prefix of one); returned
 /// in lower case.
-pub fn parse_commit_pin(s: &str) -> Result<String, String> {
+pub fn parse_commit_pin(s: &str) -> Result<String, PinError> {
     let t = s.trim().to_ascii_lowercase();
     if !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{s:?} is not hex"));
+        return Err(PinError::NotHex(s.to_owned()));
     }
     if !(MIN_COMMIT_PREFIX..=64).contains(&t.len()) {
-        return Err(format!(
-            "{} hex digits; a commit pin is the full object id or a prefix of at least {MIN_COMMIT_PREFIX} digits (at most 64)",
-            t.len()
-        ));
+        return Err(PinError::CommitLength(t.len()));
     }
     Ok(t)
 }
 
 /// Checks a `--tree` pin: a full object id (40 hex digits for SHA-1, 64 for SHA-256); returned in lower case.
-pub fn parse_tree_pin(s: &str) -> Result<String, String> {
+pub fn parse_tree_pin(s: &str) -> Result<String, PinError> {
     let t = s.trim().to_ascii_lowercase();
     if !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{s:?} is not hex"));
+        return Err(PinError::NotHex(s.to_owned()));
     }
     if t.len() != 40 && t.len() != 64 {
-        return Err(format!(
-            "{} hex digits; a tree pin is a full object id (40 or 64 digits)",
-            t.len()
-        ));
+        return Err(PinError::TreeLength(t.len()));
     }
     Ok(t)
 }
@@ -625,7 +634,7 @@ fn match_measurement_set(
 /// Whether the verdict's test counts agree with its outcome: `tests_passed` and `no_tests_observed` have no
 /// failure counted, `tests_passed` counted at least one passing test, `no_tests_observed` ran none, and
 /// `counts_unparsed` carries no counts. (A verdict without counts is judged by its outcome alone.)
-pub fn counts_agree(v: &Verdict) -> Result<(), String> {
+pub(crate) fn counts_agree(v: &Verdict) -> Result<(), String> {
     let Some(c) = &v.tests else {
         return Ok(());
     };

@@ -2,56 +2,79 @@
 //! Authenticity (chain, signature) and acceptability (policy, measurement, TCB) are kept apart.
 //!
 //! The checks only: the command line is the `verify-attestation` crate, and fetching collateral over HTTP with
-//! its on-disk cache is the feature `fetch` (off by default). The entry points, one per kind of input
-//! (docs/verification.md, "The library's API"): [`evidence::verify_decoded`] (or
-//! [`evidence::verify_evidence_bytes`]) for an evidence bundle, [`snp::verify_report_bytes`] for a raw SEV-SNP
-//! report, [`tdx::verify_quote`] for a raw TDX quote, and [`Verifier`] for many reports of one platform.
+//! its on-disk cache is the feature `fetch` (off by default).
 //!
-//! Embedding it: verify evidence against the founder's nonce and launch measurement, at a given time.
+//! # The API
+//!
+//! One entry point per kind of input, each with the same [`Input`] (the bytes as received, the founder's
+//! [`Pins`], the [`Policy`], the [`Collateral`], the time) and the same [`Verification`] (one [`Claim`] row per
+//! claim, held, failed or not pinned, with the anchor of each held claim; every [`Failure`]; the kind's
+//! [`Detail`]), or a [`VerifyError`] for input that cannot be verified at all:
+//!
+//! - [`verify_snp_report`]: a bare SEV-SNP ATTESTATION_REPORT and its VCEK/VLEK chain;
+//! - [`verify_tdx_quote`]: a bare TDX DCAP quote and its collateral;
+//! - [`verify_evidence`]: fenced-run evidence (the report or quote, the key binding, the signed verdict, the
+//!   nonce, the measurement and the run pins).
+//!
+//! [`Verifier`] remembers verified chain and collateral signatures across many reports of one platform.
+//! The modules below them are hidden: the `verify-attestation` CLI, `verifier-wasm`, `fenced-run view` and the
+//! pool use some of their items, listed in docs/verification.md ("The library's API"); they are not the API.
+//!
+//! # Embedding it
+//!
+//! Verify evidence against the founder's nonce and launch measurement, at a given time:
 //!
 //! ```no_run
-//! use verifier_lib::evidence::{verify_decoded, Decoded, EvidenceOptions};
-//! use verifier_lib::snp::ChainOptions;
+//! use verifier_lib::{verify_evidence, ClaimStatus, Input};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let bytes = std::fs::read("evidence.cbor")?;
-//! let mut opts = EvidenceOptions {
-//!     chain: ChainOptions {
-//!         at: time::OffsetDateTime::now_utc(),
-//!         crl: None,
-//!         allow_simulated: false,
-//!     },
-//!     nonce: Some(vec![0x5a; 32]),
-//!     ..EvidenceOptions::default()
-//! };
-//! opts.policy.measurements = vec!["00".repeat(48).parse()?];
-//! // Decoded once: the CBOR, and an SEV-SNP report inside; an undecodable bundle is an error.
-//! let decoded = Decoded::from_cbor(&bytes)?;
-//! let v = verify_decoded(&decoded, &opts);
-//! if v.verified() {
-//!     println!("verified: {:?}", v.verdict.map(|d| d.outcome));
-//! } else {
-//!     for f in &v.failures {
-//!         eprintln!("FAIL {}: {}", f.check, f.detail);
+//! let mut input = Input::new(&bytes, time::OffsetDateTime::now_utc());
+//! input.pins.nonce = Some(vec![0x5a; 32]);
+//! input.policy.snp.measurements = vec!["00".repeat(48).parse()?];
+//! // Decoded once: the CBOR, and an SEV-SNP report inside; undecodable bytes are an error, not a failed check.
+//! let v = verify_evidence(&input)?;
+//! for c in &v.claims {
+//!     match c.status {
+//!         ClaimStatus::Held => println!("{}: held ({})", c.claim, c.anchor.as_deref().unwrap_or("")),
+//!         ClaimStatus::Failed => println!("{}: FAILED: {}", c.claim, c.detail),
+//!         ClaimStatus::NotPinned => println!("{}: not pinned: {}", c.claim, c.detail),
 //!     }
 //! }
+//! println!("{}", if v.verified() { "verified" } else { "REJECTED" });
 //! # Ok(())
 //! # }
 //! ```
 
 mod anchors;
 #[cfg(not(target_arch = "wasm32"))]
+#[doc(hidden)]
 pub mod collateral;
 mod digest;
+mod entry;
+#[doc(hidden)]
 pub mod evidence;
-pub mod failure;
+mod failure;
+#[doc(hidden)]
 pub mod output;
+#[doc(hidden)]
 pub mod pki;
+#[doc(hidden)]
 pub mod pool_ledger;
 mod sigcache;
+#[doc(hidden)]
 pub mod snp;
+#[doc(hidden)]
 pub mod tdx;
-pub mod verifier;
+mod verifier;
 
+pub use entry::{
+    verify_evidence, verify_snp_report, verify_tdx_quote, Collateral, Detail, Input, Pins, Policy,
+    Verification, VerifyError,
+};
+pub use evidence::{EvidenceVerification, RunPins};
 pub use failure::Failure;
+pub use output::{Claim, ClaimContext, ClaimStatus};
+pub use snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
+pub use tdx::{Policy as TdxPolicy, TdxVerification};
 pub use verifier::{CacheStats, Verifier};

@@ -1,7 +1,7 @@
 //! The output layer, on top of every verifier: the JSON object and the aligned human table that
 //! `verify-attestation` prints from a typed result ([`crate::snp::SnpVerification`],
 //! [`crate::evidence::EvidenceVerification`]). Nothing below imports it; the [`crate::Failure`] records it prints
-//! come from [`crate::failure`].
+//! come from `crate::failure`.
 
 use crate::evidence::{EvidenceOptions, EvidenceVerification, ReportVerification};
 use crate::snp::{ChainOptions, RootKind, SnpVerification};

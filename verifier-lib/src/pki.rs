@@ -261,7 +261,7 @@ pub fn check_path(chain: &[X509Certificate<'_>], shape: &[Position<'_>]) -> Vec<
 }
 
 /// Whether `issuer` may sign CRLs: a CA whose key usage, where present, has `cRLSign`.
-pub fn may_sign_crls(issuer: &X509Certificate<'_>) -> Result<(), String> {
+pub(crate) fn may_sign_crls(issuer: &X509Certificate<'_>) -> Result<(), String> {
     match issuer.basic_constraints() {
         Ok(Some(b)) if b.value.ca => {}
         Ok(_) => {

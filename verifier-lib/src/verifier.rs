@@ -42,6 +42,13 @@ impl Verifier {
         f()
     }
 
+    /// Runs `f` with this verifier's cache active: any entry point of the crate
+    /// (`verifier.cached(|| verifier_lib::verify_evidence(&input))`) then checks each chain, CRL and collateral
+    /// signature it has seen before from the cache.
+    pub fn cached<T>(&self, f: impl FnOnce() -> T) -> T {
+        self.with(f)
+    }
+
     /// [`snp::verify_report_bytes`] with the chain cache.
     pub fn snp(
         &self,

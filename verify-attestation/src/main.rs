@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 use verify_attestation::cli;
 use verify_attestation::cli::app::Command;
+use verify_attestation::cli::exit::Exit;
 
 /// The static build (`scripts/build-verifier.sh`, musl) allocates with dlmalloc: musl's own malloc returns memory
 /// to the kernel after a few frees, so a verification paid for about 180 `mmap`/`munmap` calls; glibc's malloc
@@ -17,12 +18,19 @@ fn main() -> ExitCode {
         Err(e) => {
             // clap's own message names the argument as given; with `--json` anywhere before `--` it becomes
             // the tool's one JSON error object on stdout.
-            let code = attestation::cli_io::parse_failure(
+            // The message is printed there; the code is decided in cli::exit: a usage error is unusable input,
+            // `--help` and `--version` a success.
+            let printed_an_error = attestation::cli_io::parse_failure(
                 "verified",
                 e.use_stderr(),
                 &e.render().to_string(),
-            );
-            return ExitCode::from(code);
+            ) != 0;
+            return if printed_an_error {
+                Exit::Unusable
+            } else {
+                Exit::Success
+            }
+            .into();
         }
     };
     match cli.command {

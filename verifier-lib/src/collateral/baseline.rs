@@ -96,9 +96,32 @@ impl Shortfall {
     }
 }
 
+/// Why a TCB baseline could not be had; the text names the file (or `builtin`) and what is wrong in it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BaselineError {
+    /// The file could not be read.
+    #[error("--tcb-baseline: {0}")]
+    Read(String),
+    /// The file is not UTF-8.
+    #[error("{path}: not UTF-8")]
+    NotUtf8 {
+        /// The file.
+        path: String,
+    },
+    /// The text is not a valid baseline: not TOML, another format, an unknown product, a floor that cites no
+    /// AMD bulletin, an FMC floor on a product without one (the text names the file and the floor).
+    #[error("{0}")]
+    Invalid(String),
+}
+
 impl Baseline {
     /// Parses a baseline file's text; `what` names it in errors.
-    pub fn from_toml(text: &str, what: &str) -> Result<Baseline, String> {
+    pub fn from_toml(text: &str, what: &str) -> Result<Baseline, BaselineError> {
+        Baseline::parse(text, what).map_err(BaselineError::Invalid)
+    }
+
+    fn parse(text: &str, what: &str) -> Result<Baseline, String> {
         let b: Baseline = toml::from_str(text).map_err(|e| format!("{what}: {}", e.message()))?;
         if b.format != BASELINE_FORMAT {
             return Err(format!(
@@ -133,18 +156,20 @@ impl Baseline {
     }
 
     /// The baseline compiled into this verifier.
-    pub fn builtin() -> Result<Baseline, String> {
+    pub fn builtin() -> Result<Baseline, BaselineError> {
         Baseline::from_toml(BUILTIN, "builtin TCB baseline")
     }
 
     /// `builtin`, or a file.
-    pub fn load(arg: &std::path::Path) -> Result<Baseline, String> {
+    pub fn load(arg: &std::path::Path) -> Result<Baseline, BaselineError> {
         if arg.as_os_str() == "builtin" {
             return Baseline::builtin();
         }
         let bytes = attestation::cli_io::read_capped(arg, 1 << 20)
-            .map_err(|e| format!("--tcb-baseline: {e}"))?;
-        let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", arg.display()))?;
+            .map_err(|e| BaselineError::Read(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| BaselineError::NotUtf8 {
+            path: arg.display().to_string(),
+        })?;
         Baseline::from_toml(&text, &arg.display().to_string())
     }
 

@@ -121,10 +121,37 @@ fn b64(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
-fn unb64(field: &str, s: &str) -> Result<Vec<u8>, String> {
+fn unb64(field: &'static str, s: &str) -> Result<Vec<u8>, BundleError> {
     base64::engine::general_purpose::STANDARD
         .decode(s.trim())
-        .map_err(|e| format!("bundle field {field} is not base64: {e}"))
+        .map_err(|e| BundleError::NotBase64 {
+            field,
+            detail: e.to_string(),
+        })
+}
+
+/// Why a collateral bundle could not be used; the text names the field or what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BundleError {
+    /// A field that carries DER is not base64.
+    #[error("bundle field {field} is not base64: {detail}")]
+    NotBase64 {
+        /// The field (`snp.ark`, `snp.crl`, ...).
+        field: &'static str,
+        /// The decoder's message.
+        detail: String,
+    },
+    /// The bytes are not a bundle of this version (not JSON, another format, a missing or extra field).
+    #[error("{0}")]
+    Malformed(String),
+    /// `k` was 0: at least one auditor must be required.
+    #[error("auditors required (k) must be at least 1")]
+    NoAuditorsRequired,
+    /// Fewer than `k` of the trusted auditors signed the content (the text says how many, and why the other
+    /// signatures did not count).
+    #[error("{0}")]
+    NotEnoughSignatures(String),
 }
 
 impl SnpPart {
@@ -144,7 +171,7 @@ impl SnpPart {
     }
 
     /// The certificates.
-    pub fn certs(&self) -> Result<CertBundle, String> {
+    pub fn certs(&self) -> Result<CertBundle, BundleError> {
         Ok(CertBundle {
             ark: unb64("snp.ark", &self.ark)?,
             intermediate: unb64("snp.ask", &self.ask)?,
@@ -153,7 +180,7 @@ impl SnpPart {
     }
 
     /// The CRL, if carried.
-    pub fn crl(&self) -> Result<Option<Vec<u8>>, String> {
+    pub fn crl(&self) -> Result<Option<Vec<u8>>, BundleError> {
         self.crl.as_deref().map(|c| unb64("snp.crl", c)).transpose()
     }
 }
@@ -187,7 +214,11 @@ impl Bundle {
     }
 
     /// Parses a bundle; the error names what is wrong and where.
-    pub fn from_json(bytes: &[u8]) -> Result<Bundle, String> {
+    pub fn from_json(bytes: &[u8]) -> Result<Bundle, BundleError> {
+        Bundle::parse(bytes).map_err(BundleError::Malformed)
+    }
+
+    fn parse(bytes: &[u8]) -> Result<Bundle, String> {
         let wire: Wire = match serde_json::from_slice(bytes) {
             Ok(w) => w,
             Err(e) => {
@@ -272,9 +303,9 @@ impl Bundle {
         &self,
         trusted: &[(String, VerifyingKey)],
         k: usize,
-    ) -> Result<SignatureCheck, String> {
+    ) -> Result<SignatureCheck, BundleError> {
         if k == 0 {
-            return Err("auditors required (k) must be at least 1".into());
+            return Err(BundleError::NoAuditorsRequired);
         }
         let mut signers = Vec::new();
         let mut key_ids = Vec::new();
@@ -334,7 +365,7 @@ impl Bundle {
             }
         }
         if signers.len() < k {
-            return Err(format!(
+            return Err(BundleError::NotEnoughSignatures(format!(
                 "the collateral bundle is signed by {} of the {k} trusted auditors required{}",
                 signers.len(),
                 if problems.is_empty() {
@@ -342,7 +373,7 @@ impl Bundle {
                 } else {
                     format!(" ({})", problems.join("; "))
                 }
-            ));
+            )));
         }
         Ok(SignatureCheck {
             signers,
@@ -381,7 +412,9 @@ mod tests {
     }
 
     fn check(text: &str, trusted: &[(String, VerifyingKey)]) -> Result<SignatureCheck, String> {
-        Bundle::from_json(text.as_bytes())?.check_signatures(trusted, 1)
+        Bundle::from_json(text.as_bytes())
+            .and_then(|b| b.check_signatures(trusted, 1))
+            .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -442,16 +475,22 @@ mod tests {
             "\"extra\": \"unsigned?\",\n  \"subject\":",
             1,
         );
-        let e = Bundle::from_json(unknown.as_bytes()).expect_err("unknown key");
+        let e = Bundle::from_json(unknown.as_bytes())
+            .expect_err("unknown key")
+            .to_string();
         assert!(
             e.contains("content") && e.contains("unknown field `extra`"),
             "{e}"
         );
         let twice = text.replacen("\"subject\":", "\"subject\": \"other\",\n  \"subject\":", 1);
-        let e = Bundle::from_json(twice.as_bytes()).expect_err("duplicate key");
+        let e = Bundle::from_json(twice.as_bytes())
+            .expect_err("duplicate key")
+            .to_string();
         assert!(e.contains("duplicate field `subject`"), "{e}");
         let outer = text.replacen("{\n\"content\"", "{\n\"note\": 1,\n\"content\"", 1);
-        let e = Bundle::from_json(outer.as_bytes()).expect_err("unknown outer key");
+        let e = Bundle::from_json(outer.as_bytes())
+            .expect_err("unknown outer key")
+            .to_string();
         assert!(e.contains("unknown field `note`"), "{e}");
     }
 
@@ -460,7 +499,9 @@ mod tests {
         let v1 = format!(
             r#"{{"format": "{BUNDLE_FORMAT_V1}", "created": "x", "subject": "y", "sources": [], "signatures": []}}"#
         );
-        let e = Bundle::from_json(v1.as_bytes()).expect_err("v1");
+        let e = Bundle::from_json(v1.as_bytes())
+            .expect_err("v1")
+            .to_string();
         assert!(
             e.contains(BUNDLE_FORMAT_V1) && e.contains("fetch --bundle"),
             "{e}"
@@ -488,7 +529,10 @@ mod tests {
             content_sha256: hex::encode(b.content_digest()),
             signature: hex::encode(sig),
         });
-        let e = b.check_signatures(&trusted, 1).expect_err("weak key");
+        let e = b
+            .check_signatures(&trusted, 1)
+            .expect_err("weak key")
+            .to_string();
         assert!(e.contains("signature is invalid"), "{e}");
     }
 }

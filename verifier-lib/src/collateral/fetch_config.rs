@@ -1,62 +1,15 @@
-//! The errors and the configuration of collateral fetching (feature `fetch`).
+//! The configuration of collateral fetching (feature `fetch`).
 
-use super::{cache, http, kds, pcs};
+use super::{http, pcs};
 use serde::Deserialize;
 use std::path::Path;
-
-/// Why collateral could not be had.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FetchError {
-    /// The server could not be reached or answered with an error.
-    #[error(transparent)]
-    Http(#[from] http::HttpError),
-    /// The cache could not be used, or (offline) holds nothing fresh for the key.
-    #[error(transparent)]
-    Cache(#[from] cache::CacheError),
-    /// A fetched response failed verification; nothing of it was cached.
-    #[error("{what} from {url} rejected: {detail}")]
-    Rejected {
-        /// Where it came from.
-        url: String,
-        /// What it was.
-        what: String,
-        /// Why it was refused.
-        detail: String,
-    },
-    /// The report, quote or a local file does not allow the fetch.
-    #[error("{0}")]
-    Input(String),
-    /// A VLEK-signed report: the ASVK chain (and CRL) were fetched and verified, but the VLEK itself is only
-    /// issued to the cloud provider; `partial` holds what was fetched (its `vcek` is empty).
-    #[error("{}", kds::VLEK_ADVICE)]
-    VlekNotFetchable {
-        /// The ARK, ASVK (in `ask`) and CRL fetched.
-        partial: Box<kds::SnpFetched>,
-    },
-}
-
-impl FetchError {
-    /// The stable check name of this failure in verify output.
-    pub fn check(&self) -> &'static str {
-        match self {
-            FetchError::Http(_) => "collateral-fetch",
-            FetchError::Cache(cache::CacheError::Stale { .. }) => "collateral-stale",
-            FetchError::Cache(cache::CacheError::Missing { .. }) => "collateral-missing",
-            FetchError::Cache(_) => "collateral-cache",
-            FetchError::Rejected { .. } => "collateral-rejected",
-            FetchError::Input(_) => "collateral-input",
-            FetchError::VlekNotFetchable { .. } => "collateral-vlek",
-        }
-    }
-}
 
 /// Where collateral comes from: base URLs, the root CA CRL URL, `update`, and the HTTP client's settings.
 /// Flags override a config file (`--fetch-config FILE`, TOML with the field names below).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FetchConfig {
-    /// AMD KDS base URL (default [`kds::DEFAULT_KDS_URL`]).
+    /// AMD KDS base URL (default [`super::kds::DEFAULT_KDS_URL`]).
     pub kds_url: Option<String>,
     /// Intel PCS (or PCCS) base URL (default [`pcs::DEFAULT_PCS_URL`]).
     pub pcs_url: Option<String>,
@@ -72,14 +25,34 @@ pub struct FetchConfig {
     pub max_retry_wait_secs: Option<u64>,
 }
 
+/// Why a fetch configuration could not be used; the text names the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchConfigError {
+    /// The file could not be read, is not UTF-8, or is not a configuration (unknown keys are refused).
+    #[error("{path}: {detail}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// `update` is neither `standard` nor `early`.
+    #[error(transparent)]
+    Update(#[from] pcs::UnknownUpdate),
+}
+
 impl FetchConfig {
     /// Reads a config file.
-    pub fn load(path: &Path) -> Result<FetchConfig, String> {
-        let bytes = attestation::cli_io::read_capped(path, 1 << 20)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
-        toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))
+    pub fn load(path: &Path) -> Result<FetchConfig, FetchConfigError> {
+        let file = |detail: String| FetchConfigError::File {
+            path: path.display().to_string(),
+            detail,
+        };
+        let bytes =
+            attestation::cli_io::read_capped(path, 1 << 20).map_err(|e| file(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| file("not UTF-8".into()))?;
+        toml::from_str(&text).map_err(|e| file(e.message().to_string()))
     }
 
     /// The HTTP options: the environment's proxy, this file's timeouts and retries.
@@ -98,11 +71,12 @@ impl FetchConfig {
     }
 
     /// The `update` value.
-    pub fn update(&self) -> Result<pcs::Update, String> {
+    pub fn update(&self) -> Result<pcs::Update, FetchConfigError> {
         self.update
             .as_deref()
             .map(str::parse)
             .transpose()
             .map(Option::unwrap_or_default)
+            .map_err(FetchConfigError::Update)
     }
 }

@@ -5,8 +5,10 @@
 //! fetched: KDS issues it to the cloud provider only, so the founder must get it from the host or provider.
 
 use super::cache::{Cache, Entry, Origin};
+use super::error::FetchError;
 use super::http::Client;
-use super::FetchError;
+// Defined below FetchError (which carries a partial fetch); named here as before.
+pub use super::error::{SnpFetched, VLEK_ADVICE};
 use crate::snp::certs::{parse_cert, CertBundle};
 use crate::snp::chain::{self, pinned_product, spki_sha256, verify_pss_signature};
 use crate::snp::ChainOptions;
@@ -137,15 +139,6 @@ pub fn vcek_url(
     })
 }
 
-/// What the founder must do for a VLEK-signed report: KDS gives the ASVK chain and CRL to anyone, the VLEK
-/// only to the cloud provider.
-pub const VLEK_ADVICE: &str = "the report's KEY_INFO.SIGNING_KEY is VLEK: it is signed by a Versioned Loaded \
-Endorsement Key, which AMD's KDS issues only to the cloud provider (the request needs the provider's \
-credentials), so it cannot be fetched. Get the VLEK certificate from the host or cloud provider (the VLEK entry, \
-GUID a8074bc2-a25a-483e-aae6-39c045a0b8a1, of the extended report's certificate table, or the provider's \
-attestation service) and give it with `fetch --vlek FILE`, or put it as vlek.der beside ark.pem and asvk.pem \
-and verify with `snp-report --certs DIR`";
-
 /// The refusal for a VLEK-signed report when no VLEK was given (the ASVK chain is fetchable, the VLEK not).
 pub fn vlek_error() -> FetchError {
     FetchError::Input(VLEK_ADVICE.into())
@@ -167,23 +160,6 @@ pub fn product_of(
                 .into(),
         )),
     }
-}
-
-/// What KDS gave for one report, verified.
-#[derive(Debug, Clone)]
-pub struct SnpFetched {
-    /// The product.
-    pub product: Product,
-    /// ARK, DER.
-    pub ark: Vec<u8>,
-    /// ASK, DER.
-    pub ask: Vec<u8>,
-    /// VCEK, DER.
-    pub vcek: Vec<u8>,
-    /// The product's CRL (DER), when asked for.
-    pub crl: Option<Vec<u8>>,
-    /// Where each part came from: (what, URL, cache or fetched).
-    pub origins: Vec<(String, String, Origin)>,
 }
 
 impl SnpFetched {
@@ -244,8 +220,8 @@ pub fn verify_chain_answer(
             format!("{} certificates, expected 2 ({inter} then ARK)", v.len()),
         )
     })?;
-    let ark_c = parse_cert(&ark, "ARK").map_err(|err| rejected(url, &what, err))?;
-    let ask_c = parse_cert(&ask, inter).map_err(|err| rejected(url, &what, err))?;
+    let ark_c = parse_cert(&ark, "ARK").map_err(|err| rejected(url, &what, err.to_string()))?;
+    let ask_c = parse_cert(&ask, inter).map_err(|err| rejected(url, &what, err.to_string()))?;
     match pinned_product(&spki_sha256(&ark_c)) {
         Some(p) if p == product => {}
         Some(p) => {
@@ -693,8 +669,8 @@ pub fn check_crl(
     now: i64,
 ) -> Result<i64, FetchError> {
     use x509_parser::revocation_list::CertificateRevocationList;
-    let ark_c = parse_cert(ark, "ARK").map_err(|e| rejected(url, "CRL", e))?;
-    let ask_c = parse_cert(ask, "ASK").map_err(|e| rejected(url, "CRL", e))?;
+    let ark_c = parse_cert(ark, "ARK").map_err(|e| rejected(url, "CRL", e.to_string()))?;
+    let ask_c = parse_cert(ask, "ASK").map_err(|e| rejected(url, "CRL", e.to_string()))?;
     let ders =
         crate::pki::crls_from_file_bytes(body).map_err(|e| rejected(url, "CRL", e.to_string()))?;
     let revokes_inter = ders.iter().any(|d| {

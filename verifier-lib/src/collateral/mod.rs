@@ -18,6 +18,10 @@ pub mod kds;
 pub mod pcs;
 
 #[cfg(feature = "fetch")]
+mod error;
+#[cfg(feature = "fetch")]
 mod fetch_config;
 #[cfg(feature = "fetch")]
-pub use fetch_config::{FetchConfig, FetchError};
+pub use error::FetchError;
+#[cfg(feature = "fetch")]
+pub use fetch_config::{FetchConfig, FetchConfigError};

@@ -88,13 +88,18 @@ impl Update {
     }
 }
 
+/// An `update` value that is neither `standard` nor `early`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}`: update is standard or early")]
+pub struct UnknownUpdate(pub String);
+
 impl std::str::FromStr for Update {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownUpdate;
+    fn from_str(s: &str) -> Result<Self, UnknownUpdate> {
         match s {
             "standard" => Ok(Update::Standard),
             "early" => Ok(Update::Early),
-            o => Err(format!("`{o}`: update is standard or early")),
+            o => Err(UnknownUpdate(o.to_owned())),
         }
     }
 }

@@ -43,6 +43,9 @@ pub enum CertError {
     /// A required certificate is absent.
     #[error("{0}")]
     Missing(String),
+    /// A certificate's KDS extensions are missing or malformed, or name a product inconsistently.
+    #[error("{0}")]
+    Extension(String),
     /// A file holds no parsable certificate.
     #[error("{what}: {detail}")]
     Malformed {
@@ -220,7 +223,7 @@ fn check_not_swapped(
     };
     let self_signed = |c: &X509Certificate<'_>| c.subject().as_raw() == c.issuer().as_raw();
     let pinned =
-        |c: &X509Certificate<'_>| super::chain::pinned_product(&super::chain::spki_sha256(c));
+        |c: &X509Certificate<'_>| super::roots::pinned_product(&super::roots::spki_sha256(c));
     let inter_is_root = pinned(&i).is_some() || (self_signed(&i) && !self_signed(&a));
     if pinned(&a).is_none() && inter_is_root && a.issuer().as_raw() == i.subject().as_raw() {
         let cn = |c: &X509Certificate<'_>| common_name(c.subject()).unwrap_or_else(|| "?".into());
@@ -265,17 +268,21 @@ fn one_cert(path: &Path) -> Result<Vec<u8>, CertError> {
 }
 
 /// Parses one DER certificate, requiring that no bytes follow it.
-pub fn parse_cert<'a>(der: &'a [u8], what: &str) -> Result<X509Certificate<'a>, String> {
+pub fn parse_cert<'a>(der: &'a [u8], what: &str) -> Result<X509Certificate<'a>, CertError> {
+    let malformed = |detail: String| CertError::Malformed {
+        what: what.to_owned(),
+        detail,
+    };
     match X509Certificate::from_der(der) {
         Ok(([], cert)) => Ok(cert),
-        Ok((rest, _)) => Err(format!(
-            "{what}: {} trailing bytes after the certificate",
+        Ok((rest, _)) => Err(malformed(format!(
+            "{} trailing bytes after the certificate",
             rest.len()
-        )),
-        Err(e) => Err(format!(
-            "{what}: not a DER X.509 certificate ({})",
+        ))),
+        Err(e) => Err(malformed(format!(
+            "not a DER X.509 certificate ({})",
             crate::pki::der_error(&e)
-        )),
+        ))),
     }
 }
 
@@ -318,7 +325,7 @@ fn ser_opt_hex<S: serde::Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok,
 
 impl KdsExtensions {
     /// Reads the KDS extensions of `cert`; a malformed SPL or string extension is an error naming its OID.
-    pub fn from_cert(cert: &X509Certificate<'_>) -> Result<KdsExtensions, String> {
+    pub(crate) fn from_cert(cert: &X509Certificate<'_>) -> Result<KdsExtensions, String> {
         let mut out = KdsExtensions::default();
         for ext in cert.extensions() {
             let oid = ext.oid.to_id_string();
@@ -405,7 +412,7 @@ pub struct LeafInfo {
 
 impl LeafInfo {
     /// Reads the leaf facts from a parsed certificate.
-    pub fn from_cert(cert: &X509Certificate<'_>) -> Result<LeafInfo, String> {
+    pub fn from_cert(cert: &X509Certificate<'_>) -> Result<LeafInfo, CertError> {
         let subject_cn = common_name(cert.subject()).unwrap_or_default();
         let kind = match subject_cn.as_str() {
             "SEV-VLEK" => SigningKey::Vlek,
@@ -418,13 +425,13 @@ impl LeafInfo {
             serial: format!("0x{:x}", cert.serial),
             not_before: cert.validity().not_before.timestamp(),
             not_after: cert.validity().not_after.timestamp(),
-            extensions: KdsExtensions::from_cert(cert)?,
+            extensions: KdsExtensions::from_cert(cert).map_err(CertError::Extension)?,
         })
     }
 
     /// Whether the issuer CN and the productName extension name the same product (where both are present), and
     /// a productName present names a known product.
-    pub fn product_consistent(&self) -> Result<(), String> {
+    pub(crate) fn product_consistent(&self) -> Result<(), String> {
         let Some(name) = self.extensions.product_name.as_deref() else {
             return Ok(());
         };

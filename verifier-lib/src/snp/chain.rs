@@ -5,31 +5,15 @@
 //! Nothing here judges whether an authentic report is acceptable; that is [`super::policy`].
 
 use super::certs::{common_name, parse_cert, CertBundle, LeafInfo};
+// The pins live in `super::roots` (certs reads them too); named here as before.
+pub use super::roots::{pinned_product, spki_sha256, ARK_SPKI_SHA256};
 use crate::failure::Failure;
 use attestation::sig::{P384Key, SigError};
 use attestation::snp::{
     AttestationReport, Product, Signature, SigningKey, SIGNATURE_ALGO_ECDSA_P384_SHA384,
 };
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use x509_parser::prelude::*;
-
-/// SHA-256 of the SubjectPublicKeyInfo (DER) of AMD's ARK for each product. These public keys are the roots of
-/// trust; the certificates are published by AMD's key server and shipped by virtee/sev and go-sev-guest.
-pub const ARK_SPKI_SHA256: [(Product, &str); 3] = [
-    (
-        Product::Milan,
-        "9f056bee44377e29308cb5ffa895bdfb62d18881fa6bed8d6f075b0204089cb9",
-    ),
-    (
-        Product::Genoa,
-        "429a69c9422aa258ee4d8db5fcda9c6470ef15f8cd5a9cebd6cbc7d90b863831",
-    ),
-    (
-        Product::Turin,
-        "4f125410563a2ab9a50356f9243f6fe0b6f73de98603f53f90339c70e9d7ad08",
-    ),
-];
 
 const OID_RSASSA_PSS: &str = "1.2.840.113549.1.1.10";
 const OID_MGF1: &str = "1.2.840.113549.1.1.8";
@@ -163,21 +147,8 @@ impl ChainOutcome {
     }
 }
 
-/// SHA-256 of a certificate's SubjectPublicKeyInfo, hex.
-pub fn spki_sha256(cert: &X509Certificate<'_>) -> String {
-    hex::encode(Sha256::digest(cert.public_key().raw))
-}
-
-/// The product whose pinned ARK has this SPKI hash, if any.
-pub fn pinned_product(spki_sha256_hex: &str) -> Option<Product> {
-    ARK_SPKI_SHA256
-        .iter()
-        .find(|(_, h)| *h == spki_sha256_hex)
-        .map(|(p, _)| *p)
-}
-
 /// Checks that an AlgorithmIdentifier is exactly RSASSA-PSS with SHA-384, MGF1-SHA-384, salt 48, trailer 1.
-pub fn check_pss_params(alg: &AlgorithmIdentifier<'_>) -> Result<(), String> {
+pub(crate) fn check_pss_params(alg: &AlgorithmIdentifier<'_>) -> Result<(), String> {
     let oid = alg.algorithm.to_id_string();
     if oid != OID_RSASSA_PSS {
         return Err(format!(
@@ -218,11 +189,21 @@ pub fn check_pss_params(alg: &AlgorithmIdentifier<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// A signature of the SEV-SNP chain or report that does not verify, or cannot be checked (wrong algorithm or
+/// parameters, a key of the wrong kind or size, a report of the wrong length); the text says which.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SignatureError(pub String);
+
 /// Verifies `cert`'s RSASSA-PSS signature with `issuer`'s RSA key (parameters checked exactly).
 pub fn verify_pss_signature(
     cert: &X509Certificate<'_>,
     issuer: &X509Certificate<'_>,
-) -> Result<(), String> {
+) -> Result<(), SignatureError> {
+    pss_signature(cert, issuer).map_err(SignatureError)
+}
+
+fn pss_signature(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> Result<(), String> {
     if cert.signature_algorithm != cert.tbs_certificate.signature {
         return Err(
             "outer signatureAlgorithm differs from the tbsCertificate signature field".into(),
@@ -338,13 +319,13 @@ pub fn verify_chain(
     };
     let f = &mut out.failures;
     let ark = parse_cert(&bundle.ark, "ARK")
-        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e.to_string())))
         .ok();
     let inter = parse_cert(&bundle.intermediate, "ASK/ASVK")
-        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e.to_string())))
         .ok();
     let leaf = parse_cert(&bundle.leaf, "VCEK/VLEK")
-        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e)))
+        .map_err(|e| f.push(Failure::new(checks::CERT_PARSE, e.to_string())))
         .ok();
 
     // The leaf: its facts, its key and the product it names.
@@ -679,7 +660,7 @@ fn check_one_crl(
 }
 
 /// Verifies the report signature (ECDSA P-384, SHA-384 over `signed`, i.e. bytes 0x000..0x29F as received).
-pub fn verify_report_signature(
+pub(crate) fn verify_report_signature(
     signed: &[u8],
     sig: &Signature,
     key: &P384Key,
@@ -696,7 +677,11 @@ pub fn verify_report_signature(
 }
 
 /// The same check on raw report bytes, for reports that do not parse (e.g. a must-be-zero byte set).
-pub fn verify_raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), String> {
+pub fn verify_raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), SignatureError> {
+    raw_report_signature(bytes, key).map_err(SignatureError)
+}
+
+fn raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), String> {
     if bytes.len() != attestation::snp::REPORT_LEN {
         return Err(format!(
             "report is {} bytes, expected {}",

@@ -9,6 +9,7 @@
 pub mod certs;
 pub mod chain;
 pub mod policy;
+mod roots;
 
 use crate::failure::Failure;
 use attestation::snp::{AttestationReport, Product, ReportError};

@@ -53,10 +53,21 @@ impl TcbMinimum {
     }
 }
 
+/// A `--min-tcb` list or a `--min-abi` version that does not parse; the text names the part that is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PolicyValueError(pub String);
+
 impl FromStr for TcbMinimum {
-    type Err = String;
+    type Err = PolicyValueError;
     /// Parses `bl=3,tee=0,snp=10,ucode=115[,fmc=1]`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, PolicyValueError> {
+        TcbMinimum::parse(s).map_err(PolicyValueError)
+    }
+}
+
+impl TcbMinimum {
+    fn parse(s: &str) -> Result<Self, String> {
         let mut m = TcbMinimum::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = part
@@ -93,8 +104,14 @@ pub struct AbiVersion {
 }
 
 impl FromStr for AbiVersion {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = PolicyValueError;
+    fn from_str(s: &str) -> Result<Self, PolicyValueError> {
+        AbiVersion::parse(s).map_err(PolicyValueError)
+    }
+}
+
+impl AbiVersion {
+    fn parse(s: &str) -> Result<Self, String> {
         let (a, b) = s
             .split_once('.')
             .ok_or_else(|| format!("`{s}` is not MAJOR.MINOR"))?;

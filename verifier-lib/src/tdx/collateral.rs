@@ -304,7 +304,7 @@ pub struct Chosen<'a> {
 /// hide a newer revocation or TCB recovery; the founder's was fetched by the party the verdict serves. The
 /// evidence's collateral is used only when the founder gave none. The reserved map form of evidence collateral
 /// is refused (docs/evidence-format.md: readers that do not know it refuse it), whatever the founder gave.
-pub fn choose_for_evidence<'a>(
+pub(crate) fn choose_for_evidence<'a>(
     evidence: Option<&'a attestation::evidence::Collateral>,
     founder: Option<&'a [u8]>,
 ) -> Result<Option<Chosen<'a>>, String> {

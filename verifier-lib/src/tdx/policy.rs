@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use attestation::tdx::Quote;
 
 use super::tcb::TcbStatus;
-use super::Failure;
+use crate::failure::Failure;
 
 /// What a founder accepts of an authentic TDX quote.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::collateral::{IsvTcbLevel, QeIdentity, TcbInfo, TcbLevel};
 use super::pck::PckExtensions;
-use super::Failure;
+use crate::failure::Failure;
 use attestation::tdx::{EnclaveReport, TdReport10};
 
 /// A TCB status, named as Intel's collateral names it.

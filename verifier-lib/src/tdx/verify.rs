@@ -7,16 +7,18 @@ use time::OffsetDateTime;
 
 use attestation::tdx::{CertificationData, Quote};
 
+use super::collateral::Collateral;
 use super::pck::PckExtensions;
+use super::policy::Policy;
+use super::result::{
+    Authenticity, CollateralChecks, Root, TdxError, TdxVerification, VerifyOptions,
+};
 use super::tcb;
 use super::x509::{
     p256_from_raw, parse_pem_chain, verify_raw_sig, verify_raw_sig_shared, Cert,
     INTEL_SGX_ROOT_CA_SPKI_SHA256,
 };
-use super::{
-    Authenticity, Collateral, CollateralChecks, Failure, Policy, Root, TdxError, TdxVerification,
-    VerifyOptions,
-};
+use crate::failure::Failure;
 use crate::pki;
 
 /// The QE vendor ID of Intel's quoting enclaves (939a7233-f79c-4ca9-940a-0db3957f0607).
@@ -206,18 +208,18 @@ pub fn verify_quote_for_evidence(
 ) -> Result<TdxVerification, TdxError> {
     let quote = Quote::parse(report)?;
     let collateral = collateral_json.map(Collateral::from_json).transpose()?;
-    let chain = if quote.pck_chain_pem().is_none() && !certs.is_empty() {
-        let mut out = Vec::new();
-        for (i, der) in certs.iter().enumerate() {
-            out.push(
-                Cert::from_der(&format!("certs[{i}]"), der)
-                    .map_err(|e| TdxError::Collateral(super::CollateralError::X509(e)))?,
-            );
-        }
-        Some(out)
-    } else {
-        None
-    };
+    let chain =
+        if quote.pck_chain_pem().is_none() && !certs.is_empty() {
+            let mut out = Vec::new();
+            for (i, der) in certs.iter().enumerate() {
+                out.push(Cert::from_der(&format!("certs[{i}]"), der).map_err(|e| {
+                    TdxError::Collateral(super::collateral::CollateralError::X509(e))
+                })?);
+            }
+            Some(out)
+        } else {
+            None
+        };
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),
         at,
@@ -229,7 +231,7 @@ pub fn verify_quote_for_evidence(
     Ok(v)
 }
 
-/// As [`verify_quote_for_evidence`] with collateral chosen by [`super::collateral::choose_for_evidence`]: the
+/// As [`verify_quote_for_evidence`] with collateral chosen by `collateral::choose_for_evidence`: the
 /// result names where the collateral came from and whether the evidence's own was set aside.
 pub fn verify_quote_for_evidence_chosen(
     report: &[u8],
@@ -311,7 +313,7 @@ pub fn verify_quote_received_json(
     quote: Quote,
     collateral_json: Option<&[u8]>,
     opts: &VerifyOptions<'_>,
-) -> Result<TdxVerification, super::CollateralError> {
+) -> Result<TdxVerification, super::collateral::CollateralError> {
     let collateral = collateral_json.map(Collateral::from_json).transpose()?;
     let mut v = crate::sigcache::within_one_verification(|| {
         check_received(raw, quote, None, opts, collateral.as_ref())
@@ -524,7 +526,7 @@ fn check_received(
         simulated,
         authenticity: auth,
         collateral: coll_checks,
-        collateral_used: collateral.map(|c| c.used(super::CollateralSource::Given)),
+        collateral_used: collateral.map(|c| c.used(super::collateral::CollateralSource::Given)),
         pck,
         tcb: tcb_eval,
         at,

@@ -126,6 +126,9 @@ pub enum X509Error {
     /// A chain was empty.
     #[error("{0}: no certificate found")]
     Empty(String),
+    /// A certificate or CRL is not signed by the issuer given, or does not name it (the text says which).
+    #[error("{0}")]
+    Signature(String),
 }
 
 impl Cert {
@@ -225,7 +228,11 @@ impl Cert {
     }
 
     /// Whether `issuer` signed this certificate (ecdsa-with-SHA256, P-256) and names it as issuer.
-    pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
+    pub fn signed_by(&self, issuer: &Cert) -> Result<(), X509Error> {
+        self.signed_by_str(issuer).map_err(X509Error::Signature)
+    }
+
+    pub(crate) fn signed_by_str(&self, issuer: &Cert) -> Result<(), String> {
         if self.issuer_raw() != issuer.subject_raw() {
             return Err(format!(
                 "issuer name {} is not the subject {} of the next certificate",
@@ -306,7 +313,7 @@ fn check_p256_fixed(key: &[u8], msg: &[u8], raw: &[u8]) -> Result<(), String> {
 
 /// Verifies a DER-encoded ECDSA signature over `msg` (hashed with SHA-256); certificates and CRLs sign this
 /// way, so an active [`crate::Verifier`] remembers the result.
-pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
+pub(crate) fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), String> {
     crate::sigcache::memo(
         "ecdsa-p256-sha256-der",
         key.sec1(),
@@ -318,13 +325,13 @@ pub fn verify_der_sig(key: &P256Key, msg: &[u8], der_sig: &[u8]) -> Result<(), S
 
 /// Verifies a raw r || s (64 bytes) ECDSA P-256 signature over `msg` (hashed with SHA-256); for a quote's own
 /// signature, which no other quote shares, so a [`crate::Verifier`] does not remember it.
-pub fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+pub(crate) fn verify_raw_sig(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
     sig::p256_sha256_fixed(key, msg, raw).map_err(sig_message)
 }
 
 /// As [`verify_raw_sig`], remembered by an active [`crate::Verifier`]: for what many quotes of one platform share
 /// (the QE report, TCB Info, QE Identity), never for a quote's own signature.
-pub fn verify_raw_sig_shared(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
+pub(crate) fn verify_raw_sig_shared(key: &P256Key, msg: &[u8], raw: &[u8]) -> Result<(), String> {
     crate::sigcache::memo(
         "ecdsa-p256-sha256-fixed",
         key.sec1(),
@@ -442,7 +449,11 @@ impl Crl {
     }
 
     /// Whether `issuer` signed this CRL and is named as its issuer.
-    pub fn signed_by(&self, issuer: &Cert) -> Result<(), String> {
+    pub fn signed_by(&self, issuer: &Cert) -> Result<(), X509Error> {
+        self.signed_by_str(issuer).map_err(X509Error::Signature)
+    }
+
+    pub(crate) fn signed_by_str(&self, issuer: &Cert) -> Result<(), String> {
         if &self.der[self.issuer_raw.clone()] != issuer.subject_raw() {
             return Err(format!(
                 "CRL issuer {} is not {}",

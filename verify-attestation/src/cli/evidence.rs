@@ -5,7 +5,9 @@
 //! Exit 0 verified, 1 rejected, 2 unusable input. Sim evidence is rejected unless `--allow-simulated`, and then
 //! every line of the human output says SIMULATED.
 
-use super::snp_report::{parse_time, unusable, PolicyArgs};
+use super::exit::{unusable, Exit};
+use super::input::parse_time;
+use super::policy_args::PolicyArgs;
 use attestation::hex::Hex;
 use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
@@ -278,7 +280,7 @@ pub fn options(
 /// the network; for SEV-SNP evidence these certificates replace the evidence's own.
 pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
     use OptionsError::Unusable;
-    let bytes = super::main_input("evidence", &args.evidence, super::kind::Kind::Cbor)
+    let bytes = super::input::main_input("evidence", &args.evidence, super::kind::Kind::Cbor)
         .map_err(|(check, e)| Unusable(check, e))?;
     let policy = super::policy_file::effective(args.policy_file.as_deref(), &args.policy)
         .map_err(|e| Unusable("policy-file", e))?;
@@ -307,16 +309,17 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             ),
         ));
     }
-    let refused = |(exit, check, why): super::fetch::Refusal| {
-        if exit == 1 {
+    let refused = |(exit, check, why): super::exit::Refusal| {
+        if exit == Exit::Rejected {
             OptionsError::Rejected(check, why)
         } else {
             Unusable(check, why)
         }
     };
     refuse_unsigned_inputs(args, ev).map_err(refused)?;
-    let crl = super::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
-    let at = super::at_or_now(args.at);
+    let crl =
+        super::input::crl_input(args.crl.as_deref()).map_err(|(check, e)| Unusable(check, e))?;
+    let at = super::input::at_or_now(args.at);
     let baseline = args
         .collateral_args
         .baseline()
@@ -384,7 +387,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
     let measurement_set = match &args.measurements {
         Some(set) => match load_set(set, args, at.unix_timestamp()) {
             Ok(t) => Some(std::sync::Arc::new(t)),
-            Err((1, e)) => {
+            Err((Exit::Rejected, e)) => {
                 return Err(OptionsError::Rejected(
                     verifier_lib::evidence::checks::MEASUREMENT_SET,
                     e,
@@ -430,7 +433,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
 fn refuse_unsigned_inputs(
     args: &Args,
     ev: &attestation::evidence::Evidence,
-) -> Result<(), super::fetch::Refusal> {
+) -> Result<(), super::exit::Refusal> {
     let c = &args.collateral_args;
     c.check_usage()?;
     if let (Some(p), true) = (&args.crl, ev.tee.is_snp()) {
@@ -518,9 +521,9 @@ pub fn run(args: Args) -> ExitCode {
         print!("{}", output::evidence_table_with(&v, &opts, &ctx));
     }
     if v.verified() {
-        ExitCode::SUCCESS
+        Exit::Success.into()
     } else {
-        ExitCode::from(1)
+        Exit::Rejected.into()
     }
 }
 
@@ -591,16 +594,17 @@ fn duplicate_rtmr(pins: &[RtmrPin]) -> Option<usize> {
     })
 }
 
-/// Loads the measurement set and checks its auditor signatures: `Err((1, why))` when the set is readable but
-/// not signed by enough trusted auditors (a rejection), `Err((2, why))` when an input is unusable.
+/// Loads the measurement set and checks its auditor signatures: `Err((Exit::Rejected, why))` when the set is readable but
+/// not signed by enough trusted auditors (a rejection), `Err((Exit::Unusable, why))` when an input is unusable.
 fn load_set(
     set: &std::path::Path,
     args: &Args,
     at: i64,
-) -> Result<measurements::set::TrustedSet, (u8, String)> {
+) -> Result<measurements::set::TrustedSet, (Exit, String)> {
     use measurements::set::{SetError, TrustedSet};
     let signatures = if args.set_signature.is_empty() {
-        measurements::set::default_signature_paths(set).map_err(|e| (2, e.to_string()))?
+        measurements::set::default_signature_paths(set)
+            .map_err(|e| (Exit::Unusable, e.to_string()))?
     } else {
         args.set_signature.clone()
     };
@@ -614,8 +618,8 @@ fn load_set(
     .map_err(|e| match e {
         SetError::NotEnoughAuditors { .. }
         | SetError::Expired { .. }
-        | SetError::NoExpiry { .. } => (1, e.to_string()),
-        other => (2, other.to_string()),
+        | SetError::NoExpiry { .. } => (Exit::Rejected, e.to_string()),
+        other => (Exit::Unusable, other.to_string()),
     })
 }
 
@@ -631,5 +635,5 @@ fn rejected(json: bool, check: &'static str, why: String) -> ExitCode {
     } else {
         println!("REJECTED  {}: {}", check, attestation::text::escape(&why));
     }
-    ExitCode::from(1)
+    Exit::Rejected.into()
 }

@@ -8,6 +8,10 @@ use attestation::snp::{AttestationReport, Product};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use super::exit::Exit;
+// The refusal type lives with the exit codes; named here as before.
+pub use super::exit::Refusal;
 use verifier_lib::collateral::bundle::{Bundle, Content, SnpPart};
 use verifier_lib::collateral::cache::{rfc3339, Cache, Origin};
 use verifier_lib::collateral::http::Client;
@@ -78,7 +82,7 @@ impl SourceArgs {
     /// Resolves flags over the config file.
     pub fn resolve(&self) -> Result<Sources, String> {
         let cfg = match &self.fetch_config {
-            Some(p) => FetchConfig::load(p)?,
+            Some(p) => FetchConfig::load(p).map_err(|e| e.to_string())?,
             None => FetchConfig::default(),
         };
         let http = Client::new(cfg.http_options()).map_err(|e| e.to_string())?;
@@ -102,7 +106,7 @@ impl SourceArgs {
             root_crl_url: self.root_crl_url.clone().or(cfg.root_crl_url.clone()),
             update: match self.update {
                 Some(u) => u,
-                None => cfg.update()?,
+                None => cfg.update().map_err(|e| e.to_string())?,
             },
             cache,
             product: self.product,
@@ -162,7 +166,7 @@ pub struct Args {
     #[arg(long)]
     pub allow_simulated: bool,
     /// Verify what is fetched at this time (RFC 3339 or Unix seconds). Default: now.
-    #[arg(long, value_name = "TIME", value_parser = super::snp_report::parse_time)]
+    #[arg(long, value_name = "TIME", value_parser = super::input::parse_time)]
     pub at: Option<time::OffsetDateTime>,
     /// Print one JSON object instead of lines.
     #[arg(long)]
@@ -210,7 +214,7 @@ fn origin_word(o: Origin) -> &'static str {
 }
 
 fn fail(json: bool, check: &'static str, detail: String) -> ExitCode {
-    super::snp_report::unusable(json, check, detail)
+    super::exit::unusable(json, check, detail)
 }
 
 fn pem(label: &str, der: &[u8]) -> String {
@@ -256,7 +260,7 @@ fn subject_of(path: &Path, bytes: &[u8]) -> String {
 
 /// Runs `fetch`.
 pub fn run(args: Args) -> ExitCode {
-    let now = super::at_or_now(args.at);
+    let now = super::input::at_or_now(args.at);
     let now_s = now.unix_timestamp();
     let mut content = Content {
         format: verifier_lib::collateral::bundle::BUNDLE_FORMAT.into(),
@@ -292,7 +296,7 @@ pub fn run(args: Args) -> ExitCode {
                 "give a report, quote or evidence file".into(),
             );
         };
-        let bytes = match super::read_input(input) {
+        let bytes = match super::input::read_input(input) {
             Ok(b) => b,
             Err(e) => return fail(args.json, "input", format!("{}: {e}", input.display())),
         };
@@ -310,7 +314,7 @@ pub fn run(args: Args) -> ExitCode {
             Input::Snp(report) => {
                 let vlek = report.key_info.signing_key == attestation::snp::SigningKey::Vlek;
                 let given = match (&args.vlek, vlek) {
-                    (Some(p), true) => match super::read_input(p) {
+                    (Some(p), true) => match super::input::read_input(p) {
                         Ok(b) => Some(b),
                         Err(e) => {
                             return fail(args.json, "input", format!("--vlek {}: {e}", p.display()))
@@ -425,7 +429,7 @@ pub fn run(args: Args) -> ExitCode {
             println!("{}", attestation::text::escape(&l));
         }
     }
-    ExitCode::SUCCESS
+    Exit::Success.into()
 }
 
 /// A VLEK-signed report without `--vlek`: writes the fetched ARK, ASVK (and CRL) to `--out` when given, then
@@ -487,7 +491,7 @@ pub struct SignArgs {
 
 /// Runs `bundle-sign`.
 pub fn run_sign(args: SignArgs) -> ExitCode {
-    let bytes = match super::read_input(&args.bundle) {
+    let bytes = match super::input::read_input(&args.bundle) {
         Ok(b) => b,
         Err(e) => return fail(false, "input", format!("{}: {e}", args.bundle.display())),
     };
@@ -515,11 +519,8 @@ pub fn run_sign(args: SignArgs) -> ExitCode {
         attestation::text::escape(&args.auditor),
         b.signatures.len()
     );
-    ExitCode::SUCCESS
+    Exit::Success.into()
 }
-
-/// Why collateral was refused before verification: (exit code: 1 rejected, 2 unusable; check name; detail).
-pub type Refusal = (u8, &'static str, String);
 
 /// The check that fails when the founder named auditor keys and the collateral is not signed by enough of them,
 /// wherever it came from (docs/verification.md, "Auditor-signed collateral").
@@ -573,7 +574,7 @@ impl CollateralArgs {
     pub fn check_collateral_flag(&self, flag: Option<&Path>) -> Result<(), Refusal> {
         match (flag, &self.source.cache) {
             (Some(f), Some(c)) => Err((
-                2,
+                Exit::Unusable,
                 "usage",
                 format!(
                     "--collateral {} with --cache {}: the collateral would come from the file and the cache would \
@@ -593,7 +594,7 @@ impl CollateralArgs {
         let n = self.collateral_auditor_key.len();
         if self.auditors_named() && (k as usize) > n {
             return Err((
-                2,
+                Exit::Unusable,
                 "usage",
                 format!(
                     "--collateral-auditors-required {k} with {n} --collateral-auditor-key: no collateral could \
@@ -612,7 +613,7 @@ impl CollateralArgs {
         }
         let k = self.auditors_required();
         Err((
-            1,
+            Exit::Rejected,
             COLLATERAL_UNSIGNED,
             format!(
                 "{what} is signed by no auditor, and --collateral-auditor-key requires the signatures of {k} \
@@ -643,8 +644,13 @@ impl CollateralArgs {
         path: &Path,
         bytes: &[u8],
     ) -> Result<(Bundle, verifier_lib::collateral::bundle::SignatureCheck), Refusal> {
-        let b = Bundle::from_json(bytes)
-            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        let b = Bundle::from_json(bytes).map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         if !self.auditors_named() {
             return Ok((
                 b,
@@ -658,13 +664,17 @@ impl CollateralArgs {
         self.check_usage()?;
         let mut keys = Vec::new();
         for k in &self.collateral_auditor_key {
-            let key =
-                measurements::set::load_public_key(k).map_err(|e| (2, "input", e.to_string()))?;
+            let key = measurements::set::load_public_key(k)
+                .map_err(|e| (Exit::Unusable, "input", e.to_string()))?;
             keys.push((k.display().to_string(), key));
         }
         match b.check_signatures(&keys, self.auditors_required() as usize) {
             Ok(c) => Ok((b, c)),
-            Err(e) => Err((1, COLLATERAL_UNSIGNED, format!("{}: {e}", path.display()))),
+            Err(e) => Err((
+                Exit::Rejected,
+                COLLATERAL_UNSIGNED,
+                format!("{}: {e}", path.display()),
+            )),
         }
     }
 
@@ -791,8 +801,8 @@ pub fn tdx_collateral(
     args.check_usage()?;
     args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
-        let bytes =
-            super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
+        let bytes = super::input::read_input(path)
+            .map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
         if !Bundle::is_bundle(&bytes) {
             args.refuse_unsigned(&format!(
                 "the bare collateral file --collateral {} (not a bundle)",
@@ -807,12 +817,13 @@ pub fn tdx_collateral(
         let note = bundle_note(path, &b, &check);
         let tdx = b.content.tdx.ok_or_else(|| {
             (
-                2,
+                Exit::Unusable,
                 "collateral-format",
                 format!("{}: the bundle has no TDX part", path.display()),
             )
         })?;
-        let json = serde_json::to_vec(&tdx).map_err(|e| (2, "collateral-format", e.to_string()))?;
+        let json = serde_json::to_vec(&tdx)
+            .map_err(|e| (Exit::Unusable, "collateral-format", e.to_string()))?;
         return Ok(Some((json, note)));
     }
     if !args.wants_cache_or_network() {
@@ -825,7 +836,7 @@ pub fn tdx_collateral(
     })?;
     let got = args
         .tdx_from_sources(quote, now)
-        .map_err(|e| (2, e.check(), e.to_string()))?;
+        .map_err(|e| (Exit::Unusable, e.check(), e.to_string()))?;
     Ok(Some((
         got.json,
         sources_note(args.online, got.urls, got.cache),
@@ -860,11 +871,11 @@ pub fn snp_collateral(
     args.check_usage()?;
     args.check_collateral_flag(flag)?;
     if let Some(path) = flag {
-        let bytes =
-            super::read_input(path).map_err(|e| (2, "input", format!("--collateral: {e}")))?;
+        let bytes = super::input::read_input(path)
+            .map_err(|e| (Exit::Unusable, "input", format!("--collateral: {e}")))?;
         if !Bundle::is_bundle(&bytes) {
             return Err((
-                2,
+                Exit::Unusable,
                 "collateral-format",
                 format!(
                     "{}: not a collateral bundle (`verify-attestation fetch --bundle` writes one); SEV-SNP \
@@ -877,17 +888,25 @@ pub fn snp_collateral(
         let note = bundle_note(path, &b, &check);
         let snp = b.content.snp.as_ref().ok_or_else(|| {
             (
-                2,
+                Exit::Unusable,
                 "collateral-format",
                 format!("{}: the bundle has no SEV-SNP part", path.display()),
             )
         })?;
-        let certs = snp
-            .certs()
-            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
-        let crl = snp
-            .crl()
-            .map_err(|e| (2, "collateral-format", format!("{}: {e}", path.display())))?;
+        let certs = snp.certs().map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
+        let crl = snp.crl().map_err(|e| {
+            (
+                Exit::Unusable,
+                "collateral-format",
+                format!("{}: {e}", path.display()),
+            )
+        })?;
         return Ok(Some(SnpCollateral { certs, crl, note }));
     }
     if !args.wants_cache_or_network() {
@@ -900,7 +919,7 @@ pub fn snp_collateral(
     })?;
     let (f, dir) = args
         .snp_from_sources(report, want_crl, allow_simulated, now)
-        .map_err(|e| (2, e.check(), e.to_string()))?;
+        .map_err(|e| (Exit::Unusable, e.check(), e.to_string()))?;
     let urls = f.origins.iter().map(|(_, u, _)| u.clone()).collect();
     Ok(Some(SnpCollateral {
         certs: f.bundle(),

@@ -2,7 +2,7 @@
 //! beside their keys. The keys are the policy flags' names without `--` (`min-tcb`, `forbid-smt`, ...); the
 //! file fills the same [`PolicyArgs`] the flags fill, and a flag given on the command line overrides the file.
 
-use super::snp_report::PolicyArgs;
+use super::policy_args::PolicyArgs;
 use serde::Deserialize;
 use std::path::Path;
 use std::str::FromStr;

@@ -4,8 +4,8 @@
 //!
 //! Exit 0 decoded, 2 unusable input. Nothing printed here is checked: the output says so on its first line.
 
+use super::exit::{unusable, Exit};
 use super::kind::{self, Kind};
-use super::snp_report::unusable;
 use attestation::snp::{AttestationReport, Product, TcbVersion};
 use attestation::tdx::Quote;
 use std::path::PathBuf;
@@ -396,7 +396,7 @@ fn show_evidence(bytes: &[u8]) -> Result<Shown, String> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let raw = match super::read_input(&args.file) {
+    let raw = match super::input::read_input(&args.file) {
         Ok(b) => b,
         Err(e) => return unusable(args.json, "input", format!("file: {e}")),
     };
@@ -439,5 +439,5 @@ pub fn run(args: Args) -> ExitCode {
         rows.append(&mut s.rows);
         print!("{}", print_table(&rows, ""));
     }
-    ExitCode::SUCCESS
+    Exit::Success.into()
 }

@@ -3,137 +3,16 @@
 //!
 //! Exit 0 verified, 1 rejected, 2 unusable input (unreadable file, malformed report or certificates).
 
-use attestation::hex::Hex;
 use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use verifier_lib::output;
-use verifier_lib::snp::policy::{AbiVersion, TcbMinimum};
-use verifier_lib::snp::{self, CertBundle, ChainOptions, Policy};
+use verifier_lib::snp::{self, CertBundle, ChainOptions};
 
-/// The acceptability policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct PolicyArgs {
-    /// Accepted launch MEASUREMENT (96 hex digits); repeat for any of several. Default: not checked.
-    #[arg(long = "measurement", value_name = "HEX")]
-    pub measurement: Vec<Hex<48>>,
-    /// Required REPORT_DATA (128 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub report_data: Option<Hex<64>>,
-    /// Required HOST_DATA (64 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub host_data: Option<Hex<32>>,
-    /// Required FAMILY_ID (32 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub family_id: Option<Hex<16>>,
-    /// Required IMAGE_ID (32 hex digits). Default: not checked.
-    #[arg(long, value_name = "HEX")]
-    pub image_id: Option<Hex<16>>,
-    /// Accepted ID_KEY_DIGEST (96 hex digits); repeatable. Default: not checked.
-    #[arg(long = "id-key-digest", value_name = "HEX")]
-    pub id_key_digest: Vec<Hex<48>>,
-    /// Accepted AUTHOR_KEY_DIGEST (96 hex digits, AUTHOR_KEY_EN must be set); repeatable. Default: not checked.
-    #[arg(long = "author-key-digest", value_name = "HEX")]
-    pub author_key_digest: Vec<Hex<48>>,
-    /// Accept a guest whose policy allows debugging. Default: forbidden.
-    #[arg(long)]
-    pub allow_debug: bool,
-    /// Accept a guest whose policy allows a migration agent. Default: forbidden.
-    #[arg(long)]
-    pub allow_migration_agent: bool,
-    /// Reject a guest policy that allows SMT, or a platform with SMT enabled. Default: SMT allowed.
-    #[arg(long)]
-    pub forbid_smt: bool,
-    /// Require the guest policy's SINGLE_SOCKET bit. Default: not required.
-    #[arg(long)]
-    pub require_single_socket: bool,
-    /// Minimum firmware ABI as MAJOR.MINOR (current firmware). Default: none.
-    #[arg(long, value_name = "MAJOR.MINOR")]
-    pub min_abi: Option<AbiVersion>,
-    /// Required VMPL of the report request. Default: any VMPL.
-    #[arg(long, value_name = "N")]
-    pub vmpl: Option<u32>,
-    /// Minimum GUEST_SVN. Default: none.
-    #[arg(long, value_name = "N")]
-    pub min_guest_svn: Option<u32>,
-    /// Minimum CURRENT/COMMITTED/REPORTED TCB, e.g. `bl=3,tee=0,snp=10,ucode=115[,fmc=1]`. Default: none.
-    #[arg(long, value_name = "LIST")]
-    pub min_tcb: Option<TcbMinimum>,
-    /// Minimum LAUNCH_TCB, same syntax as --min-tcb. Default: none.
-    #[arg(long, value_name = "LIST")]
-    pub min_launch_tcb: Option<TcbMinimum>,
-    /// Minimum firmware build (current and committed). Default: none.
-    #[arg(long, value_name = "N")]
-    pub min_build: Option<u8>,
-    /// Reject provisional firmware (CURRENT differs from COMMITTED). Default: allowed.
-    #[arg(long)]
-    pub forbid_provisional_firmware: bool,
-}
-
-impl PolicyArgs {
-    /// The SEV-SNP-only flags given (every flag but `--measurement`, `--report-data` and `--allow-debug`, which
-    /// TDX evidence uses too), by name: on TDX evidence each is an error, not silently ignored.
-    pub fn snp_only_flags_given(&self) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        let mut given = |b: bool, name: &'static str| {
-            if b {
-                out.push(name);
-            }
-        };
-        given(self.host_data.is_some(), "--host-data");
-        given(self.family_id.is_some(), "--family-id");
-        given(self.image_id.is_some(), "--image-id");
-        given(!self.id_key_digest.is_empty(), "--id-key-digest");
-        given(!self.author_key_digest.is_empty(), "--author-key-digest");
-        given(self.allow_migration_agent, "--allow-migration-agent");
-        given(self.forbid_smt, "--forbid-smt");
-        given(self.require_single_socket, "--require-single-socket");
-        given(self.min_abi.is_some(), "--min-abi");
-        given(self.vmpl.is_some(), "--vmpl");
-        given(self.min_guest_svn.is_some(), "--min-guest-svn");
-        given(self.min_tcb.is_some(), "--min-tcb");
-        given(self.min_launch_tcb.is_some(), "--min-launch-tcb");
-        given(self.min_build.is_some(), "--min-build");
-        given(
-            self.forbid_provisional_firmware,
-            "--forbid-provisional-firmware",
-        );
-        out
-    }
-
-    /// The [`Policy`] these flags describe.
-    pub fn to_policy(&self) -> Policy {
-        Policy {
-            allow_debug: self.allow_debug,
-            allow_migration_agent: self.allow_migration_agent,
-            allow_smt: !self.forbid_smt,
-            require_single_socket: self.require_single_socket,
-            min_abi: self.min_abi,
-            vmpl: self.vmpl,
-            min_guest_svn: self.min_guest_svn,
-            min_tcb: self.min_tcb.unwrap_or_default(),
-            min_launch_tcb: self.min_launch_tcb.unwrap_or_default(),
-            min_build: self.min_build,
-            allow_provisional_firmware: !self.forbid_provisional_firmware,
-            measurements: self.measurement.clone(),
-            report_data: self.report_data,
-            host_data: self.host_data,
-            family_id: self.family_id,
-            image_id: self.image_id,
-            id_key_digests: self.id_key_digest.clone(),
-            author_key_digests: self.author_key_digest.clone(),
-        }
-    }
-}
-
-/// Parses a verification time: RFC 3339 (`2025-01-01T00:00:00Z`) or Unix seconds.
-pub fn parse_time(s: &str) -> Result<time::OffsetDateTime, String> {
-    if let Ok(secs) = s.parse::<i64>() {
-        return time::OffsetDateTime::from_unix_timestamp(secs).map_err(|e| format!("`{s}`: {e}"));
-    }
-    time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
-        .map_err(|e| format!("`{s}` is neither RFC 3339 nor Unix seconds ({e})"))
-}
+use super::exit::{refusal_exit, rejected, unusable, Exit};
+// Shared with every SEV-SNP subcommand; named here as before.
+pub use super::input::parse_time;
+pub use super::policy_args::PolicyArgs;
 
 /// Arguments of `verify-attestation snp-report`.
 #[derive(clap::Args, Debug)]
@@ -172,32 +51,6 @@ pub struct Args {
     pub policy: PolicyArgs,
 }
 
-/// Prints an unusable-input result and returns exit code 2: with `json` the one object
-/// `{"verified": false, "error": {"check", "detail"}, "failures": [the error]}`, otherwise a message on stderr.
-pub fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
-    if json {
-        let v = attestation::cli_io::error_json("verified", check, &detail);
-        println!("{}", attestation::text::json_safe(&v.to_string()));
-    } else {
-        eprintln!("verify-attestation: {}", attestation::text::escape(&detail));
-    }
-    ExitCode::from(2)
-}
-
-/// Prints a rejection found before verification (exit 1), e.g. a bundle without enough auditor signatures.
-pub fn rejected(json: bool, check: &'static str, detail: String) -> ExitCode {
-    if json {
-        let v = serde_json::json!({ "verified": false, "failures": [verifier_lib::Failure::new(check, detail)] });
-        println!("{}", attestation::text::json_safe(&v.to_string()));
-    } else {
-        eprintln!(
-            "verify-attestation: REJECTED: {}",
-            attestation::text::escape(&detail)
-        );
-    }
-    ExitCode::from(1)
-}
-
 /// Checks the report's REPORTED_TCB (the TCB its VCEK attests) against a TCB baseline: one `tcb-baseline`
 /// failure per component below its floor. Returns the JSON summary.
 pub fn apply_baseline(
@@ -226,24 +79,15 @@ pub fn apply_baseline(
     })
 }
 
-/// Prints a refusal of the collateral: exit 1 a rejection (`collateral-unsigned`), exit 2 unusable input.
-pub(crate) fn refusal_exit(json: bool, (exit, check, why): super::fetch::Refusal) -> ExitCode {
-    if exit == 1 {
-        rejected(json, check, why)
-    } else {
-        unusable(json, check, why)
-    }
-}
-
 /// The flags that conflict with one another (exit 2), then, with auditor keys named, the collateral inputs that
 /// cannot carry an auditor's signature (`collateral-unsigned`, exit 1): `--certs DIR`, `--crl FILE`, a
 /// `--tcb-baseline` file.
-fn refuse_unsigned_inputs(args: &Args) -> Result<(), super::fetch::Refusal> {
+fn refuse_unsigned_inputs(args: &Args) -> Result<(), super::exit::Refusal> {
     let c = &args.collateral_args;
     c.check_usage()?;
     if let (Some(dir), true) = (&args.certs, c.wants_cache_or_network()) {
         return Err((
-            2,
+            Exit::Unusable,
             "usage",
             format!(
                 "--certs {} with {}: the certificates would come from the directory and the {} would go \
@@ -265,7 +109,7 @@ fn refuse_unsigned_inputs(args: &Args) -> Result<(), super::fetch::Refusal> {
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_main_input(
+    let bytes = match super::input::read_main_input(
         args.json,
         "report",
         &args.report,
@@ -287,7 +131,7 @@ pub fn run(args: Args) -> ExitCode {
     if let Err(refusal) = refuse_unsigned_inputs(&args) {
         return refusal_exit(args.json, refusal);
     }
-    let at_s = super::at_or_now(args.at).unix_timestamp();
+    let at_s = super::input::at_or_now(args.at).unix_timestamp();
     let mut source_crl = None;
     let collateral_note: serde_json::Value;
     let bundle = if let Some(dir) = &args.certs {
@@ -318,7 +162,7 @@ pub fn run(args: Args) -> ExitCode {
                         .into(),
                 )
             }
-            Err((1, check, why)) => return rejected(args.json, check, why),
+            Err((Exit::Rejected, check, why)) => return rejected(args.json, check, why),
             Err((_, check, why)) => return unusable(args.json, check, why),
         }
     };
@@ -326,12 +170,12 @@ pub fn run(args: Args) -> ExitCode {
         Ok(b) => b,
         Err(e) => return unusable(args.json, "input", e),
     };
-    let crl = match super::read_crl(args.json, args.crl.as_deref()) {
+    let crl = match super::input::read_crl(args.json, args.crl.as_deref()) {
         Ok(b) => b.or(source_crl),
         Err(exit) => return exit,
     };
     let opts = ChainOptions {
-        at: super::at_or_now(args.at),
+        at: super::input::at_or_now(args.at),
         crl,
         allow_simulated: args.allow_simulated,
     };
@@ -395,8 +239,8 @@ pub fn run(args: Args) -> ExitCode {
         );
     }
     if v.verified() {
-        ExitCode::SUCCESS
+        Exit::Success.into()
     } else {
-        ExitCode::from(1)
+        Exit::Rejected.into()
     }
 }

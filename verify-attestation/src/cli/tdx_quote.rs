@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cli::snp_report::parse_time;
+use super::exit::Exit;
+use super::input::parse_time;
 use attestation::hex::Hex;
 use attestation::tdx::Quote;
 use verifier_lib::output::print_table;
@@ -219,7 +220,7 @@ fn unusable(json: bool, check: &str, detail: String) -> ExitCode {
             attestation::text::escape(&detail)
         );
     }
-    ExitCode::from(2)
+    Exit::Unusable.into()
 }
 
 /// The `tee` label the chain implies: `tdx` for the Intel root, `sim-tdx` otherwise.
@@ -369,7 +370,7 @@ pub fn table_with(v: &TdxVerification, claims: &[verifier_lib::output::Claim]) -
 
 /// Runs the subcommand.
 pub fn run(args: Args) -> ExitCode {
-    let bytes = match super::read_main_input(
+    let bytes = match super::input::read_main_input(
         args.json,
         "quote",
         &args.quote,
@@ -396,7 +397,7 @@ pub fn run(args: Args) -> ExitCode {
                 .into(),
         );
     }
-    let at = super::at_or_now(args.at).unix_timestamp();
+    let at = super::input::at_or_now(args.at).unix_timestamp();
     let (collateral_bytes, collateral_note) = match super::fetch::tdx_collateral(
         &args.collateral_args,
         args.collateral.as_deref(),
@@ -409,11 +410,11 @@ pub fn run(args: Args) -> ExitCode {
                 .collateral_args
                 .refuse_unsigned("no collateral (none was given)")
             {
-                return super::snp_report::rejected(args.json, check, why);
+                return super::exit::rejected(args.json, check, why);
             }
             (None, serde_json::Value::Null)
         }
-        Err((1, check, why)) => return super::snp_report::rejected(args.json, check, why),
+        Err((Exit::Rejected, check, why)) => return super::exit::rejected(args.json, check, why),
         Err((_, check, why)) => return unusable(args.json, check, why),
     };
     let policy = args.policy.to_policy();
@@ -435,21 +436,22 @@ pub fn run(args: Args) -> ExitCode {
             );
         }
     };
-    let replay = match super::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
-        Ok(None) => None,
-        Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
-            Ok(r) => Some(r),
-            Err(e) => {
-                let p = args.event_log.as_deref().unwrap_or(Path::new("-"));
-                return unusable(
-                    args.json,
-                    "event-log-format",
-                    format!("{}: {e}", p.display()),
-                );
-            }
-        },
-        Err(exit) => return exit,
-    };
+    let replay =
+        match super::input::read_flag_file(args.json, "--event-log", args.event_log.as_deref()) {
+            Ok(None) => None,
+            Ok(Some(b)) => match measurements::tdx::replay_rtmrs(&b) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    let p = args.event_log.as_deref().unwrap_or(Path::new("-"));
+                    return unusable(
+                        args.json,
+                        "event-log-format",
+                        format!("{}: {e}", p.display()),
+                    );
+                }
+            },
+            Err(exit) => return exit,
+        };
     if let Some(r) = replay {
         let quoted = v.quote.td().rtmr;
         for i in r.mismatches(&quoted) {
@@ -481,8 +483,8 @@ pub fn run(args: Args) -> ExitCode {
         print!("{}", table_with(&v, &claims));
     }
     if v.verified() {
-        ExitCode::SUCCESS
+        Exit::Success.into()
     } else {
-        ExitCode::from(1)
+        Exit::Rejected.into()
     }
 }
