@@ -194,8 +194,9 @@ pub struct VmRun {
     pub key_sha256: [u8; 32],
 }
 
-/// The pieces the bundle is written in (between them the progress may print a "still" line).
-const BUNDLE_PIECE: usize = 4 << 20;
+/// The pieces the bundle is written in (between them the progress may print a "still" line): 64 MiB, about a
+/// second of the channel under TCG, so that a bundle of up to 64 MiB still goes in one write.
+const BUNDLE_PIECE: usize = 64 << 20;
 
 /// How long the host waits for QEMU's answers when it removes the install network at the cut.
 const QMP_TIMEOUT: Duration = Duration::from_secs(10);
