@@ -29,6 +29,7 @@ if [ "$root" = 1 ] && [ ! -f "$bpo" ] && ! apt-cache policy 2>/dev/null | grep -
     exit 1
   fi
   say "added $bpo (bookworm-backports, derived from debian.sources)"
+  say "updating apt's package lists"
   apt-get update -qq
 fi
 
@@ -63,6 +64,7 @@ if ! ls "$target"/vm-kernel/boot/vmlinuz-* >/dev/null 2>&1; then
   say "downloading $vpkg into $target/vm-kernel"
   rm -rf "$target/vm-kernel" && mkdir -p "$target/vm-kernel"
   (cd "$target/vm-kernel" && apt-get download -qq -t bookworm-backports "$vpkg" 2>/dev/null \
+    && say "extracting the kernel and its modules from $vpkg" \
     && dpkg-deb --fsys-tarfile ./*.deb | tar -x --wildcards './boot/vmlinuz-*' './boot/config-*' \
          './lib/modules/*/modules.*' './lib/modules/*/kernel/net/*' './lib/modules/*/kernel/drivers/net/*' \
          './lib/modules/*/kernel/drivers/md/*' './lib/modules/*/kernel/fs/erofs/*' \

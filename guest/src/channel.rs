@@ -5,7 +5,9 @@
 //! naming what arrived. The exchange, in order (docs/vm.md):
 //! `Hello` (guest) -> `KeyAnnounce` (guest) -> `JobHeader` (host) -> `ReportRequest`/`Report` (sim only) -> `BundleRequest` (guest) ->
 //! `Bundle` (host) -> [`InstallStart` (guest) -> `Cut` (guest) -> `CutDone` (host), for a job with an install
-//! phase] -> `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off.
+//! phase] -> `Evidence` or `Failure` (guest) -> `Ack` (host) -> the guest powers off. From the bundle's arrival
+//! to the evidence the guest also sends `Progress` frames (its phase, on each change and every
+//! [`PROGRESS_EVERY`]), which the host shows on its stderr and otherwise ignores.
 
 use attestation::wire::{Reader, WireError};
 use std::io::{Read, Write};
@@ -55,6 +57,69 @@ pub enum FrameType {
     /// ([`attestation::pool_ledger::key_sha256`], [`KEY_ANNOUNCE_LEN`] bytes). The key exists before the nonce:
     /// the host obtains the nonce for this key (a hosted pool issues it, docs/pool.md), then sends the header.
     KeyAnnounce = 14,
+    /// Guest -> host, at any point after the bundle arrived: the phase the guest is in and for how long
+    /// ([`ProgressNote`]); sent on every change of phase and every [`PROGRESS_EVERY`] while a phase lasts.
+    Progress = 15,
+}
+
+/// How often the guest repeats its current phase in a `Progress` frame while the phase lasts.
+pub const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// The longest phase name a `Progress` frame carries.
+pub const MAX_PHASE_NAME: usize = 32;
+
+/// A `Progress` payload: `phase || ' ' || seconds` (ASCII): the guest's phase (lowercase letters and `-`, 1 to
+/// [`MAX_PHASE_NAME`] bytes) and the whole seconds it has lasted so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressNote {
+    /// The phase (`intake`, `prepare`, `install`, `cut`, `test`, `classify`, `seal`).
+    pub phase: String,
+    /// Whole seconds since the phase started.
+    pub elapsed_s: u32,
+}
+
+impl ProgressNote {
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        format!("{} {}", self.phase, self.elapsed_s).into_bytes()
+    }
+
+    /// Parses a payload; anything but a well-formed phase name, one space and a decimal number is malformed.
+    pub fn decode(p: &[u8]) -> Result<ProgressNote, ChannelError> {
+        let bad = |detail: String| ChannelError::Malformed {
+            kind: FrameType::Progress,
+            detail,
+        };
+        let shown = || {
+            attestation::text::escape(&String::from_utf8_lossy(&p[..p.len().min(48)])).into_owned()
+        };
+        let text =
+            std::str::from_utf8(p).map_err(|_| bad(format!("`{}` is not UTF-8", shown())))?;
+        let (phase, secs) = text
+            .split_once(' ')
+            .ok_or_else(|| bad(format!("`{}`: expected `PHASE SECONDS`", shown())))?;
+        if phase.is_empty()
+            || phase.len() > MAX_PHASE_NAME
+            || !phase.bytes().all(|b| b.is_ascii_lowercase() || b == b'-')
+        {
+            return Err(bad(format!(
+                "`{}`: the phase must be 1 to {MAX_PHASE_NAME} lowercase letters or `-`",
+                shown()
+            )));
+        }
+        if secs.is_empty() || !secs.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(format!(
+                "`{}`: the seconds are not a decimal number",
+                shown()
+            )));
+        }
+        let elapsed_s = secs
+            .parse()
+            .map_err(|_| bad(format!("`{}`: the seconds exceed {}", shown(), u32::MAX)))?;
+        Ok(ProgressNote {
+            phase: phase.to_owned(),
+            elapsed_s,
+        })
+    }
 }
 
 /// The length of a `KeyAnnounce` payload: a SHA-256.
@@ -87,6 +152,7 @@ impl FrameType {
             12 => Cut,
             13 => CutDone,
             14 => KeyAnnounce,
+            15 => Progress,
             _ => return None,
         })
     }
@@ -539,6 +605,46 @@ mod tests {
             read_frame(&mut [1u8, 0].as_slice(), "x"),
             Err(ChannelError::TruncatedHeader(2))
         ));
+    }
+
+    #[test]
+    fn a_progress_note_round_trips_and_anything_else_is_named() {
+        let n = ProgressNote {
+            phase: "install".into(),
+            elapsed_s: 12,
+        };
+        assert_eq!(n.encode(), b"install 12");
+        let mut buf = Vec::new();
+        write_frame(&mut buf, FrameType::Progress, &n.encode()).expect("write");
+        let p = expect_frame(&mut buf.as_slice(), FrameType::Progress, "progress").expect("read");
+        assert_eq!(ProgressNote::decode(&p).expect("decode"), n);
+        assert_eq!(FrameType::from_byte(15), Some(FrameType::Progress));
+        for bad in [
+            &b""[..],
+            b"install",
+            b"install ",
+            b" 3",
+            b"Install 3",
+            b"install 3 4",
+            b"install -3",
+            b"install 99999999999",
+            b"in\x1bstall 3",
+            b"\xff 3",
+            b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa 1",
+        ] {
+            let e = ProgressNote::decode(bad).expect_err("malformed");
+            assert!(
+                matches!(
+                    e,
+                    ChannelError::Malformed {
+                        kind: FrameType::Progress,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
+            assert!(!e.to_string().contains('\x1b'), "escaped: {e}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod init;
 pub mod net;
+pub mod progress;
 pub mod tee;
 pub mod verity;
 
@@ -127,15 +128,15 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let mut rd = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let mut wr = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let ch = |e: ChannelError| format!("job channel: {e}");
-    channel::write_frame(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
+    progress::send(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
     init::mark("the job channel is open; Hello sent (agent ready)");
     // The evidence key exists before the nonce: its hash goes to the host, which obtains the nonce for it (a
     // hosted pool issues one per key and records it, docs/pool.md); the same key is bound and seals below.
     let keyed = KeyFirst::new();
-    channel::write_frame(&mut wr, FrameType::KeyAnnounce, &keyed.key_sha256()).map_err(ch)?;
+    progress::send(&mut wr, FrameType::KeyAnnounce, &keyed.key_sha256()).map_err(ch)?;
     init::mark("KeyAnnounce sent");
     let fail = |wr: &mut File, why: String| {
-        let _ = channel::write_frame(wr, FrameType::Failure, why.as_bytes());
+        let _ = progress::send(wr, FrameType::Failure, why.as_bytes());
         why
     };
     let header = match channel::expect_frame(&mut rd, FrameType::JobHeader, "the job header")
@@ -183,7 +184,7 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         Ok(b) => b,
         Err(e) => return Err(fail(&mut wr, format!("sealing the evidence: {e}"))),
     };
-    channel::write_frame(&mut wr, FrameType::Evidence, &bytes).map_err(ch)?;
+    progress::send(&mut wr, FrameType::Evidence, &bytes).map_err(ch)?;
     console(&format!(
         "evidence sent ({} bytes, outcome {})",
         bytes.len(),
@@ -223,7 +224,7 @@ fn exhausted(inputs: Inputs, stage: &str, reason: &str) -> Verdict {
 
 /// Receives the bundle, checks it against the header, and runs intake and the fence on it.
 fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict {
-    if let Err(e) = channel::write_frame(rd, FrameType::BundleRequest, b"") {
+    if let Err(e) = progress::send(rd, FrameType::BundleRequest, b"") {
         return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
     }
     init::mark("BundleRequest sent");
@@ -288,6 +289,11 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         );
     }
     init::mark(&format!("the bundle received and checked ({len} bytes)"));
+    // From here to the verdict the host is told the guest's phase, at once and every few seconds.
+    let reporter = rd
+        .try_clone()
+        .ok()
+        .map(|port| progress::Reporter::start(port, channel::PROGRESS_EVERY));
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), header.nonce.clone());
     opts.isolation = Isolation::Vm;
     // The operator's [egress] settings the host announced: recorded in the verdict; the host dialer applies them.
@@ -337,6 +343,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
         }
     }
     opts.home = Some(PathBuf::from("/root"));
+    opts.on_phase = reporter.as_ref().map(progress::Reporter::hook);
     // Intake again in here: the guest trusts no host.
     let mut v = match run_input(&path, &opts) {
         Ok(v) => v,
@@ -344,6 +351,10 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     };
     let _ = std::fs::remove_file(&path);
     init::mark("intake and the fence done");
+    // No Progress frame after this: the evidence is next on the channel.
+    if let Some(r) = reporter {
+        r.stop();
+    }
     // A block of the image that failed verification during the run (an I/O error to whatever read it) means
     // the run did not use the measured toolchains: our side gave out, whatever the tests said.
     let verified_root = opts

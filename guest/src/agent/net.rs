@@ -203,7 +203,7 @@ impl EgressProvider for VmEgress {
             Err(p) => p.into_inner().take(),
         }
         .ok_or(EgressStartError::AlreadyUsed)?;
-        channel::write_frame(&mut port, FrameType::InstallStart, b"")
+        super::progress::send(&mut port, FrameType::InstallStart, b"")
             .map_err(|e| EgressStartError::Channel(e.to_string()))?;
         for n in super::init::network_modules() {
             note(&self.notes, n);
@@ -248,7 +248,7 @@ impl VmEgressSession {
                 note(&self.notes, format!("cut: {n}"));
             }
         }
-        if let Err(e) = channel::write_frame(&mut self.port, FrameType::Cut, b"") {
+        if let Err(e) = super::progress::send(&mut self.port, FrameType::Cut, b"") {
             note(&self.notes, format!("cut: telling the host: {e}"));
             return;
         }

@@ -70,7 +70,7 @@ impl Tee for ChannelSimTee {
             .lock()
             .map_err(|_| TeeError::Sim("job channel lock poisoned".into()))?;
         let io = |e: channel::ChannelError| TeeError::Sim(format!("job channel: {e}"));
-        channel::write_frame(&mut *port, FrameType::ReportRequest, report_data).map_err(io)?;
+        super::progress::send(&mut *port, FrameType::ReportRequest, report_data).map_err(io)?;
         let f = channel::read_frame(&mut *port, "the sim report").map_err(io)?;
         match f.kind {
             FrameType::Report => {

@@ -27,6 +27,7 @@ pub enum InputError {
 /// ([`run_accepted`]). Intake's refusals come back as `refused` verdicts naming the stage, with every
 /// finding; `Err` only when the input is unusable (missing, unreadable, not a bundle).
 pub fn run_input(input: &Path, opts: &RunOptions) -> Result<Verdict, InputError> {
+    opts.phase_starts("intake");
     let parent = crate::fence::rundir::runs_parent(&std::env::temp_dir())?;
     let verdict = run_input_under(input, opts, &parent);
     crate::fence::rundir::remove_parent_if_empty(&parent);

@@ -46,7 +46,8 @@ pub struct Args {
     /// missing).
     #[arg(long, value_name = "DIR")]
     pub image: Option<PathBuf>,
-    /// Progress of a vm run on stderr: `auto`, `json` or `none`.
+    /// Progress of a vm run on stderr: `auto` (a spinner on a terminal, else plain lines), `text`, `json` or
+    /// `none`.
     #[arg(long, default_value = "auto", value_name = "MODE")]
     pub progress: String,
     /// The founder's nonce, hex, 16 to 64 bytes (random when absent); printed either way, for
@@ -106,17 +107,41 @@ fn vm_setup(no_setup: bool) -> Result<bool, String> {
     eprintln!(
         "setup       the vm tier needs QEMU and Debian's 6.12 kernel: installing them through apt (scripts/vm-setup.sh)"
     );
+    use std::os::fd::AsFd;
     let mut cmd = std::process::Command::new("bash");
     match std::env::var_os("FENCED_RUN_VM_SETUP") {
         Some(script) => cmd.arg(script),
         None => cmd.arg("-c").arg(VM_SETUP).arg("vm-setup.sh"),
     };
-    let status = cmd
+    // The script's lines are passed on (`vm-setup: WHAT` names what the "still" lines then name), and a "still"
+    // line follows every few seconds while apt or the kernel's download is silent; its stdout joins stderr
+    // (stdout is the summary's).
+    let stdout = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::process::Stdio::from)
+        .unwrap_or_else(|_| std::process::Stdio::null());
+    let mut child = cmd
         .arg(&target)
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .status()
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("scripts/vm-setup.sh could not start: {e}"))?;
+    let ticker = crate::vm::progress::Ticker::start("setup", "running scripts/vm-setup.sh");
+    if let Some(err) = child.stderr.take() {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("{}", escape(&line));
+            if let Some(what) = line.strip_prefix("vm-setup: ") {
+                ticker.set(&escape(what));
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for scripts/vm-setup.sh: {e}"))?;
+    drop(ticker);
     if status.success() {
         Ok(true)
     } else {

@@ -45,8 +45,9 @@ pub struct Args {
     /// through and the host paths it may read. Without it: TERM LANG LC_* TZ CI, and no read path.
     #[arg(long, value_name = "FILE")]
     pub operator_config: Option<PathBuf>,
-    /// Progress of a `vm` run on stderr: `auto` (a spinner on a terminal), `json` (one JSON object per line per
-    /// step) or `none`.
+    /// Progress of a `vm` run on stderr: `auto` (a spinner on a terminal, else plain lines), `text` (plain lines:
+    /// each step, the guest's phases, a "still" line every 5 s), `json` (one JSON object per line per event) or
+    /// `none`.
     #[arg(long, default_value = "auto", value_name = "MODE")]
     pub progress: String,
     /// Tests only: the vm tier's host dialer sends this allowlisted NAME:PORT to a loopback ADDRESS:PORT

@@ -305,6 +305,11 @@ fn unxz(packed: &[u8], src: &Path) -> Result<Vec<u8>, String> {
 
 /// Builds the image into `opts.out` and returns its manifest.
 pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
+    // Each step on stderr as it starts, and a "still" line every few seconds while one lasts.
+    let tick = crate::vm::progress::Ticker::start(
+        "image",
+        &format!("building the guest image into {}", opts.out.display()),
+    );
     let kernel = read("kernel", &opts.kernel)?;
     if opts.toolchains.is_some() && opts.modules.is_none() {
         return Err(format!(
@@ -315,7 +320,13 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     }
     // The toolchain image first: its root hash goes on the command line.
     let toolchains = match &opts.toolchains {
-        Some(t) => Some(rootfs::build(t, &opts.out).map_err(|e| e.to_string())?),
+        Some(t) => {
+            tick.step(&format!(
+                "building the toolchain image ({})",
+                t.toolchains.join(", ")
+            ));
+            Some(rootfs::build(t, &opts.out).map_err(|e| e.to_string())?)
+        }
         None => {
             for stale in [rootfs::IMAGE_FILE, "toolchains.json"] {
                 let p = opts.out.join(stale);
@@ -334,6 +345,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         Some(t) => format!("{CMDLINE} {}", rootfs::cmdline_params(t)),
         None => CMDLINE.to_string(),
     };
+    tick.step("packing the initramfs (the agent, busybox, git, the kernel modules)");
     let (tree, agent, included) = initramfs_tree(opts)?;
     let mut initramfs = Vec::new();
     tree.write(&mut initramfs)
@@ -344,6 +356,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
     let mut c384 = Sha384::new();
     c384.update(cmdline.as_bytes());
     c384.update([0u8]);
+    tick.step("extracting the PVH kernel from the bzImage");
     let vm_kernel = match pvh::extract(&kernel) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -354,6 +367,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
             None
         }
     };
+    tick.step("computing the launch measurements");
     let vm = measurements::sim::vm_launch_measurement(
         vm_kernel.as_deref().unwrap_or(&kernel),
         &initramfs,
@@ -398,6 +412,7 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
         toolchains,
         agent_build: opts.agent_build.clone(),
     };
+    tick.step("writing the image's files");
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let mut json = serde_json::to_string_pretty(&manifest).map_err(|e| format!("manifest: {e}"))?;
     json.push('\n');
@@ -425,5 +440,9 @@ pub fn build(opts: &BuildOptions) -> Result<Manifest, String> {
             std::fs::remove_file(&p).map_err(|e| format!("{}: {e}", p.display()))?;
         }
     }
+    tick.step(&format!(
+        "done: measurement {}",
+        &manifest.measurements.vm[..manifest.measurements.vm.len().min(16)]
+    ));
     Ok(manifest)
 }

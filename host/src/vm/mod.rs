@@ -194,6 +194,10 @@ pub struct VmRun {
     pub key_sha256: [u8; 32],
 }
 
+/// The pieces the bundle is written in (between them the progress may print a "still" line): 64 MiB, about a
+/// second of the channel under TCG, so that a bundle of up to 64 MiB still goes in one write.
+const BUNDLE_PIECE: usize = 64 << 20;
+
 /// How long the host waits for QEMU's answers when it removes the install network at the cut.
 const QMP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -292,10 +296,29 @@ impl Vm {
         format!("{msg}\n{}", console_tail(&self.console))
     }
 
-    /// The next frame from the guest, by `deadline`.
-    fn recv(&mut self, deadline: Instant, budget: Duration, what: &str) -> Result<Frame, VmError> {
+    /// The next frame from the guest, by `deadline`; the guest's `Progress` frames on the way go to `progress`
+    /// (a malformed one is a protocol error), which also prints its "still" lines while the host waits.
+    fn recv(
+        &mut self,
+        progress: &mut progress::Progress,
+        deadline: Instant,
+        budget: Duration,
+        what: &str,
+    ) -> Result<Frame, VmError> {
         loop {
+            progress.tick();
             match self.rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Ok(f)) if f.kind == FrameType::Progress => {
+                    match channel::ProgressNote::decode(&f.payload) {
+                        Ok(n) => progress.guest(n),
+                        Err(e) => {
+                            return Err(VmError::Guest(self.fail(format!(
+                                "the guest's {e} (while the host waited for {what})"
+                            ))))
+                        }
+                    }
+                    continue;
+                }
                 Ok(Ok(f)) => return Ok(f),
                 Ok(Err(e)) => {
                     return Err(VmError::Channel(
@@ -330,6 +353,7 @@ impl Vm {
     /// `deadline` still end the wait (a source that never answers is left behind; the run ends).
     fn nonce_for(
         &mut self,
+        progress: &mut progress::Progress,
         mut source: Box<dyn crate::nonce_exchange::NonceSource>,
         key_sha256: [u8; 32],
         deadline: Instant,
@@ -340,6 +364,7 @@ impl Vm {
             let _ = tx.send(source.nonce_for(&key_sha256));
         });
         loop {
+            progress.tick();
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(Ok(n)) => return Ok(n),
                 Ok(Err(e)) => {
@@ -372,6 +397,35 @@ impl Vm {
                 )));
             }
         }
+    }
+
+    /// Sends the Bundle frame in pieces of [`BUNDLE_PIECE`], so that the progress shows "still" lines while a
+    /// large bundle goes out (the frame on the wire is the same as [`channel::write_frame`]'s).
+    fn send_bundle(
+        &mut self,
+        bytes: &[u8],
+        progress: &mut progress::Progress,
+    ) -> Result<(), VmError> {
+        let len = u32::try_from(bytes.len())
+            .ok()
+            .filter(|&l| l <= FrameType::Bundle.max_len())
+            .ok_or_else(|| {
+                VmError::Setup(format!(
+                    "the bundle has {} bytes; the channel carries at most {}",
+                    bytes.len(),
+                    FrameType::Bundle.max_len()
+                ))
+            })?;
+        let io = |e: std::io::Error| VmError::Channel(format!("job channel, sending Bundle: {e}"));
+        let mut head = [0u8; 5];
+        head[0] = FrameType::Bundle as u8;
+        head[1..].copy_from_slice(&len.to_be_bytes());
+        self.wr.write_all(&head).map_err(io)?;
+        for piece in bytes.chunks(BUNDLE_PIECE) {
+            self.wr.write_all(piece).map_err(io)?;
+            progress.tick();
+        }
+        self.wr.flush().map_err(io)
     }
 
     fn send(&mut self, kind: FrameType, payload: &[u8]) -> Result<(), VmError> {
@@ -585,9 +639,12 @@ fn run_steps(
         ))
     })?;
 
+    // The bundle's SHA-256 for the job header, while QEMU boots (not between the guest's key and its header).
+    let bundle_sha256: [u8; 32] = Sha256::digest(bytes).into();
     // Accept QEMU's connection to the channel.
     let boot_deadline = start + opts.timeouts.boot;
     let stream = loop {
+        progress.tick();
         match listener.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -644,7 +701,12 @@ fn run_steps(
         wr: stream,
     };
 
-    let hello = vm.recv(boot_deadline, opts.timeouts.boot, "the agent's hello")?;
+    let hello = vm.recv(
+        progress,
+        boot_deadline,
+        opts.timeouts.boot,
+        "the agent's hello",
+    )?;
     if hello.kind != FrameType::Hello || hello.payload != channel::PROTOCOL {
         return Err(VmError::Guest(vm.fail(format!(
             "the guest's first frame is {:?} {}, not the hello of {}",
@@ -663,9 +725,14 @@ fn run_steps(
     );
     let key_budget = opts.timeouts.attest;
     let key_deadline = Instant::now() + key_budget;
-    let announce = vm.recv(key_deadline, key_budget, "the guest's KeyAnnounce")?;
+    let announce = vm.recv(
+        progress,
+        key_deadline,
+        key_budget,
+        "the guest's KeyAnnounce",
+    )?;
     let key_sha256 = announced_key(&announce).map_err(|e| VmError::Guest(vm.fail(e)))?;
-    let nonce = vm.nonce_for(source, key_sha256, key_deadline, key_budget)?;
+    let nonce = vm.nonce_for(progress, source, key_sha256, key_deadline, key_budget)?;
     let nonce = nonce.as_slice();
     let (tee, measurement) = match attester.join() {
         Ok(Ok(t)) => t,
@@ -679,7 +746,7 @@ fn run_steps(
     let header = JobHeader {
         kind,
         nonce: nonce.to_vec(),
-        bundle_sha256: Sha256::digest(bytes).into(),
+        bundle_sha256,
         bundle_len: bytes.len() as u64,
         egress: opts.egress.clone(),
     };
@@ -696,7 +763,7 @@ fn run_steps(
     let mut what = "the report request or bundle request";
     let mut cut_note: Option<String> = None;
     let evidence_bytes = loop {
-        let f = vm.recv(deadline, budget, what)?;
+        let f = vm.recv(progress, deadline, budget, what)?;
         match f.kind {
             FrameType::ReportRequest => {
                 let rd: [u8; 64] = match f.payload.as_slice().try_into() {
@@ -740,7 +807,7 @@ fn run_steps(
                     vm.wr
                         .set_write_timeout(Some(t.intake))
                         .map_err(|e| VmError::Channel(format!("job channel: {e}")))?;
-                    vm.send(FrameType::Bundle, bytes)?;
+                    vm.send_bundle(bytes, progress)?;
                     let _ = vm.wr.set_write_timeout(None);
                 }
                 if opts.install {
@@ -828,6 +895,7 @@ fn run_steps(
     vm.send(FrameType::Ack, b"")?;
     let shutdown_deadline = Instant::now() + opts.timeouts.shutdown;
     loop {
+        progress.tick();
         if let Ok(Some(_)) = vm.child.try_wait() {
             break;
         }

@@ -14,8 +14,8 @@ mod record;
 
 pub use egress::{EgressProvider, EgressSession, EgressStartError, ProxyEgress};
 pub use options::{
-    random_nonce, RunOptions, TaskImage, ToolchainError, ToolchainRoot, AGENT_VERSION, RELAY_PORT,
-    SANDBOX_ID, SANDBOX_PATH,
+    random_nonce, PhaseHook, RunOptions, TaskImage, ToolchainError, ToolchainRoot, AGENT_VERSION,
+    RELAY_PORT, SANDBOX_ID, SANDBOX_PATH,
 };
 pub use output::Output;
 pub use read_paths::READ_PATH_MAX_ENTRIES;
@@ -134,6 +134,7 @@ fn run_in(
                 gid,
                 socket: &socket,
             };
+            opts.phase_starts("fetch");
             match ctx.fetch(url, pin, install) {
                 Ok(f) => {
                     session = f.session;
@@ -164,6 +165,7 @@ fn run_in(
         }
         v
     };
+    opts.phase_starts("prepare");
     let prep = match prepare::prepare(job, repository, fetched.as_deref(), dir, &mut inputs) {
         Ok(p) => p,
         Err(r) => return with_source(refuse(&r.stage, &r.reason, inputs), session),
@@ -260,6 +262,7 @@ fn run_in(
             port: RELAY_PORT,
             socket: socket.clone(),
         });
+        opts.phase_starts("install");
         let run = ctx.phase(
             "install",
             &install.command,
@@ -282,6 +285,7 @@ fn run_in(
         });
         verdict.output_tail.install = tail_with_header(&run.header, &run.output);
         absorb(&mut verdict, &run);
+        opts.phase_starts("cut");
         // The cut: the install namespace must be gone and every process of it dead before tests start.
         if run.left_after_teardown > 0 || !run.report.namespace_dead {
             verdict.findings.push(finding(
@@ -383,6 +387,7 @@ fn run_in(
          install process was left before this phase started; HOME is a fresh one into which only the install \
          phase's package caches and installed dependencies were moved (docs/fence.md, HOME across the cut)"
     });
+    opts.phase_starts("test");
     let run = test_ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
     verdict.test = Some(TestPhase {
         command: test_command.clone(),
@@ -396,6 +401,7 @@ fn run_in(
     });
     verdict.output_tail.test = tail_with_header(&run.header, &run.output);
     absorb(&mut verdict, &run);
+    opts.phase_starts("classify");
 
     outcome::record_test_outcome(&mut verdict, job, &repo_dir, &run);
     // What the tests ran is what the verdict signs: the protected paths hashed again now the phase is over.

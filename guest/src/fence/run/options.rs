@@ -24,6 +24,10 @@ pub fn random_nonce() -> Vec<u8> {
     n
 }
 
+/// Told the name of each phase of a run as it starts (`intake`, `fetch`, `prepare`, `install`, `cut`, `test`,
+/// `classify`): the vm tier's agent reports them to the host (guest::agent::progress).
+pub type PhaseHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How to run a job (everything that is not in the job file).
 #[derive(Clone)]
 pub struct RunOptions {
@@ -49,6 +53,8 @@ pub struct RunOptions {
     /// A task's pristine `tests/` (`run_input` sets it from intake's copy); the test phase shows it read-only
     /// at [`crate::fence::spec::SANDBOX_TESTS`]. `None` for a repository job.
     pub tests_dir: Option<PathBuf>,
+    /// Told each phase as it starts ([`PhaseHook`]); `None`: nobody is told.
+    pub on_phase: Option<PhaseHook>,
 }
 
 /// A task's environment, built from its Dockerfile and converted into a read-only root file system.
@@ -146,6 +152,14 @@ impl RunOptions {
             toolchains: None,
             task_image: None,
             tests_dir: None,
+            on_phase: None,
+        }
+    }
+
+    /// Tells [`RunOptions::on_phase`], if any, that `phase` starts.
+    pub fn phase_starts(&self, phase: &str) {
+        if let Some(h) = &self.on_phase {
+            h(phase);
         }
     }
 }
