@@ -36,7 +36,11 @@ pub fn workspace() -> PathBuf {
     starts
         .into_iter()
         .flatten()
-        .find_map(|s| s.ancestors().find(|d| declares_workspace(d)).map(PathBuf::from))
+        .find_map(|s| {
+            s.ancestors()
+                .find(|d| declares_workspace(d))
+                .map(PathBuf::from)
+        })
         .unwrap_or_else(|| PathBuf::from("."))
 }
 

@@ -116,7 +116,8 @@ fn no_crate_compiles_a_path_of_the_build_machine_into_its_code() {
     assert_eq!(planted.len(), 1, "{planted:?}");
 
     let ws = workspace();
-    let manifest = std::fs::read_to_string(ws.join("Cargo.toml")).expect("the workspace's Cargo.toml");
+    let manifest =
+        std::fs::read_to_string(ws.join("Cargo.toml")).expect("the workspace's Cargo.toml");
     let members: Vec<String> = manifest
         .split("members = [")
         .nth(1)
