@@ -465,6 +465,20 @@ mod tests {
     }
 
     #[test]
+    fn the_shared_policy_is_left_out_of_the_json_when_empty() {
+        let mut opts = EvidenceOptions::default();
+        let json = serde_json::to_value(Request::from_options(&opts, &ClaimContext::default()))
+            .expect("json");
+        assert!(json.get("shared").is_none(), "{json}");
+        opts.shared.allow_debug = true;
+        let req = Request::from_options(&opts, &ClaimContext::default());
+        let json = serde_json::to_value(&req).expect("json");
+        assert_eq!(json["shared"]["allow_debug"], true, "{json}");
+        let back: Request = serde_json::from_value(json).expect("parse");
+        assert_eq!(back.to_options().expect("options").0.shared, opts.shared);
+    }
+
+    #[test]
     fn bad_requests_and_evidence_are_named() {
         let out: serde_json::Value =
             serde_json::from_str(&verify_json(b"", b"{\"nope\": 1}")).expect("json");
