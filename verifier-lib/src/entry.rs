@@ -33,13 +33,18 @@ pub struct Pins {
     pub run: RunPins,
 }
 
-/// What the founder accepts: the SEV-SNP policy, the TDX policy (each its own type; evidence of one TEE is
-/// judged by that TEE's policy), and whether a chain that ends in a root other than the vendor's is accepted
-/// (the result then says simulated).
+/// What the founder accepts: what applies whatever the TEE (launch measurements, debugging, REPORT_DATA), the
+/// SEV-SNP policy and the TDX policy (each its own type, complete on its own: an input of one TEE is judged by
+/// that TEE's policy and the shared part, never by the other TEE's policy), and whether a chain that ends in a
+/// root other than the vendor's is accepted (the result then says simulated).
 #[derive(Clone, Debug, Default)]
 pub struct Policy {
-    /// SEV-SNP reports and SEV-SNP evidence. For evidence, its `measurements`, `allow_debug` and `report_data`
-    /// also apply to TDX evidence, as `--measurement`, `--allow-debug` and `--report-data` do.
+    /// Every kind of input: its `measurements` are SEV-SNP MEASUREMENTs or TDX MRTDs (on TDX evidence they pin
+    /// the firmware only: a `measurement-incomplete` failure unless [`Pins::leave_rtmrs_unpinned`]), its
+    /// `allow_debug` and `report_data` apply to either TEE, as `--measurement`, `--allow-debug` and
+    /// `--report-data` do.
+    pub shared: crate::evidence::SharedPolicy,
+    /// SEV-SNP reports and SEV-SNP evidence.
     pub snp: crate::snp::Policy,
     /// TDX quotes and TDX evidence.
     pub tdx: crate::tdx::Policy,
@@ -103,6 +108,7 @@ impl<'a> Input<'a> {
     fn evidence_options(&self) -> EvidenceOptions {
         EvidenceOptions {
             chain: self.chain_options(),
+            shared: self.policy.shared.clone(),
             policy: self.policy.snp.clone(),
             nonce: self.pins.nonce.clone(),
             any_measurement: self.pins.any_measurement,
@@ -173,7 +179,8 @@ pub enum VerifyError {
 }
 
 /// Verifies a bare SEV-SNP report: the chain from [`Collateral::snp_certs`] to a pinned AMD ARK (CRL from
-/// [`Collateral::snp_crl`]), the report's signature over its bytes as received, then [`Policy::snp`].
+/// [`Collateral::snp_crl`]), the report's signature over its bytes as received, then [`Policy::snp`] with
+/// [`Policy::shared`].
 pub fn verify_snp_report(input: &Input<'_>) -> Result<Verification, VerifyError> {
     let certs = input
         .collateral
@@ -185,8 +192,9 @@ pub fn verify_snp_report(input: &Input<'_>) -> Result<Verification, VerifyError>
         report: input.bytes,
         certs,
     };
-    let v = crate::snp::verify_report_bytes(&snp_input, &opts, &input.policy.snp)?;
-    let claims = crate::output::snp_claims(&v, &opts, &input.policy.snp, &input.collateral.context);
+    let policy = input.policy.shared.snp_policy(&input.policy.snp);
+    let v = crate::snp::verify_report_bytes(&snp_input, &opts, &policy)?;
+    let claims = crate::output::snp_claims(&v, &opts, &policy, &input.collateral.context);
     Ok(Verification {
         claims,
         failures: v.failures.clone(),
@@ -196,7 +204,7 @@ pub fn verify_snp_report(input: &Input<'_>) -> Result<Verification, VerifyError>
 
 /// Verifies a bare TDX quote: the PCK chain it carries to the pinned Intel root, the QE report and the quote's
 /// signature, the collateral of [`Collateral::tdx`] (signatures, windows, revocation, TCB status), then
-/// [`Policy::tdx`].
+/// [`Policy::tdx`] with [`Policy::shared`] (its measurements as MRTDs).
 pub fn verify_tdx_quote(input: &Input<'_>) -> Result<Verification, VerifyError> {
     let collateral = input
         .collateral
@@ -205,14 +213,15 @@ pub fn verify_tdx_quote(input: &Input<'_>) -> Result<Verification, VerifyError> 
         .map(crate::tdx::Collateral::from_json)
         .transpose()
         .map_err(crate::tdx::TdxError::Collateral)?;
+    let policy = input.policy.shared.tdx_policy(&input.policy.tdx);
     let opts = VerifyOptions {
         collateral: collateral.as_ref(),
         at: input.at.unix_timestamp(),
-        policy: &input.policy.tdx,
+        policy: &policy,
         allow_simulated: input.policy.allow_simulated,
     };
     let v = crate::tdx::verify_quote(input.bytes, &opts)?;
-    let claims = crate::output::tdx_claims(&v, &input.policy.tdx, &input.collateral.context);
+    let claims = crate::output::tdx_claims(&v, &policy, &input.collateral.context);
     Ok(Verification {
         claims,
         failures: v.failures.clone(),

@@ -11,8 +11,10 @@ use crate::failure::Failure;
 use crate::snp::{self, CertBundle, ChainOptions, Policy, RootKind, SnpVerification};
 use attestation::binding;
 use attestation::evidence::{Evidence, EvidenceError, TeeLabel};
+use attestation::hex::Hex;
 use attestation::snp::AttestationReport;
 use attestation::verdict::{Isolation, Outcome, Verdict};
+use std::borrow::Cow;
 
 /// Check names specific to evidence.
 pub mod checks {
@@ -159,12 +161,79 @@ pub struct PinCheck {
     pub held: bool,
 }
 
+/// What the founder accepts of the launch whatever the TEE: the launch measurements, debugging, REPORT_DATA
+/// (`--measurement`, `--allow-debug`, `--report-data`, and the same keys of `--policy FILE`). Evidence of either
+/// TEE is judged by its own TEE's policy together with these ([`SharedPolicy::snp_policy`],
+/// [`SharedPolicy::tdx_policy`]); neither TEE's policy is read for the other's evidence.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SharedPolicy {
+    /// Accepted launch measurements (any of): SEV-SNP MEASUREMENT, TDX MRTD. On TDX evidence they pin the
+    /// firmware only, and the kernel, initramfs and command line go unpinned: a `measurement-incomplete` failure
+    /// unless [`EvidenceOptions::leave_rtmrs_unpinned`].
+    pub measurements: Vec<Hex<48>>,
+    /// Accept a guest whose memory the host can read (an SEV-SNP guest policy with DEBUG, a debug TD).
+    pub allow_debug: bool,
+    /// Required REPORT_DATA (SEV-SNP) or REPORTDATA (TDX). Used when the TEE's own policy requires none.
+    pub report_data: Option<Hex<64>>,
+}
+
+impl SharedPolicy {
+    /// Whether nothing is pinned or allowed here (the TEE policies then apply as they are).
+    pub fn is_empty(&self) -> bool {
+        *self == SharedPolicy::default()
+    }
+
+    /// Moves the shared fields out of an SEV-SNP policy (its `measurements`, `allow_debug`, `report_data`, left
+    /// at their defaults): how the CLI splits the flags it parsed as one SEV-SNP policy.
+    pub fn take_from(snp: &mut Policy) -> SharedPolicy {
+        SharedPolicy {
+            measurements: std::mem::take(&mut snp.measurements),
+            allow_debug: std::mem::take(&mut snp.allow_debug),
+            report_data: snp.report_data.take(),
+        }
+    }
+
+    /// The SEV-SNP policy SEV-SNP evidence is judged by: `snp` with these measurements added to its own,
+    /// debugging allowed when either allows it, and this REPORT_DATA when `snp` requires none.
+    pub fn snp_policy<'a>(&self, snp: &'a Policy) -> Cow<'a, Policy> {
+        if self.is_empty() {
+            return Cow::Borrowed(snp);
+        }
+        let mut p = snp.clone();
+        p.measurements.extend(self.measurements.iter().copied());
+        p.allow_debug |= self.allow_debug;
+        if p.report_data.is_none() {
+            p.report_data = self.report_data;
+        }
+        Cow::Owned(p)
+    }
+
+    /// The TDX policy TDX evidence is judged by: `tdx` with these measurements added to its MRTDs, debugging
+    /// allowed when either allows it, and this REPORT_DATA when `tdx` requires none.
+    pub fn tdx_policy<'a>(&self, tdx: &'a crate::tdx::Policy) -> Cow<'a, crate::tdx::Policy> {
+        if self.is_empty() {
+            return Cow::Borrowed(tdx);
+        }
+        let mut p = tdx.clone();
+        p.mrtd.extend(self.measurements.iter().map(|m| m.0));
+        p.allow_debug |= self.allow_debug;
+        if p.report_data.is_none() {
+            p.report_data = self.report_data.map(|r| r.0);
+        }
+        Cow::Owned(p)
+    }
+}
+
 /// How to verify evidence.
 #[derive(Clone, Debug, Default)]
 pub struct EvidenceOptions {
     /// Time, CRL and whether simulated evidence is acceptable.
     pub chain: ChainOptions,
-    /// The SEV-SNP acceptability policy (its `measurements` are the pinned launch measurements).
+    /// What applies to evidence of either TEE: the launch measurements, debugging, REPORT_DATA.
+    pub shared: SharedPolicy,
+    /// The SEV-SNP acceptability policy, for SEV-SNP evidence only (with [`Self::shared`]; its own
+    /// `measurements` are pinned launch measurements too).
     pub policy: Policy,
     /// The founder's nonce; without it freshness is not checked (the output says so).
     pub nonce: Option<Vec<u8>>,
@@ -184,9 +253,9 @@ pub struct EvidenceOptions {
     /// Skip the nonce on purpose (`--no-nonce`): without it a missing [`Self::nonce`] is a failure
     /// ([`checks::NONCE_UNPINNED`]), since freshness is the founder's only defence against a replayed run.
     pub no_nonce: bool,
-    /// The TDX acceptability policy for TDX evidence (`tdx-quote`'s policy: TCB statuses, advisories, debug,
-    /// SEPT_VE_DISABLE, MR_SERVICETD, attributes, XFAM, MR_CONFIG_ID, MR_OWNER, MR_OWNER_CONFIG, MRTD, RTMRs).
-    /// `policy.allow_debug` and `policy.report_data` apply to TDX evidence too.
+    /// The TDX acceptability policy, for TDX evidence only (with [`Self::shared`]; `tdx-quote`'s policy: TCB
+    /// statuses, advisories, debug, SEPT_VE_DISABLE, MR_SERVICETD, attributes, XFAM, MR_CONFIG_ID, MR_OWNER,
+    /// MR_OWNER_CONFIG, MRTD, RTMRs). Nothing of [`Self::policy`] applies to TDX evidence.
     pub tdx_policy: crate::tdx::Policy,
     /// TDX evidence: accept an image pin that leaves RTMR1/RTMR2 (kernel, initramfs, command line) unpinned, on
     /// purpose; the output then says which registers were compared.
@@ -303,10 +372,12 @@ fn verify_with_report(
     let mut failures = Vec::new();
     // A pin counts only for the TEE it applies to: `--mrtd`/`--rtmr` pin nothing of an SEV-SNP report.
     let pinned = opts.measurement_set.is_some()
-        || !opts.policy.measurements.is_empty()
-        || (!ev.tee.is_snp()
-            && (!opts.tdx_policy.mrtd.is_empty()
-                || opts.tdx_policy.rtmr.iter().any(Option::is_some)));
+        || !opts.shared.measurements.is_empty()
+        || if ev.tee.is_snp() {
+            !opts.policy.measurements.is_empty()
+        } else {
+            !opts.tdx_policy.mrtd.is_empty() || opts.tdx_policy.rtmr.iter().any(Option::is_some)
+        };
     if !pinned && !opts.any_measurement {
         failures.push(Failure::new(
             checks::MEASUREMENT_UNPINNED,
@@ -508,7 +579,7 @@ fn flag_pinned_registers(
     };
     if tdx {
         if !opts.tdx_policy.mrtd.is_empty()
-            || (opts.leave_rtmrs_unpinned && !opts.policy.measurements.is_empty())
+            || (opts.leave_rtmrs_unpinned && !opts.shared.measurements.is_empty())
         {
             out.push("mrtd".to_owned());
         }
@@ -517,7 +588,7 @@ fn flag_pinned_registers(
                 out.push(format!("rtmr{i}"));
             }
         }
-    } else if !opts.policy.measurements.is_empty() {
+    } else if !opts.policy.measurements.is_empty() || !opts.shared.measurements.is_empty() {
         out.push("measurement".to_owned());
     }
     out
@@ -526,7 +597,7 @@ fn flag_pinned_registers(
 /// For TDX evidence pinned by flags: what the pin leaves out of the image, unless RTMRs are deliberately left
 /// unpinned (`None` when the flags pin the whole image or pin nothing, the set being judged on its own).
 fn tdx_image_gap(opts: &EvidenceOptions) -> Option<String> {
-    let raw = !opts.policy.measurements.is_empty();
+    let raw = !opts.shared.measurements.is_empty();
     let mrtd = !opts.tdx_policy.mrtd.is_empty();
     let missing: Vec<String> = TDX_IMAGE_RTMRS
         .iter()
@@ -853,7 +924,7 @@ fn verify_snp_part(
     // The report parsed once, above; the signature is checked over the bytes as received.
     let rd = report.report_data;
     let mut v = snp::verify_parsed(report, &input, &chain_opts);
-    snp::validate(&mut v, &opts.policy);
+    snp::validate(&mut v, &opts.shared.snp_policy(&opts.policy));
     let simulated = v.chain.root == RootKind::Unpinned;
     if simulated && !opts.chain.allow_simulated {
         // First in both lists, so the report's own result is not "verified" either.
@@ -874,16 +945,9 @@ fn verify_tdx_part(
     opts: &EvidenceOptions,
     failures: &mut Vec<Failure>,
 ) -> (ReportVerification, Option<[u8; 64]>, bool) {
-    // The founder's TDX policy; `--measurement` values count as MRTDs (the gap is named in verify_evidence),
-    // and the shared flags (`--allow-debug`, `--report-data`) apply as they do to SEV-SNP evidence.
-    let mut tdx_policy = opts.tdx_policy.clone();
-    tdx_policy
-        .mrtd
-        .extend(opts.policy.measurements.iter().map(|m| m.0));
-    tdx_policy.allow_debug |= opts.policy.allow_debug;
-    if tdx_policy.report_data.is_none() {
-        tdx_policy.report_data = opts.policy.report_data.map(|r| r.0);
-    }
+    // The founder's TDX policy with what applies to either TEE; shared measurements count as MRTDs (the gap
+    // is named in verify_evidence). Nothing of the SEV-SNP policy is read.
+    let tdx_policy = opts.shared.tdx_policy(&opts.tdx_policy);
     // The founder's collateral wins over the evidence's (see `tdx::collateral::choose_for_evidence`).
     let chosen = match crate::tdx::collateral::choose_for_evidence(
         ev.collateral.as_ref(),

@@ -31,7 +31,8 @@
 //! let bytes = std::fs::read("evidence.cbor")?;
 //! let mut input = Input::new(&bytes, time::OffsetDateTime::now_utc());
 //! input.pins.nonce = Some(vec![0x5a; 32]);
-//! input.policy.snp.measurements = vec!["00".repeat(48).parse()?];
+//! // The launch measurement, whatever the TEE (on TDX evidence also pin RTMR1 and RTMR2 in `policy.tdx`).
+//! input.policy.shared.measurements = vec!["00".repeat(48).parse()?];
 //! // Decoded once: the CBOR, and an SEV-SNP report inside; undecodable bytes are an error, not a failed check.
 //! let v = verify_evidence(&input)?;
 //! for c in &v.claims {
@@ -72,7 +73,7 @@ pub use entry::{
     verify_evidence, verify_snp_report, verify_tdx_quote, Collateral, Detail, Input, Pins, Policy,
     Verification, VerifyError,
 };
-pub use evidence::{EvidenceVerification, RunPins};
+pub use evidence::{EvidenceVerification, RunPins, SharedPolicy};
 pub use failure::Failure;
 pub use output::{Claim, ClaimContext, ClaimStatus};
 pub use snp::{CertBundle, Policy as SnpPolicy, SnpVerification};

@@ -182,3 +182,69 @@ fn evidence_of_the_real_report_fails_only_the_key_binding_and_names_every_run_cl
         Err(VerifyError::Evidence(_))
     ));
 }
+
+#[test]
+fn the_shared_policy_pins_a_bare_report_and_quote_and_the_other_tees_policy_does_not() {
+    let Some(snp_dir) = attestation::vectors::dir("snp/milan-v2-virtee-sev") else {
+        return;
+    };
+    let report = read(&snp_dir.join("report.bin"));
+    let measurement = attestation::snp::AttestationReport::from_bytes(&report)
+        .expect("report")
+        .measurement;
+    let mut input = Input::new(&report, collection_time());
+    input.collateral.snp_certs =
+        Some(CertBundle::from_dir(&snp_dir, SigningKey::Vcek).expect("certs"));
+    // The shared pin of the report's own measurement holds; another fails the measurement row alone.
+    input.policy.shared.measurements = vec![attestation::hex::Hex(measurement)];
+    let v = verify_snp_report(&input).expect("a report");
+    assert!(v.verified(), "{:?}", v.failures);
+    assert_eq!(
+        v.claim("measurement").expect("row").status,
+        ClaimStatus::Held
+    );
+    input.policy.shared.measurements = vec!["11".repeat(48).parse().expect("hex")];
+    let v = verify_snp_report(&input).expect("a report");
+    let checks: Vec<&str> = v.failures.iter().map(|f| f.check.as_ref()).collect();
+    assert_eq!(checks, ["measurement"]);
+    // The TDX policy is not read for an SEV-SNP report.
+    input.policy.shared = Default::default();
+    input.policy.tdx.mrtd = vec![[0x11; 48]];
+    input.policy.tdx.report_data = Some([0x22; 64]);
+    let v = verify_snp_report(&input).expect("a report");
+    assert!(v.verified(), "{:?}", v.failures);
+
+    let Some(dir) = attestation::vectors::dir("tdx/dcapqvl-v4-b0c06f-uptodate") else {
+        return;
+    };
+    let quote = read(&dir.join("quote.bin"));
+    let expected: serde_json::Value =
+        serde_json::from_slice(&read(&dir.join("expected.json"))).expect("expected.json");
+    let at = time::OffsetDateTime::from_unix_timestamp(
+        expected["reference_time_unix"].as_i64().expect("time"),
+    )
+    .expect("time");
+    let mut input = Input::new(&quote, at);
+    input.collateral.tdx = Some(read(&dir.join("collateral.json")));
+    let mrtd = match verify_tdx_quote(&input).expect("a quote").detail {
+        Detail::TdxQuote(t) => t.quote.td().mrtd,
+        other => panic!("a TDX quote's detail, got {other:?}"),
+    };
+    // An SEV-SNP policy that pins another measurement and other REPORT_DATA is not read for a TDX quote.
+    input.policy.snp.measurements = vec!["11".repeat(48).parse().expect("hex")];
+    input.policy.snp.report_data = Some("22".repeat(64).parse().expect("hex"));
+    let v = verify_tdx_quote(&input).expect("a quote");
+    assert!(v.verified(), "{:?}", v.failures);
+    // The shared measurements are MRTDs.
+    input.policy.shared.measurements = vec![attestation::hex::Hex(mrtd)];
+    let v = verify_tdx_quote(&input).expect("a quote");
+    assert!(v.verified(), "{:?}", v.failures);
+    assert_eq!(
+        v.claim("measurement").expect("row").status,
+        ClaimStatus::Held
+    );
+    input.policy.shared.measurements = vec!["11".repeat(48).parse().expect("hex")];
+    let v = verify_tdx_quote(&input).expect("a quote");
+    let checks: Vec<&str> = v.failures.iter().map(|f| f.check.as_ref()).collect();
+    assert_eq!(checks, ["mrtd"]);
+}

@@ -4,6 +4,7 @@
 
 use attestation::binding;
 use attestation::evidence::{Evidence, TeeLabel};
+use attestation::hex::Hex;
 use attestation::sim::tdx::{SimQe, SimTd, SimTdxTee};
 use attestation::tee::Tee;
 use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
@@ -11,6 +12,7 @@ use p384::ecdsa::SigningKey;
 use sha2::{Digest, Sha384};
 use verifier_lib::evidence::{checks, verify_evidence, EvidenceOptions};
 use verifier_lib::snp::{ChainOptions, Policy};
+use verifier_lib::Input;
 
 const MRTD: [u8; 48] = [0x3c; 48];
 
@@ -181,4 +183,117 @@ fn tdx_evidence_without_collateral_takes_the_founders_collateral() {
     o.tdx_collateral = Some(carried);
     let v = verify_evidence(&ev, &o);
     assert!(v.verified(), "{:?}", v.failures);
+}
+
+/// What a verification says, for comparing two of them: every failure, the registers compared, whether a
+/// launch measurement counted as pinned.
+fn summary(
+    v: &verifier_lib::evidence::EvidenceVerification,
+) -> (Vec<verifier_lib::Failure>, Vec<String>, bool) {
+    (
+        v.failures.clone(),
+        v.pinned_registers.clone(),
+        v.measurement_pinned,
+    )
+}
+
+#[test]
+fn tdx_evidence_is_judged_by_the_tdx_policy_alone() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // A debug TD (TD attribute bit 0): the TDX policy forbids it unless it allows debugging.
+    let mut attrs = SimTd::default().td_attributes;
+    attrs[0] |= 1;
+    let tee = SimTdxTee::new(
+        SimQe::new(dir.path()).expect("sim qe"),
+        SimTd {
+            mrtd: MRTD,
+            td_attributes: attrs,
+            ..SimTd::default()
+        },
+    );
+    let k = key("guest");
+    let nonce = [7u8; 32];
+    let ev = evidence(&tee, TeeLabel::SimTdx, &k, &k, &nonce, &nonce);
+
+    // The TDX policy given directly: the whole image pinned, debugging forbidden.
+    let base = opts(true, MRTD, &nonce);
+    let v = verify_evidence(&ev, &base);
+    assert_eq!(
+        checks_of(&v),
+        vec!["td-attributes-debug"],
+        "{:?}",
+        v.failures
+    );
+    let want = summary(&v);
+    assert_eq!(want.1, vec!["mrtd", "rtmr1", "rtmr2"]);
+
+    // An SEV-SNP policy that would allow debugging, require other REPORT_DATA, pin another launch measurement
+    // and more: none of it is read for TDX evidence.
+    let hostile = Policy {
+        allow_debug: true,
+        measurements: vec![Hex([0x11; 48])],
+        report_data: Some(Hex([0x44; 64])),
+        vmpl: Some(3),
+        min_guest_svn: Some(99),
+        host_data: Some(Hex([0x55; 32])),
+        ..Policy::default()
+    };
+    let mut o = base.clone();
+    o.policy = hostile.clone();
+    assert_eq!(summary(&verify_evidence(&ev, &o)), want);
+
+    // The TDX policy allowing debugging verifies, whatever the SEV-SNP policy says.
+    let mut o = base.clone();
+    o.tdx_policy.allow_debug = true;
+    assert!(verify_evidence(&ev, &o).verified());
+    o.policy = hostile.clone();
+    let v = verify_evidence(&ev, &o);
+    assert!(v.verified(), "{:?}", v.failures);
+
+    // Nor through the entry point: `Policy::snp` is not read for TDX evidence.
+    let bytes = ev.to_cbor().expect("encode");
+    let mut input = Input::new(&bytes, base.chain.at);
+    input.pins.nonce = Some(nonce.to_vec());
+    input.policy.allow_simulated = true;
+    input.policy.tdx = base.tdx_policy.clone();
+    let plain = verifier_lib::verify_evidence(&input).expect("evidence");
+    input.policy.snp = hostile;
+    let widened = verifier_lib::verify_evidence(&input).expect("evidence");
+    assert_eq!(plain.failures, widened.failures);
+    assert_eq!(plain.claims, widened.claims);
+    assert_eq!(
+        checks_of_failures(&plain.failures),
+        vec!["td-attributes-debug"]
+    );
+
+    // What applies to either TEE is the shared part: debugging allowed there is allowed for TDX evidence too,
+    // its REPORT_DATA is required of the quote, and its measurements count as MRTDs, which pin the firmware
+    // alone (the gap is named).
+    let mut o = base.clone();
+    o.shared.allow_debug = true;
+    let v = verify_evidence(&ev, &o);
+    assert!(v.verified(), "{:?}", v.failures);
+    o.shared.report_data = Some(Hex([0x44; 64]));
+    assert_eq!(checks_of(&verify_evidence(&ev, &o)), vec!["report-data"]);
+    let mut o = opts(true, [0x11; 48], &nonce);
+    o.tdx_policy.allow_debug = true;
+    o.tdx_policy.mrtd.clear();
+    o.shared.measurements = vec![Hex(MRTD)];
+    let v = verify_evidence(&ev, &o);
+    assert_eq!(checks_of(&v), vec![checks::MEASUREMENT_INCOMPLETE]);
+    assert!(
+        v.failures[0]
+            .detail
+            .starts_with("--measurement on TDX evidence would pin MRTD only"),
+        "{:?}",
+        v.failures
+    );
+    o.leave_rtmrs_unpinned = true;
+    let v = verify_evidence(&ev, &o);
+    assert!(v.verified(), "{:?}", v.failures);
+    assert_eq!(v.pinned_registers, vec!["mrtd", "rtmr1", "rtmr2"]);
+}
+
+fn checks_of_failures(f: &[verifier_lib::Failure]) -> Vec<String> {
+    f.iter().map(|f| f.check.to_string()).collect()
 }

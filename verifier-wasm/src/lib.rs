@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use attestation::verdict::{Isolation, Outcome};
-use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins};
+use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins, SharedPolicy};
 use verifier_lib::output::{evidence_json_with, ClaimContext};
 use verifier_lib::snp::{CertBundle, ChainOptions, Policy};
 use verifier_lib::tdx::tcb::TcbStatus;
@@ -125,7 +125,11 @@ pub struct Request {
     pub allow_simulated: bool,
     /// A CRL (DER or PEM), base64.
     pub crl: Option<String>,
-    /// The SEV-SNP policy (its `measurements` are the pinned launch measurements).
+    /// What applies to evidence of either TEE: launch measurements, debugging, REPORT_DATA (left out of the
+    /// JSON when empty).
+    #[serde(default, skip_serializing_if = "SharedPolicy::is_empty")]
+    pub shared: SharedPolicy,
+    /// The SEV-SNP policy, for SEV-SNP evidence (its `measurements` are pinned launch measurements too).
     pub policy: Policy,
     /// The founder's nonce, hex.
     pub nonce: Option<String>,
@@ -196,6 +200,7 @@ impl Request {
             at: opts.chain.at.unix_timestamp(),
             allow_simulated: opts.chain.allow_simulated,
             crl: opts.chain.crl.as_deref().map(b64),
+            shared: opts.shared.clone(),
             policy: opts.policy.clone(),
             nonce: opts.nonce.as_deref().map(hex::encode),
             any_measurement: opts.any_measurement,
@@ -345,6 +350,7 @@ impl Request {
                 crl: self.crl.as_deref().map(|c| unb64("crl", c)).transpose()?,
                 allow_simulated: self.allow_simulated,
             },
+            shared: self.shared.clone(),
             policy: self.policy.clone(),
             nonce: self
                 .nonce
@@ -429,6 +435,8 @@ mod tests {
             ..EvidenceOptions::default()
         };
         opts.chain.crl = Some(vec![9, 9]);
+        opts.shared.measurements = vec![attestation::hex::Hex([6; 48])];
+        opts.shared.report_data = Some(attestation::hex::Hex([4; 64]));
         opts.tdx_policy.rtmr[1] = Some([7; 48]);
         opts.tdx_policy.mrtd.push([8; 48]);
         opts.tdx_policy.xfam = Some([1; 8]);
@@ -452,7 +460,22 @@ mod tests {
         assert_eq!(o.snp_certs, opts.snp_certs);
         assert_eq!(o.tdx_collateral, opts.tdx_collateral);
         assert_eq!(o.policy, opts.policy);
+        assert_eq!(o.shared, opts.shared);
         assert_eq!(c.pool_attempt, Some(2));
+    }
+
+    #[test]
+    fn the_shared_policy_is_left_out_of_the_json_when_empty() {
+        let mut opts = EvidenceOptions::default();
+        let json = serde_json::to_value(Request::from_options(&opts, &ClaimContext::default()))
+            .expect("json");
+        assert!(json.get("shared").is_none(), "{json}");
+        opts.shared.allow_debug = true;
+        let req = Request::from_options(&opts, &ClaimContext::default());
+        let json = serde_json::to_value(&req).expect("json");
+        assert_eq!(json["shared"]["allow_debug"], true, "{json}");
+        let back: Request = serde_json::from_value(json).expect("parse");
+        assert_eq!(back.to_options().expect("options").0.shared, opts.shared);
     }
 
     #[test]

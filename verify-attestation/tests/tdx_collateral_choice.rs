@@ -12,8 +12,8 @@ use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
 use p384::ecdsa::SigningKey;
 use sha2::{Digest, Sha384};
 use std::process::Command;
-use verifier_lib::evidence::{verify_evidence, EvidenceOptions, ReportVerification};
-use verifier_lib::snp::{ChainOptions, Policy};
+use verifier_lib::evidence::{verify_evidence, EvidenceOptions, ReportVerification, SharedPolicy};
+use verifier_lib::snp::ChainOptions;
 use verifier_lib::tdx::CollateralSource;
 
 const MRTD: [u8; 48] = [0x3d; 48];
@@ -56,9 +56,9 @@ fn opts(founder: Option<Vec<u8>>) -> EvidenceOptions {
             allow_simulated: true,
             ..ChainOptions::default()
         },
-        policy: Policy {
+        shared: SharedPolicy {
             measurements: vec![Hex(MRTD)],
-            ..Policy::default()
+            ..SharedPolicy::default()
         },
         nonce: Some(NONCE.to_vec()),
         any_measurement: false,

@@ -467,12 +467,12 @@ impl Page {
             auditors: v.set_signers.clone(),
             ..MeasurementPin::default()
         };
-        for m in &opts.policy.measurements {
-            let reg = if matches!(v.report, ReportVerification::Tdx(_)) {
-                "mrtd"
-            } else {
-                "measurement"
-            };
+        // The shared measurements pin either TEE; the SEV-SNP policy's own only SEV-SNP evidence.
+        let tdx = matches!(v.report, ReportVerification::Tdx(_));
+        let snp_own: &[attestation::hex::Hex<48>] =
+            if tdx { &[] } else { &opts.policy.measurements };
+        for m in opts.shared.measurements.iter().chain(snp_own) {
+            let reg = if tdx { "mrtd" } else { "measurement" };
             mp.flags.push((reg.into(), hex::encode(m.0)));
         }
         for m in &opts.tdx_policy.mrtd {

@@ -216,8 +216,8 @@ pub struct EvidenceTdxArgs {
 }
 
 impl EvidenceTdxArgs {
-    /// The TDX [`verifier_lib::tdx::Policy`] these flags describe (`--allow-debug` and `--report-data` are added from
-    /// the shared flags by the verifier).
+    /// The TDX [`verifier_lib::tdx::Policy`] these flags describe (`--measurement`, `--allow-debug` and
+    /// `--report-data` are the evidence options' `shared` part, which the verifier adds).
     pub fn to_policy(&self) -> verifier_lib::tdx::Policy {
         let mut p = verifier_lib::tdx::Policy::default();
         self.accept.apply(&mut p);
@@ -404,13 +404,18 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             format!("--rtmr {dup}= given twice with different values"),
         ));
     }
+    // `--measurement`, `--allow-debug` and `--report-data` (flags or `--policy FILE`) apply to evidence of either
+    // TEE: the shared part; the rest of the SEV-SNP flags make the SEV-SNP policy, the TDX flags the TDX one.
+    let mut snp_policy = policy.to_policy();
+    let shared = verifier_lib::evidence::SharedPolicy::take_from(&mut snp_policy);
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
             crl,
             allow_simulated: args.allow_simulated,
         },
-        policy: policy.to_policy(),
+        shared,
+        policy: snp_policy,
         nonce: args.nonce.as_ref().map(|n| match args.pool_attempt {
             Some(attempt) => attestation::pool_nonce::attempt_nonce(&n.0, attempt),
             None => n.0.clone(),
