@@ -1339,6 +1339,19 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
         }
         Ok(Access::Direct { temporal, store }) => (temporal, store),
     };
+    // The workflow's own state, from Temporal, read before the store (which holds what the workflow recorded):
+    // the workflow records the run's end before it completes, so a workflow read as completed always comes with
+    // its end (read the other way round, a run ending in between looked completed with no outcome).
+    let workflow = match crate::temporal::connect(
+        &temporal.temporal,
+        &temporal.namespace,
+        "fenced-run-pool-status",
+    )
+    .await
+    {
+        Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
+        Err(e) => format!("unknown ({e})"),
+    };
     let s = match Store::connect(&store).await {
         Ok(s) => s,
         Err(e) => return fail("status", json, 2, &e),
@@ -1350,17 +1363,6 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
     let executions = match s.executions(run_id).await {
         Ok(x) => x,
         Err(e) => return fail("status", json, 2, &e),
-    };
-    // The workflow's own state, from Temporal (the store holds what the workflow recorded).
-    let workflow = match crate::temporal::connect(
-        &temporal.temporal,
-        &temporal.namespace,
-        "fenced-run-pool-status",
-    )
-    .await
-    {
-        Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
-        Err(e) => format!("unknown ({e})"),
     };
     print!(
         "{}",

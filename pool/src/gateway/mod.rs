@@ -414,6 +414,10 @@ async fn status(
             ))
         }
     };
+    // Temporal first, then the store: the workflow records the run's end before it completes, so a workflow read
+    // as completed always comes with its end (read the other way round, a run ending in between looked completed
+    // with no outcome).
+    let workflow = crate::temporal::workflow_state(&g.temporal, &run_id).await;
     let store = Store::connect(&g.store_url)
         .await
         .map_err(|e| unavailable("the store", e))?;
@@ -425,7 +429,6 @@ async fn status(
         .executions(&run_id)
         .await
         .map_err(|e| unavailable("the store", e))?;
-    let workflow = crate::temporal::workflow_state(&g.temporal, &run_id).await;
     let out = crate::cli::render_status(&run, &attempts, &executions, &workflow, json);
     let ct = if json {
         "application/json"
