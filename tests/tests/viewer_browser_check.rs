@@ -57,7 +57,7 @@ fn the_browser_and_the_server_agree_on_every_vector_and_forgery() {
     let Some((module_path, module)) = viewer::browser::find_module() else {
         skip_for(
             SkipKind::Chromium,
-            "browser check: verifier-wasm not built (cargo build -p verifier-wasm --target wasm32-unknown-unknown --release)",
+            "browser check: verifier-wasm not built (cargo rustc -p verifier-wasm --target wasm32-unknown-unknown --release --crate-type cdylib)",
         );
         return;
     };

@@ -6,8 +6,8 @@
 //! server's result alone.
 //!
 //! The module is found at run time ([`find_module`]): `$FENCED_RUN_VERIFIER_WASM`, else `verifier_wasm.wasm`
-//! beside the running program, else where `cargo build -p verifier-wasm --target wasm32-unknown-unknown
-//! --release` puts it relative to the program's target directory.
+//! beside the running program, else where `cargo rustc -p verifier-wasm --target wasm32-unknown-unknown
+//! --release --crate-type cdylib` puts it relative to the program's target directory.
 
 use base64::Engine as _;
 use std::path::{Path, PathBuf};
