@@ -116,16 +116,15 @@ fn no_crate_compiles_a_path_of_the_build_machine_into_its_code() {
     assert_eq!(planted.len(), 1, "{planted:?}");
 
     let ws = workspace();
-    let manifest =
-        std::fs::read_to_string(ws.join("Cargo.toml")).expect("the workspace's Cargo.toml");
-    let members: Vec<String> = manifest
-        .split("members = [")
-        .nth(1)
-        .and_then(|r| r.split(']').next())
+    let manifest: toml::Table = std::fs::read_to_string(ws.join("Cargo.toml"))
+        .expect("the workspace's Cargo.toml")
+        .parse()
+        .expect("the workspace's Cargo.toml is TOML");
+    let members: Vec<String> = manifest["workspace"]["members"]
+        .as_array()
         .expect("[workspace] members")
-        .split(',')
-        .map(|m| m.trim().trim_matches('"').to_owned())
-        .filter(|m| !m.is_empty())
+        .iter()
+        .filter_map(|m| m.as_str().map(str::to_owned))
         .collect();
     assert!(members.iter().any(|m| m == "host"), "{members:?}");
     let mut found = Vec::new();
