@@ -4,8 +4,9 @@
 //! The data directory is, first found:
 //! 1. `--data-dir DIR` (the global flag, [`set_flag`]);
 //! 2. `$FENCED_RUN_DATA_DIR` ([`ENV`]);
-//! 3. in a build tree (this executable lies in a cargo target directory, marked by cargo's `CACHEDIR.TAG`, of a
-//!    fenced-run workspace): that target directory, where the README's commands have always kept these files;
+//! 3. in a build tree (this executable lies in a cargo target directory, marked by cargo's `CACHEDIR.TAG` or
+//!    `.rustc_info.json`, of a fenced-run workspace): that target directory, where the README's commands have
+//!    always kept these files;
 //! 4. `$XDG_DATA_HOME/fenced-run`, else `$HOME/.local/share/fenced-run`.
 //!
 //! An installed binary (`cargo install`, the Debian package) lies in no target directory, so it never looks into
@@ -203,11 +204,14 @@ pub fn resolve_from(i: &Inputs) -> Result<DataDir, DataDirError> {
     })
 }
 
-/// Whether `dir` is a cargo target directory (cargo writes `CACHEDIR.TAG` at its top).
+/// Whether `dir` is a cargo target directory: cargo writes `CACHEDIR.TAG` at its top when it creates the directory,
+/// and its cache of rustc's version, `.rustc_info.json`, on every build. A target directory that existed before
+/// cargo's first build (`mkdir target`, as .ci/run does to lend the clone its kernels) has only the second.
 fn is_target_dir(dir: &Path) -> bool {
     std::fs::read_to_string(dir.join("CACHEDIR.TAG"))
         .map(|t| t.contains("created by cargo"))
         .unwrap_or(false)
+        || dir.join(".rustc_info.json").is_file()
 }
 
 /// Whether `dir` is a fenced-run workspace.
@@ -390,5 +394,24 @@ mod tests {
         assert!(b.workspace.ends_with("ws"), "{}", b.workspace.display());
         assert_eq!(build_tree_of(&exe, Some(&t.path().join("gone"))), None);
         assert_eq!(build_tree_of(&exe, None), None);
+    }
+
+    #[test]
+    fn a_target_directory_made_before_cargos_first_build_is_known_by_its_rustc_cache() {
+        // `mkdir target` before `cargo build` (.ci/run's clone): cargo writes no CACHEDIR.TAG into a directory it
+        // did not create, only .rustc_info.json.
+        let t = tempfile::tempdir().expect("tmp");
+        workspace(t.path());
+        let target = t.path().join("target");
+        std::fs::remove_file(target.join("CACHEDIR.TAG")).expect("untag");
+        std::fs::create_dir_all(target.join("debug")).expect("dirs");
+        let exe = target.join("debug/fenced-run");
+        assert_eq!(build_tree_of(&exe, None), None, "a plain directory");
+        std::fs::write(target.join(".rustc_info.json"), "{}").expect("rustc cache");
+        let b = build_tree_of(&exe, None).expect("tree");
+        assert_eq!(
+            (b.target.as_path(), b.workspace.as_path()),
+            (target.as_path(), t.path())
+        );
     }
 }
