@@ -1339,31 +1339,28 @@ async fn status(run_id: &str, access: AccessArgs) -> ExitCode {
         }
         Ok(Access::Direct { temporal, store }) => (temporal, store),
     };
-    // The workflow's own state, from Temporal, read before the store (which holds what the workflow recorded):
-    // the workflow records the run's end before it completes, so a workflow read as completed always comes with
-    // its end (read the other way round, a run ending in between looked completed with no outcome).
-    let workflow = match crate::temporal::connect(
-        &temporal.temporal,
-        &temporal.namespace,
-        "fenced-run-pool-status",
-    )
-    .await
-    {
-        Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
-        Err(e) => format!("unknown ({e})"),
+    // Temporal first, then the store (crate::store::read_status says why).
+    let workflow = async {
+        match crate::temporal::connect(
+            &temporal.temporal,
+            &temporal.namespace,
+            "fenced-run-pool-status",
+        )
+        .await
+        {
+            Ok(client) => crate::temporal::workflow_state(&client, run_id).await,
+            Err(e) => format!("unknown ({e})"),
+        }
     };
-    let s = match Store::connect(&store).await {
-        Ok(s) => s,
-        Err(e) => return fail("status", json, 2, &e),
+    let v = match crate::store::read_status(workflow, &store, run_id).await {
+        Ok(v) => v,
+        Err(crate::store::StatusReadError::Run(e)) => return fail("status", json, 1, &e),
+        Err(
+            crate::store::StatusReadError::Connect(e)
+            | crate::store::StatusReadError::Executions(e),
+        ) => return fail("status", json, 2, &e),
     };
-    let (run, attempts) = match s.status(run_id).await {
-        Ok(x) => x,
-        Err(e) => return fail("status", json, 1, &e),
-    };
-    let executions = match s.executions(run_id).await {
-        Ok(x) => x,
-        Err(e) => return fail("status", json, 2, &e),
-    };
+    let (run, attempts, executions, workflow) = (v.run, v.attempts, v.executions, v.workflow);
     print!(
         "{}",
         render_status(&run, &attempts, &executions, &workflow, json)

@@ -990,3 +990,53 @@ fn not_found(run_id: &str) -> String {
         attestation::text::escape(run_id)
     )
 }
+
+/// What `pool status` shows of a run: the workflow's state as Temporal reports it and the store's rows.
+#[derive(Debug)]
+pub struct StatusView {
+    /// The run's row.
+    pub run: RunRow,
+    /// Its attempts.
+    pub attempts: Vec<AttemptRow>,
+    /// Its executions (the ledger).
+    pub executions: Vec<ExecutionRow>,
+    /// The workflow's state, from Temporal.
+    pub workflow: String,
+}
+
+/// Where reading a run's status failed.
+#[derive(Debug)]
+pub enum StatusReadError {
+    /// The store could not be reached.
+    Connect(String),
+    /// The run's row or attempts could not be read (no such run, or the store failed).
+    Run(String),
+    /// The executions could not be read.
+    Executions(String),
+}
+
+/// Reads a run's status for `pool status`, directly and through the gateway: the workflow's state first (awaiting
+/// `workflow`), then the store's rows. The workflow records the run's end before it completes, so a workflow read
+/// as completed always comes with its end; read the other way round, a run ending in between looked completed
+/// with no outcome.
+pub async fn read_status(
+    workflow: impl std::future::Future<Output = String>,
+    store_url: &str,
+    run_id: &str,
+) -> Result<StatusView, StatusReadError> {
+    let workflow = workflow.await;
+    let store = Store::connect(store_url)
+        .await
+        .map_err(StatusReadError::Connect)?;
+    let (run, attempts) = store.status(run_id).await.map_err(StatusReadError::Run)?;
+    let executions = store
+        .executions(run_id)
+        .await
+        .map_err(StatusReadError::Executions)?;
+    Ok(StatusView {
+        run,
+        attempts,
+        executions,
+        workflow,
+    })
+}

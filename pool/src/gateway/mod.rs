@@ -414,22 +414,19 @@ async fn status(
             ))
         }
     };
-    // Temporal first, then the store: the workflow records the run's end before it completes, so a workflow read
-    // as completed always comes with its end (read the other way round, a run ending in between looked completed
-    // with no outcome).
-    let workflow = crate::temporal::workflow_state(&g.temporal, &run_id).await;
-    let store = Store::connect(&g.store_url)
-        .await
-        .map_err(|e| unavailable("the store", e))?;
-    let (run, attempts) = store
-        .status(&run_id)
-        .await
-        .map_err(|e| unavailable("the store", e))?;
-    let executions = store
-        .executions(&run_id)
-        .await
-        .map_err(|e| unavailable("the store", e))?;
-    let out = crate::cli::render_status(&run, &attempts, &executions, &workflow, json);
+    // Temporal first, then the store (crate::store::read_status says why).
+    let v = crate::store::read_status(
+        crate::temporal::workflow_state(&g.temporal, &run_id),
+        &g.store_url,
+        &run_id,
+    )
+    .await
+    .map_err(|e| match e {
+        crate::store::StatusReadError::Connect(e)
+        | crate::store::StatusReadError::Run(e)
+        | crate::store::StatusReadError::Executions(e) => unavailable("the store", e),
+    })?;
+    let out = crate::cli::render_status(&v.run, &v.attempts, &v.executions, &v.workflow, json);
     let ct = if json {
         "application/json"
     } else {
