@@ -1,0 +1,212 @@
+//! `--emit-statement`: a verified run as an in-toto Statement v1 with the `test-result` v0.1 predicate, in a DSSE
+//! envelope signed with the founder's key (docs/verification.md, "Standard forms").
+//!
+//! The subjects are what was tested: the base commit (`gitCommit`), the repository's tree after the patch
+//! (`gitTree`) and the patch (`sha256`). The predicate's `result` is the outcome mapped to PASSED, WARNED or
+//! FAILED; `configuration` the job file and the protected test tree; fenced-run's own fields sit in the
+//! extension field `fencedRun` (the in-toto parsing rules let producers add fields to any object, and consumers
+//! ignore the ones they do not know). Only a run whose verification held is written.
+
+use super::founder_key::FounderKey;
+use super::run_facts::RunFacts;
+use attestation::verdict::Outcome;
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// The Statement's `_type`.
+pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
+/// The predicate type: in-toto's test-result, version 0.1.
+pub const TEST_RESULT_PREDICATE: &str = "https://in-toto.io/attestation/test-result/v0.1";
+/// The DSSE payload type of an in-toto Statement.
+pub const PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
+/// The extension field of the predicate that holds fenced-run's own fields.
+pub const EXTENSION_FIELD: &str = "fencedRun";
+
+/// Why no statement was made.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum StatementError {
+    /// The verification failed: a statement says a run was verified, so none is made.
+    #[error(
+        "the verification failed ({0}): no statement is written for a run that did not verify"
+    )]
+    NotVerified(String),
+    /// The verdict names no commit, tree or patch: the statement would have no subject.
+    #[error("the verdict names no commit, tree or patch: an in-toto statement needs at least one subject")]
+    NoSubject,
+}
+
+/// The test-result `result` of an outcome: `PASSED` for `tests_passed`; `WARNED` for `no_tests_observed` and
+/// `counts_unparsed` (the command finished with no failure counted, but no pass was counted either); `FAILED`
+/// for every other outcome (`tests_failed`, and the runs whose tests did not complete: `refused`,
+/// `test_command_unavailable`, `environment_exhausted`, `budget_expired`).
+pub fn test_result(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::TestsPassed => "PASSED",
+        Outcome::NoTestsObserved | Outcome::CountsUnparsed => "WARNED",
+        _ => "FAILED",
+    }
+}
+
+/// The Statement of a verified run (JSON), or why none is made.
+pub fn statement(facts: &RunFacts<'_>, verifier: &str) -> Result<Value, StatementError> {
+    if !facts.verified() {
+        let failed: Vec<String> = facts
+            .evidence
+            .failures
+            .iter()
+            .map(|f| f.check.to_string())
+            .chain(
+                facts
+                    .claims
+                    .iter()
+                    .filter(|c| c.status == verifier_lib::ClaimStatus::Failed)
+                    .map(|c| c.claim.to_string()),
+            )
+            .collect();
+        return Err(StatementError::NotVerified(if failed.is_empty() {
+            "no verdict".into()
+        } else {
+            failed.join(", ")
+        }));
+    }
+    // A verified run has a verdict whose signature held; without one nothing can be stated.
+    let verdict = facts
+        .verdict()
+        .ok_or_else(|| StatementError::NotVerified("no verdict".into()))?;
+    let inputs = &verdict.inputs;
+    let mut subject = Vec::new();
+    if let Some(c) = &inputs.commit {
+        let mut d = json!({"name": "commit", "digest": {"gitCommit": c.to_ascii_lowercase()}});
+        if let Some(r) = &verdict.repository {
+            d["uri"] = Value::String(r.url.clone());
+        }
+        subject.push(d);
+    }
+    if let Some(t) = &inputs.tree {
+        subject.push(json!({"name": "tree", "digest": {"gitTree": t.to_ascii_lowercase()}}));
+    }
+    if let Some(p) = &inputs.patch_sha256 {
+        subject.push(json!({"name": "patch", "digest": {"sha256": p.to_ascii_lowercase()}}));
+    }
+    if subject.is_empty() {
+        return Err(StatementError::NoSubject);
+    }
+    let mut configuration = Vec::new();
+    if let Some(j) = &inputs.job_sha256 {
+        configuration.push(json!({"name": "job", "digest": {"sha256": j.to_ascii_lowercase()}}));
+    }
+    if let Some(t) = &inputs.test_tree {
+        configuration.push(json!({
+            "name": "protected test paths",
+            "digest": {"gitTree": t.to_ascii_lowercase()},
+            "annotations": {"paths": inputs.protect},
+        }));
+    }
+    let mut own = Map::new();
+    own.insert("outcome".into(), verdict.outcome.as_str().into());
+    own.insert("judged".into(), verdict.judged.into());
+    if let Some(t) = &verdict.tests {
+        own.insert(
+            "counts".into(),
+            json!({"passed": t.passed, "failed": t.failed, "skipped": t.skipped, "parser": t.parser}),
+        );
+    }
+    own.insert("tier".into(), verdict.isolation.as_str().into());
+    own.insert("tee".into(), facts.tee().as_str().into());
+    own.insert("simulated".into(), facts.simulated().into());
+    own.insert(
+        "evidenceSha256".into(),
+        hex::encode(facts.evidence_sha256).into(),
+    );
+    if let Some(t) = facts.transcript_sha256 {
+        own.insert("transcriptSha256".into(), hex::encode(t).into());
+    }
+    own.insert("nonce".into(), hex::encode(&inputs.nonce).into());
+    own.insert("verifier".into(), verifier.into());
+    own.insert("claims".into(), facts.claims_json());
+    Ok(json!({
+        "_type": STATEMENT_TYPE,
+        "subject": subject,
+        "predicateType": TEST_RESULT_PREDICATE,
+        "predicate": {
+            "result": test_result(verdict.outcome),
+            "configuration": configuration,
+            EXTENSION_FIELD: own,
+        },
+    }))
+}
+
+/// DSSE's pre-authentication encoding: `"DSSEv1" SP LEN(type) SP type SP LEN(body) SP body`, lengths in ASCII
+/// decimal.
+pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "DSSEv1 {} {} {} ",
+        payload_type.len(),
+        payload_type,
+        payload.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The DSSE envelope of `payload` (standard base64 with padding), signed over its PAE with `key`.
+pub fn envelope(payload: &[u8], key: &FounderKey) -> Value {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let sig = key.sign_der(&pae(PAYLOAD_TYPE, payload));
+    json!({
+        "payloadType": PAYLOAD_TYPE,
+        "payload": b64.encode(payload),
+        "signatures": [{"keyid": key.keyid(), "sig": b64.encode(sig)}],
+    })
+}
+
+/// The signed statement of a verified run: the envelope's JSON text (pretty, with a final newline).
+pub fn signed(
+    facts: &RunFacts<'_>,
+    key: &FounderKey,
+    verifier: &str,
+) -> Result<String, StatementError> {
+    let s = statement(facts, verifier)?;
+    // Serializing a `Value` cannot fail.
+    let payload = serde_json::to_vec(&s).unwrap_or_default();
+    let env = envelope(&payload, key);
+    Ok(format!(
+        "{}\n",
+        serde_json::to_string_pretty(&env).unwrap_or_default()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pae_matches_the_dsse_reference_example() {
+        // The worked example of the DSSE protocol: type "http://example.com/HelloWorld", body "hello world".
+        assert_eq!(
+            pae("http://example.com/HelloWorld", b"hello world"),
+            b"DSSEv1 29 http://example.com/HelloWorld 11 hello world".to_vec()
+        );
+        assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
+    }
+
+    #[test]
+    fn every_outcome_maps_to_one_result() {
+        let want = [
+            (Outcome::Refused, "FAILED"),
+            (Outcome::TestsPassed, "PASSED"),
+            (Outcome::TestsFailed, "FAILED"),
+            (Outcome::NoTestsObserved, "WARNED"),
+            (Outcome::CountsUnparsed, "WARNED"),
+            (Outcome::TestCommandUnavailable, "FAILED"),
+            (Outcome::EnvironmentExhausted, "FAILED"),
+            (Outcome::BudgetExpired, "FAILED"),
+        ];
+        assert_eq!(want.len(), Outcome::ALL.len());
+        for (o, r) in want {
+            assert_eq!(test_result(o), r, "{o:?}");
+        }
+    }
+}
