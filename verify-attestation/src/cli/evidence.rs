@@ -100,7 +100,7 @@ pub struct Args {
     pub policy: PolicyArgs,
     /// The standard forms: an in-toto statement in DSSE, an EAR (docs/verification.md, "Standard forms").
     #[command(flatten)]
-    pub standard: super::standard::StandardArgs,
+    pub standard: Box<super::standard::StandardArgs>,
 }
 
 /// The founder's pins on the run: each flag given is a check of its own (`pin-outcome`, `pin-commit`, ...).
