@@ -284,6 +284,199 @@ pub fn jwt(claims: &Value, key: &FounderKey) -> String {
 mod tests {
     use super::*;
 
+    use attestation::evidence::TeeLabel;
+    use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
+    use verifier_lib::evidence::ReportVerification;
+    use verifier_lib::{Claim, EvidenceVerification};
+
+    /// An evidence result of `label` (its failures do not matter to the vector, which reads the claim rows).
+    fn evidence(
+        label: TeeLabel,
+        simulated: bool,
+        verdict: Option<Verdict>,
+    ) -> EvidenceVerification {
+        EvidenceVerification {
+            label,
+            simulated,
+            report: ReportVerification::Unverified,
+            verdict,
+            measurement_pinned: true,
+            pinned_registers: Vec::new(),
+            outcome_pinned: false,
+            pins: Vec::new(),
+            failed_count_unpinned: false,
+            set_signers: Vec::new(),
+            nonce_checked: true,
+            failures: Vec::new(),
+        }
+    }
+
+    /// Claim rows: every claim of `verifier_lib::output::CLAIMS` held unless named in `rows`.
+    fn rows(rows: &[(&'static str, ClaimStatus)]) -> Vec<Claim> {
+        verifier_lib::output::CLAIMS
+            .iter()
+            .map(|name| Claim {
+                claim: name,
+                status: rows
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(ClaimStatus::Held, |(_, s)| *s),
+                anchor: None,
+                detail: String::new(),
+            })
+            .collect()
+    }
+
+    fn vector_of(
+        label: TeeLabel,
+        simulated: bool,
+        allow_debug: bool,
+        claims: &[(&'static str, ClaimStatus)],
+        verdict: Option<Verdict>,
+    ) -> Vector {
+        let ev = evidence(label, simulated, verdict);
+        let claims = rows(claims);
+        vector(&RunFacts {
+            claims: &claims,
+            evidence: &ev,
+            evidence_sha256: [0; 32],
+            transcript_sha256: None,
+            allow_debug,
+        })
+    }
+
+    fn verdict() -> Verdict {
+        Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::SevSnp,
+            Inputs::default(),
+            "test",
+        )
+    }
+
+    /// Each row of docs/verification.md's AR4SI mapping table.
+    #[test]
+    fn the_mapping_table_row_by_row() {
+        use ClaimStatus::{Failed, NotPinned};
+        let snp = TeeLabel::SevSnp;
+        // Real evidence, every claim held, nothing from outside the bundle.
+        let all = vector_of(snp, false, false, &[], Some(verdict()));
+        assert_eq!(
+            all,
+            Vector {
+                instance_identity: 2,
+                configuration: 2,
+                executables: 3,
+                file_system: 2,
+                hardware: 2,
+                runtime_opaque: 2,
+                storage_opaque: 0,
+                sourced_data: 0,
+            }
+        );
+        assert_eq!(status(&all, true), Tier::Affirming);
+        // instance-identity
+        for c in ["chain", "key binding", "verdict signature"] {
+            let v = vector_of(snp, false, false, &[(c, Failed)], None);
+            assert_eq!(v.instance_identity, 99, "{c}");
+        }
+        assert_eq!(
+            vector_of(TeeLabel::SimTdx, true, false, &[], None).instance_identity,
+            0
+        );
+        // configuration
+        assert_eq!(
+            vector_of(snp, false, false, &[("policy", Failed)], None).configuration,
+            96
+        );
+        assert_eq!(
+            vector_of(snp, false, false, &[("policy", NotPinned)], None).configuration,
+            0
+        );
+        // executables
+        assert_eq!(
+            vector_of(snp, false, false, &[("measurement", Failed)], None).executables,
+            96
+        );
+        assert_eq!(
+            vector_of(snp, false, false, &[("measurement", NotPinned)], None).executables,
+            33
+        );
+        // file-system
+        let both = [("tree", NotPinned), ("test tree", NotPinned)];
+        assert_eq!(vector_of(snp, false, false, &both, None).file_system, 0);
+        let one = [("tree", NotPinned), ("test tree", ClaimStatus::Held)];
+        assert_eq!(vector_of(snp, false, false, &one, None).file_system, 2);
+        let bad = [("tree", ClaimStatus::Held), ("test tree", Failed)];
+        assert_eq!(vector_of(snp, false, false, &bad, None).file_system, 96);
+        // hardware
+        assert_eq!(
+            vector_of(snp, false, false, &[("chain", Failed)], None).hardware,
+            99
+        );
+        assert_eq!(
+            vector_of(TeeLabel::SimSevSnp, true, false, &[], None).hardware,
+            97
+        );
+        assert_eq!(
+            vector_of(snp, false, false, &[("tcb", Failed)], None).hardware,
+            96
+        );
+        assert_eq!(
+            vector_of(snp, false, false, &[("collateral", Failed)], None).hardware,
+            96
+        );
+        assert_eq!(
+            vector_of(snp, false, false, &[("tcb", NotPinned)], None).hardware,
+            2
+        );
+        // runtime-opaque
+        assert_eq!(
+            vector_of(snp, false, false, &[("chain", Failed)], None).runtime_opaque,
+            99
+        );
+        assert_eq!(
+            vector_of(TeeLabel::SimSevSnp, true, false, &[], None).runtime_opaque,
+            96
+        );
+        assert_eq!(
+            vector_of(TeeLabel::Tdx, false, true, &[], None).runtime_opaque,
+            0
+        );
+        assert_eq!(
+            vector_of(TeeLabel::Tdx, false, false, &[], None).runtime_opaque,
+            2
+        );
+        // sourced-data
+        let mut fetched = verdict();
+        fetched.repository = Some(attestation::verdict::RepositorySource {
+            url: "https://git.example/r.git".into(),
+            fetch: "shallow".into(),
+            duration_ms: 1,
+            egress: Vec::new(),
+        });
+        assert_eq!(
+            vector_of(snp, false, false, &[], Some(fetched)).sourced_data,
+            32
+        );
+        let mut refused_only = verdict();
+        refused_only.install = Some(attestation::verdict::InstallPhase {
+            egress: vec![attestation::verdict::EgressRecord {
+                host: "registry.example".into(),
+                port: 443,
+                allowed: false,
+                reason: "not in the allowlist".into(),
+                bytes_up: 0,
+                bytes_down: 0,
+            }],
+            ..Default::default()
+        });
+        assert_eq!(
+            vector_of(snp, false, false, &[], Some(refused_only)).sourced_data,
+            0
+        );
+    }
+
     #[test]
     fn tiers_follow_ar4si_ranges() {
         for (v, t) in [

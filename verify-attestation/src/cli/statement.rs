@@ -192,6 +192,103 @@ mod tests {
         assert_eq!(pae("", b""), b"DSSEv1 0  0 ".to_vec());
     }
 
+    use attestation::evidence::TeeLabel;
+    use attestation::verdict::{Inputs, Isolation, Verdict};
+    use verifier_lib::evidence::ReportVerification;
+    use verifier_lib::{Claim, ClaimStatus, EvidenceVerification};
+
+    fn evidence(verdict: Verdict) -> EvidenceVerification {
+        EvidenceVerification {
+            label: TeeLabel::Tdx,
+            simulated: false,
+            report: ReportVerification::Unverified,
+            verdict: Some(verdict),
+            measurement_pinned: true,
+            pinned_registers: Vec::new(),
+            outcome_pinned: false,
+            pins: Vec::new(),
+            failed_count_unpinned: false,
+            set_signers: Vec::new(),
+            nonce_checked: true,
+            failures: Vec::new(),
+        }
+    }
+
+    fn claims(status: ClaimStatus) -> Vec<Claim> {
+        vec![Claim {
+            claim: "measurement",
+            status,
+            anchor: None,
+            detail: String::new(),
+        }]
+    }
+
+    fn facts<'a>(ev: &'a EvidenceVerification, claims: &'a [Claim]) -> RunFacts<'a> {
+        RunFacts {
+            claims,
+            evidence: ev,
+            evidence_sha256: [0xEE; 32],
+            transcript_sha256: Some([0x7A; 32]),
+            allow_debug: false,
+        }
+    }
+
+    #[test]
+    fn the_transcript_hash_and_the_test_tree_when_present() {
+        let inputs = Inputs {
+            tree: Some("AB".repeat(20)),
+            job_sha256: Some("cd".repeat(32)),
+            test_tree: Some("ef".repeat(20)),
+            protect: vec!["tests/".into()],
+            nonce: vec![1; 16],
+            ..Inputs::default()
+        };
+        let ev = evidence(Verdict::new(
+            Outcome::NoTestsObserved,
+            Isolation::Tdx,
+            inputs,
+            "test",
+        ));
+        let c = claims(ClaimStatus::Held);
+        let s = statement(&facts(&ev, &c), "verify-attestation test").expect("statement");
+        assert_eq!(
+            s["subject"],
+            json!([{"name": "tree", "digest": {"gitTree": "ab".repeat(20)}}])
+        );
+        assert_eq!(s["predicate"]["result"], "WARNED");
+        assert_eq!(
+            s["predicate"]["configuration"][1],
+            json!({"name": "protected test paths", "digest": {"gitTree": "ef".repeat(20)},
+                   "annotations": {"paths": ["tests/"]}})
+        );
+        let own = &s["predicate"][EXTENSION_FIELD];
+        assert_eq!(own["transcriptSha256"], "7a".repeat(32));
+        assert_eq!(own["evidenceSha256"], "ee".repeat(32));
+        assert_eq!(own["tee"], "tdx");
+        assert_eq!(own["simulated"], false);
+        assert!(own.get("counts").is_none());
+    }
+
+    #[test]
+    fn no_statement_without_a_subject_or_for_a_failed_claim() {
+        let ev = evidence(Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::Tdx,
+            Inputs::default(),
+            "test",
+        ));
+        let held = claims(ClaimStatus::Held);
+        assert!(matches!(
+            statement(&facts(&ev, &held), "v"),
+            Err(StatementError::NoSubject)
+        ));
+        let failed = claims(ClaimStatus::Failed);
+        match statement(&facts(&ev, &failed), "v") {
+            Err(StatementError::NotVerified(why)) => assert_eq!(why, "measurement"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn every_outcome_maps_to_one_result() {
         let want = [
