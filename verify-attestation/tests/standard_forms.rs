@@ -523,11 +523,63 @@ fn an_unusable_key_is_refused_before_anything_is_written() {
         vec!["--emit-statement".as_ref(), p.statement.as_os_str()],
         vec!["--ear".as_ref(), p.ear.as_os_str()],
         vec!["--ear-key".as_ref(), p.key.as_os_str()],
+        vec!["--statement-key".as_ref(), p.key.as_os_str()],
     ] {
         let out = verify(&file, &MEASUREMENT, &NONCE, &flags);
         assert_eq!(out.status.code(), Some(2), "{flags:?}");
     }
     assert!(!p.statement.exists() && !p.ear.exists());
+    // A file that cannot be written: exit 2, naming the flag's check and the file.
+    let nowhere = dir.path().join("no such directory").join("run.intoto.json");
+    let out = verify(
+        &file,
+        &MEASUREMENT,
+        &NONCE,
+        &[
+            "--emit-statement".as_ref(),
+            nowhere.as_os_str(),
+            "--statement-key".as_ref(),
+            p.key.as_os_str(),
+        ],
+    );
+    let j = json_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{j}");
+    assert_eq!(j["error"]["check"], "emit-statement");
+    assert!(
+        j["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no such directory")),
+        "{j}"
+    );
+}
+
+#[test]
+fn a_verdict_without_subject_is_not_stated() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("run.evidence");
+    let mut ev = evidence(Outcome::TestsPassed, 0, false);
+    // Re-sealed with no commit, tree or patch in the verdict's inputs.
+    let key = p384::ecdsa::SigningKey::from_slice(&Sha384::digest(b"standard forms guest"))
+        .expect("scalar");
+    let mut verdict =
+        Verdict::from_cbor(ev.verdict.payload.as_deref().expect("payload")).expect("verdict");
+    verdict.inputs.commit = None;
+    verdict.inputs.tree = None;
+    verdict.inputs.patch_sha256 = None;
+    ev.verdict = attestation::evidence::sign_verdict(&key, &verdict).expect("sign");
+    std::fs::write(&file, ev.to_cbor().expect("cbor")).expect("write evidence");
+    let p = Paths::new(dir.path());
+    let out = verify(&file, &MEASUREMENT, &NONCE, &p.flags());
+    let j = json_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{j}");
+    assert_eq!(j["error"]["check"], "emit-statement");
+    assert!(
+        j["error"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("no commit, tree or patch")),
+        "{j}"
+    );
+    assert!(!p.statement.exists());
 }
 
 #[test]

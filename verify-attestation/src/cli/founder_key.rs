@@ -192,6 +192,20 @@ mod tests {
         assert!(m.starts_with("--ear-key "), "{m}");
         assert!(m.contains("SEC1") && m.contains("openssl pkcs8"), "{m}");
 
+        let encrypted = dir.path().join("encrypted.pem");
+        std::fs::write(
+            &encrypted,
+            "-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n",
+        )
+        .expect("write");
+        let m = FounderKey::load("--statement-key", &encrypted)
+            .expect_err("encrypted refused")
+            .to_string();
+        assert!(
+            m.contains("encrypted") && m.contains("openssl pkcs8"),
+            "{m}"
+        );
+
         // A P-384 PKCS#8 key is another curve: refused.
         let p384_pem = p384::SecretKey::from_slice(&[7u8; 48])
             .expect("scalar")

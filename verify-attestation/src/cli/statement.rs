@@ -236,6 +236,7 @@ mod tests {
     #[test]
     fn the_transcript_hash_and_the_test_tree_when_present() {
         let inputs = Inputs {
+            commit: Some("12".repeat(20)),
             tree: Some("AB".repeat(20)),
             job_sha256: Some("cd".repeat(32)),
             test_tree: Some("ef".repeat(20)),
@@ -243,17 +244,22 @@ mod tests {
             nonce: vec![1; 16],
             ..Inputs::default()
         };
-        let ev = evidence(Verdict::new(
-            Outcome::NoTestsObserved,
-            Isolation::Tdx,
-            inputs,
-            "test",
-        ));
+        let mut verdict = Verdict::new(Outcome::NoTestsObserved, Isolation::Tdx, inputs, "test");
+        verdict.repository = Some(attestation::verdict::RepositorySource {
+            url: "https://git.example/repo.git".into(),
+            fetch: "shallow".into(),
+            duration_ms: 1,
+            egress: Vec::new(),
+        });
+        let ev = evidence(verdict);
         let c = claims(ClaimStatus::Held);
         let s = statement(&facts(&ev, &c), "verify-attestation test").expect("statement");
         assert_eq!(
             s["subject"],
-            json!([{"name": "tree", "digest": {"gitTree": "ab".repeat(20)}}])
+            json!([
+                {"name": "commit", "uri": "https://git.example/repo.git", "digest": {"gitCommit": "12".repeat(20)}},
+                {"name": "tree", "digest": {"gitTree": "ab".repeat(20)}},
+            ])
         );
         assert_eq!(s["predicate"]["result"], "WARNED");
         assert_eq!(
