@@ -34,7 +34,41 @@ pub enum StatementError {
     /// The verdict names no commit, tree or patch: the statement would have no subject.
     #[error("the verdict names no commit, tree or patch: an in-toto statement needs at least one subject")]
     NoSubject,
+    /// A digest of the verdict's inputs is not the hex an in-toto digest set holds.
+    #[error(
+        "the verdict's inputs.{field} `{value}` is not {want}: it cannot be an in-toto digest"
+    )]
+    BadDigest {
+        /// The input (`commit`, `tree`, `patch_sha256`, `job_sha256`, `test_tree`).
+        field: &'static str,
+        /// The value, shortened.
+        value: String,
+        /// What a digest of that kind is.
+        want: &'static str,
+    },
 }
+
+/// `value` in lowercase when it is hex of one of `lens` digits, else [`StatementError::BadDigest`].
+fn digest(field: &'static str, value: &str, lens: &[usize]) -> Result<String, StatementError> {
+    if lens.contains(&value.len()) && value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(StatementError::BadDigest {
+            field,
+            value: value.chars().take(80).collect(),
+            want: if lens == GIT {
+                "a git object id (40 or 64 hex digits)"
+            } else {
+                "a SHA-256 (64 hex digits)"
+            },
+        })
+    }
+}
+
+/// Git object ids: SHA-1 or SHA-256.
+const GIT: &[usize] = &[40, 64];
+/// A SHA-256.
+const SHA256: &[usize] = &[64];
 
 /// The test-result `result` of an outcome: `PASSED` for `tests_passed`; `WARNED` for `no_tests_observed` and
 /// `counts_unparsed` (the command finished with no failure counted, but no pass was counted either); `FAILED`
@@ -77,29 +111,32 @@ pub fn statement(facts: &RunFacts<'_>, verifier: &str) -> Result<Value, Statemen
     let inputs = &verdict.inputs;
     let mut subject = Vec::new();
     if let Some(c) = &inputs.commit {
-        let mut d = json!({"name": "commit", "digest": {"gitCommit": c.to_ascii_lowercase()}});
+        let mut d = json!({"name": "commit", "digest": {"gitCommit": digest("commit", c, GIT)?}});
         if let Some(r) = &verdict.repository {
             d["uri"] = Value::String(r.url.clone());
         }
         subject.push(d);
     }
     if let Some(t) = &inputs.tree {
-        subject.push(json!({"name": "tree", "digest": {"gitTree": t.to_ascii_lowercase()}}));
+        subject.push(json!({"name": "tree", "digest": {"gitTree": digest("tree", t, GIT)?}}));
     }
     if let Some(p) = &inputs.patch_sha256 {
-        subject.push(json!({"name": "patch", "digest": {"sha256": p.to_ascii_lowercase()}}));
+        subject.push(
+            json!({"name": "patch", "digest": {"sha256": digest("patch_sha256", p, SHA256)?}}),
+        );
     }
     if subject.is_empty() {
         return Err(StatementError::NoSubject);
     }
     let mut configuration = Vec::new();
     if let Some(j) = &inputs.job_sha256 {
-        configuration.push(json!({"name": "job", "digest": {"sha256": j.to_ascii_lowercase()}}));
+        configuration
+            .push(json!({"name": "job", "digest": {"sha256": digest("job_sha256", j, SHA256)?}}));
     }
     if let Some(t) = &inputs.test_tree {
         configuration.push(json!({
             "name": "protected test paths",
-            "digest": {"gitTree": t.to_ascii_lowercase()},
+            "digest": {"gitTree": digest("test_tree", t, GIT)?},
             "annotations": {"paths": inputs.protect},
         }));
     }
@@ -288,6 +325,20 @@ mod tests {
             statement(&facts(&ev, &held), "v"),
             Err(StatementError::NoSubject)
         ));
+        let mut odd = Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::Tdx,
+            Inputs::default(),
+            "test",
+        );
+        odd.inputs.tree = Some("not a tree id".into());
+        let ev_odd = evidence(odd);
+        match statement(&facts(&ev_odd, &held), "v") {
+            Err(e @ StatementError::BadDigest { field: "tree", .. }) => {
+                assert!(e.to_string().contains("40 or 64 hex digits"), "{e}")
+            }
+            other => panic!("{other:?}"),
+        }
         let failed = claims(ClaimStatus::Failed);
         match statement(&facts(&ev, &failed), "v") {
             Err(StatementError::NotVerified(why)) => assert_eq!(why, "measurement"),
