@@ -818,3 +818,88 @@ fn oracle(py: &Path, envelope: &Path, pem: &Path, keyid: &str) -> Output {
         .output()
         .expect("run the oracle")
 }
+
+/// Sim TDX evidence of a vm-tier run: the submodule and the statement name the TEE and the tier.
+#[test]
+fn sim_tdx_evidence_names_its_tee_and_tier() {
+    use attestation::sim::tdx::{SimQe, SimTd, SimTdxTee};
+    use attestation::tee::Tee;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mrtd, rtmr1, rtmr2) = ([0x3c; 48], [0x71; 48], [0x72; 48]);
+    let tee = SimTdxTee::new(
+        SimQe::new(&dir.path().join("qe")).expect("sim qe"),
+        SimTd {
+            mrtd,
+            rtmr: [[0; 48], rtmr1, rtmr2, [0; 48]],
+            ..SimTd::default()
+        },
+    );
+    let key = p384::ecdsa::SigningKey::from_slice(&Sha384::digest(b"standard forms tdx guest"))
+        .expect("scalar");
+    let rd = binding::report_data(&p384::PublicKey::from(key.verifying_key()), &NONCE);
+    let raw = tee.get_report(&rd).expect("sim quote");
+    let inputs = Inputs {
+        tree: Some(TREE.into()),
+        patch_sha256: Some(sha(PATCH.as_bytes())),
+        nonce: NONCE.to_vec(),
+        ..Inputs::default()
+    };
+    let mut verdict = Verdict::new(Outcome::TestsPassed, Isolation::Vm, inputs, "test");
+    verdict.tests = Some(TestCounts {
+        passed: 1,
+        failed: 0,
+        skipped: 0,
+        parser: "plain".into(),
+    });
+    let ev = Evidence::seal(
+        TeeLabel::SimTdx,
+        raw.report,
+        raw.certs,
+        raw.collateral,
+        &key,
+        &verdict,
+    )
+    .expect("seal");
+    let file = dir.path().join("tdx.evidence");
+    std::fs::write(&file, ev.to_cbor().expect("cbor")).expect("write");
+    let p = Paths::new(dir.path());
+    let out = Command::new(env!("CARGO_BIN_EXE_verify-attestation"))
+        .arg("evidence")
+        .arg(&file)
+        .args([
+            "--allow-simulated",
+            "--json",
+            "--nonce",
+            &hex::encode(NONCE),
+        ])
+        .args(["--mrtd", &hex::encode(mrtd)])
+        .args(["--rtmr", &format!("1={}", hex::encode(rtmr1))])
+        .args(["--rtmr", &format!("2={}", hex::encode(rtmr2))])
+        .args(p.flags())
+        .output()
+        .expect("run");
+    let j = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{j}");
+    let s = statement_of(&p.statement);
+    assert_eq!(s["predicate"]["fencedRun"]["tee"], "sim-tdx");
+    assert_eq!(s["predicate"]["fencedRun"]["tier"], "vm");
+    assert_eq!(s["predicate"]["configuration"], serde_json::json!([]));
+    let (_, ear) = ear_claims(&p.ear, &p.vk);
+    let submods = ear["submods"].as_object().expect("submods");
+    assert_eq!(submods.keys().collect::<Vec<_>>(), ["sim-tdx"]);
+    let a = &submods["sim-tdx"];
+    assert_eq!(a["ear.status"], "contraindicated");
+    assert_eq!(a["ear.trustworthiness-vector"]["executables"], 3);
+    assert_eq!(a["ear.trustworthiness-vector"]["hardware"], 97);
+    assert_eq!(a["fenced-run.verification"]["tier"], "vm");
+    if let Some(py) = oracle_python() {
+        let pem = dir.path().join("founder.pub.pem");
+        std::fs::write(&pem, public_pem(&p.vk)).expect("write pem");
+        let r = oracle(&py, &p.statement, &pem, &keyid(&p.vk));
+        assert!(
+            r.status.success(),
+            "oracle refused: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    }
+}
