@@ -265,7 +265,8 @@ pub type Prepared = (
 );
 
 /// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
-/// used by `fenced-run view`, which flattens these [`Args`]).
+/// used by `fenced-run view`, which flattens these [`Args`]: the standard forms' flags, which it does not act on,
+/// are refused here as `flag-not-applicable`).
 pub fn options(
     args: &Args,
 ) -> Result<
@@ -276,6 +277,16 @@ pub fn options(
     ),
     OptionsError,
 > {
+    let given = args.standard.given();
+    if !given.is_empty() {
+        return Err(OptionsError::Unusable(
+            "flag-not-applicable",
+            format!(
+                "{} belong to `verify-attestation evidence`, which writes the standard forms; remove them here",
+                given.join(", ")
+            ),
+        ));
+    }
     options_and_source(args).map(|(b, o, base, _, _)| (b, o, base))
 }
 

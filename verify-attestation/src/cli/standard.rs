@@ -45,6 +45,19 @@ pub struct Written {
 }
 
 impl StandardArgs {
+    /// The flags given, by name (`fenced-run view` flattens these flags and refuses them).
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("--emit-statement", self.emit_statement.is_some()),
+            ("--statement-key", self.statement_key.is_some()),
+            ("--ear", self.ear.is_some()),
+            ("--ear-key", self.ear_key.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, g)| g.then_some(n))
+        .collect()
+    }
+
     /// Reads the keys of the forms asked for.
     pub fn load(&self) -> Result<Forms, KeyError> {
         let statement = match (&self.emit_statement, &self.statement_key) {
@@ -127,4 +140,51 @@ fn write_file(
     bytes: &[u8],
 ) -> Result<(), (&'static str, String)> {
     std::fs::write(file, bytes).map_err(|e| (check, format!("writing {}: {e}", file.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evidence::{options, Args, OptionsError};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// `options` is the door of `fenced-run view`, which writes no standard form: the flags are refused there,
+    /// before the evidence is read.
+    #[test]
+    fn options_refuses_the_standard_forms_flags() {
+        let cmd = Cmd::try_parse_from([
+            "view",
+            "/nonexistent/run.evidence",
+            "--any-measurement",
+            "--no-nonce",
+            "--ear",
+            "out.jwt",
+            "--ear-key",
+            "founder.pem",
+        ])
+        .expect("parses");
+        match options(&cmd.args) {
+            Err(OptionsError::Unusable(check, why)) => {
+                assert_eq!(check, "flag-not-applicable");
+                assert!(why.starts_with("--ear, --ear-key belong to"), "{why}");
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        // Without them, the evidence is read (and here it is missing).
+        let cmd = Cmd::try_parse_from([
+            "view",
+            "/nonexistent/run.evidence",
+            "--any-measurement",
+            "--no-nonce",
+        ])
+        .expect("parses");
+        assert!(
+            matches!(options(&cmd.args), Err(OptionsError::Unusable(c, _)) if c != "flag-not-applicable")
+        );
+    }
 }
