@@ -98,6 +98,9 @@ pub struct Args {
     /// Policy flags (the same as `snp-report`; `--measurement` pins the launch measurement).
     #[command(flatten)]
     pub policy: PolicyArgs,
+    /// The standard forms: an in-toto statement in DSSE, an EAR (docs/verification.md, "Standard forms").
+    #[command(flatten)]
+    pub standard: Box<super::standard::StandardArgs>,
 }
 
 /// The founder's pins on the run: each flag given is a check of its own (`pin-outcome`, `pin-commit`, ...).
@@ -262,7 +265,8 @@ pub type Prepared = (
 );
 
 /// Reads the evidence and every file a flag names, and makes the [`EvidenceOptions`] the flags describe (also
-/// used by `fenced-run view`, which flattens these [`Args`]).
+/// used by `fenced-run view`, which flattens these [`Args`]: the standard forms' flags, which it does not act on,
+/// are refused here as `flag-not-applicable`).
 pub fn options(
     args: &Args,
 ) -> Result<
@@ -273,6 +277,16 @@ pub fn options(
     ),
     OptionsError,
 > {
+    let given = args.standard.given();
+    if !given.is_empty() {
+        return Err(OptionsError::Unusable(
+            "flag-not-applicable",
+            format!(
+                "{} belong to `verify-attestation evidence`, which writes the standard forms; remove them here",
+                given.join(", ")
+            ),
+        ));
+    }
     options_and_source(args).map(|(b, o, base, _, _)| (b, o, base))
 }
 
@@ -472,6 +486,11 @@ pub fn run(args: Args) -> ExitCode {
         Err(OptionsError::Unusable(check, e)) => return unusable(args.json, check, e),
         Err(OptionsError::Rejected(check, e)) => return rejected(args.json, check, e),
     };
+    // The founder's keys of the standard forms, read before anything is verified.
+    let forms = match args.standard.load() {
+        Ok(f) => f,
+        Err(e) => return unusable(args.json, "founder-key", e.to_string()),
+    };
     // A pool run's ledger: the evidence is checked against the nonce the pool issued to its key.
     let pool_ledger = match (&args.pool_ledger, &args.pool_key, &args.nonce) {
         (Some(l), Some(k), Some(n)) => {
@@ -511,9 +530,29 @@ pub fn run(args: Args) -> ExitCode {
         v.failures.extend(c.failures.iter().cloned());
         ctx.pool_ledger = Some(c);
     }
+    let written = if forms.any() {
+        let claims = output::evidence_claims(&v, &opts, &ctx);
+        let facts = super::run_facts::RunFacts {
+            claims: &claims,
+            evidence: &v,
+            evidence_sha256: Sha256::digest(&bytes).into(),
+            // The fence transcript's hash, once the verification result carries it.
+            transcript_sha256: None,
+            allow_debug: opts.shared.allow_debug,
+        };
+        match forms.write(&facts, time::OffsetDateTime::now_utc().unix_timestamp()) {
+            Ok(w) => w,
+            Err((check, e)) => return unusable(args.json, check, e),
+        }
+    } else {
+        super::standard::Written::default()
+    };
     if args.json {
         let mut j = output::evidence_json_with(&v, &opts, &ctx);
         if let Some(o) = j.as_object_mut() {
+            for (k, w) in written.json {
+                o.insert(k.into(), w);
+            }
             if let Some(b) = baseline_json {
                 o.insert("tcb_baseline".into(), b);
             }
@@ -524,6 +563,10 @@ pub fn run(args: Args) -> ExitCode {
         println!("{}", attestation::text::json_safe(&j.to_string()));
     } else {
         print!("{}", output::evidence_table_with(&v, &opts, &ctx));
+        let sim = if v.simulated { "SIMULATED " } else { "" };
+        for l in &written.lines {
+            println!("{sim}{}", attestation::text::escape(l));
+        }
     }
     if v.verified() {
         Exit::Success.into()

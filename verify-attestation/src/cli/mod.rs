@@ -13,14 +13,19 @@ macro_rules! print {
 }
 
 pub mod app;
+pub mod ear;
 pub mod evidence;
 pub mod exit;
 mod explain_hint;
 pub mod fetch;
+pub mod founder_key;
 pub(crate) mod input;
 pub mod kind;
 pub mod policy_args;
 pub mod policy_file;
+pub mod run_facts;
 pub mod show;
 pub mod snp_report;
+pub mod standard;
+pub mod statement;
 pub mod tdx_quote;
