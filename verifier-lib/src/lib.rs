@@ -47,35 +47,54 @@
 //! # }
 //! ```
 
+/// Declares an interior module: `pub(crate)`, or `pub` and hidden with the feature `internals` (unstable; for the
+/// fuzz targets and the tests, benches and examples of this crate and of verify-attestation, never a normal
+/// dependency: tests/surface.rs checks both).
+macro_rules! interior {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        pub(crate) mod $name;
+    };
+}
+
 mod anchors;
 #[cfg(not(target_arch = "wasm32"))]
-#[doc(hidden)]
 pub mod collateral;
 mod digest;
 mod entry;
-#[doc(hidden)]
-pub mod evidence;
+interior!(evidence);
 mod failure;
-#[doc(hidden)]
+pub mod intel_tdx;
 pub mod output;
-#[doc(hidden)]
-pub mod pki;
-#[doc(hidden)]
-pub mod pool_ledger;
+interior!(pki);
+interior!(pool_ledger);
+pub mod sev_snp;
 mod sigcache;
-#[doc(hidden)]
-pub mod snp;
-#[doc(hidden)]
-pub mod tdx;
+interior!(snp);
+interior!(tdx);
 mod verifier;
 
 pub use entry::{
     verify_evidence, verify_snp_report, verify_tdx_quote, Collateral, Detail, Input, Pins, Policy,
     Verification, VerifyError,
 };
-pub use evidence::{EvidenceVerification, RunPins, SharedPolicy};
+/// Verifies evidence already decoded, with [`EvidenceOptions`] (the options form of [`Input`], for callers that
+/// keep the options to print the result with [`output`]); [`verify_decoded`] when the SEV-SNP report inside was
+/// parsed too.
+pub use evidence::verify_evidence as verify_evidence_with;
+pub use evidence::{
+    checks, parse_commit_pin, parse_tree_pin, tests_ran, verify_decoded, verify_evidence_bytes,
+    Decoded, EvidenceOptions, EvidenceVerification, PinCheck, PinError, ReportVerification,
+    RunPins, SharedPolicy,
+};
 pub use failure::Failure;
+pub use intel_tdx::{Policy as TdxPolicy, TdxVerification};
 pub use output::{Claim, ClaimContext, ClaimStatus};
-pub use snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
-pub use tdx::{Policy as TdxPolicy, TdxVerification};
+pub use pool_ledger::{check as check_pool_ledger, PoolLedgerCheck};
+pub use sev_snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
 pub use verifier::{CacheStats, Verifier};
