@@ -17,8 +17,14 @@
 //!   nonce, the measurement and the run pins).
 //!
 //! [`Verifier`] remembers verified chain and collateral signatures across many reports of one platform.
-//! The modules below them are hidden: the `verify-attestation` CLI, `verifier-wasm`, `fenced-run view` and the
-//! pool use some of their items, listed in docs/verification.md ("The library's API"); they are not the API.
+//! Besides these, the API is small and deliberate (docs/verification.md, "The library's API", lists every
+//! item): [`sev_snp`] and [`intel_tdx`] (the policy and result types of each TEE, and the option-level
+//! verification the CLI runs on input it has parsed already), [`collateral`] (auditor-signed bundles, the TCB
+//! baseline and, with the feature `fetch`, fetching and the cache), [`output`] (the rows and JSON the CLI, the
+//! browser check and the run viewer print), and at the root [`EvidenceOptions`] with [`verify_evidence_bytes`],
+//! [`verify_decoded`] and [`verify_evidence_with`], the options form of [`verify_evidence`] for callers that print
+//! with [`output`]. Everything else is `pub(crate)`; the unstable feature `internals` makes the interior public
+//! for the fuzz targets and the tests and benches, and no crate's `[dependencies]` may turn it on.
 //!
 //! # Embedding it
 //!

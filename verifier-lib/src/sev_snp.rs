@@ -14,16 +14,27 @@ pub fn leaf_product(der: &[u8]) -> Option<attestation::snp::Product> {
     LeafInfo::from_cert(&cert).ok()?.product()
 }
 
+/// Why a file is not a CRL file as `--crl` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CrlFileError {
+    /// Neither DER nor PEM with `X509 CRL` blocks.
+    #[error("{0}")]
+    File(String),
+    /// A block is not a DER CertificateList.
+    #[error("not a DER CertificateList ({0})")]
+    Der(String),
+}
+
 /// Checks that `bytes` is a CRL file as `--crl` takes it (DER, or PEM with `X509 CRL` blocks, each a DER
-/// CertificateList); the error says why not. Nothing is verified: the chain check does that.
-pub fn check_crl_file(bytes: &[u8]) -> Result<(), String> {
-    let ders = crate::pki::crls_from_file_bytes(bytes).map_err(|e| e.to_string())?;
+/// CertificateList). Nothing is verified: the chain check does that.
+pub fn check_crl_file(bytes: &[u8]) -> Result<(), CrlFileError> {
+    let ders =
+        crate::pki::crls_from_file_bytes(bytes).map_err(|e| CrlFileError::File(e.to_string()))?;
     for der in &ders {
         use x509_parser::prelude::FromDer;
-        if let Err(e) = x509_parser::revocation_list::CertificateRevocationList::from_der(der)
-            .map_err(|e| crate::pki::der_error(&e))
-        {
-            return Err(format!("not a DER CertificateList ({e})"));
+        if let Err(e) = x509_parser::revocation_list::CertificateRevocationList::from_der(der) {
+            return Err(CrlFileError::Der(crate::pki::der_error(&e)));
         }
     }
     Ok(())

@@ -92,7 +92,7 @@ pub(crate) fn crl_input(path: Option<&Path>) -> Result<Option<Vec<u8>>, (&'stati
             format!("--crl {shown}: not a CRL{what}: {why}"),
         )
     };
-    verifier_lib::sev_snp::check_crl_file(&bytes).map_err(not_crl)?;
+    verifier_lib::sev_snp::check_crl_file(&bytes).map_err(|e| not_crl(e.to_string()))?;
     Ok(Some(bytes))
 }
 
