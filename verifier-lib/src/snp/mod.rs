@@ -110,7 +110,7 @@ pub(crate) fn verify_with_chain(
     }
 }
 
-/// Verifies and validates a report given as bytes ([`verify`] then [`validate`]).
+/// Verifies and validates a report given as bytes (authenticity, then the policy).
 pub fn verify_report_bytes(
     input: &SnpInput<'_>,
     opts: &ChainOptions,
