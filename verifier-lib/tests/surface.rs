@@ -92,7 +92,9 @@ fn only_the_api_modules_are_public_at_the_root() {
     }
     // `#[doc(hidden)] pub` was how the interior used to be exposed: only the macro may say it.
     let outside_macro: String = {
-        let start = src.find("macro_rules! interior").expect("the interior! macro");
+        let start = src
+            .find("macro_rules! interior")
+            .expect("the interior! macro");
         let end = start + src[start..].find("\n}\n").expect("end of the macro");
         format!("{}{}", &src[..start], &src[end..])
     };
@@ -118,7 +120,9 @@ fn the_parts_of_collateral_are_interior() {
 #[test]
 fn the_parser_finds_a_public_interior_module() {
     // The scan above must be able to fail: a `pub mod` line is seen as one.
-    let decls = module_declarations("mod a;\npub mod snp;\ninterior!(tdx);\ninterior!(\n    #[cfg(x)]\n    kds\n);\n");
+    let decls = module_declarations(
+        "mod a;\npub mod snp;\ninterior!(tdx);\ninterior!(\n    #[cfg(x)]\n    kds\n);\n",
+    );
     let got: Vec<(String, String)> = decls.into_iter().map(|(_, v, n)| (v, n)).collect();
     assert_eq!(
         got,
@@ -174,7 +178,10 @@ fn no_crate_depends_on_the_interior() {
         .iter()
         .filter_map(|m| m.as_str().map(str::to_string))
         .collect();
-    assert!(members.iter().any(|m| m == "verify-attestation"), "{members:?}");
+    assert!(
+        members.iter().any(|m| m == "verify-attestation"),
+        "{members:?}"
+    );
     let mut checked = 0;
     for m in &members {
         let path = root.join(m).join("Cargo.toml");
@@ -190,7 +197,11 @@ fn no_crate_depends_on_the_interior() {
             }
         }
     }
-    assert!(checked >= 3, "found verifier-lib in only {checked} manifests");
-    let wanted: toml::Value = toml::from_str("features = [\"fetch\", \"internals\"]").expect("toml");
+    assert!(
+        checked >= 3,
+        "found verifier-lib in only {checked} manifests"
+    );
+    let wanted: toml::Value =
+        toml::from_str("features = [\"fetch\", \"internals\"]").expect("toml");
     assert!(enables_internals(&wanted), "the check must see the feature");
 }
