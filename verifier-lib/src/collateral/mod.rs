@@ -31,7 +31,7 @@ mod error;
 #[cfg(feature = "fetch")]
 mod fetch_config;
 
-/// The `collateral.json` layout (dcap-qvl's QuoteCollateralV3) that [`from_responses`] assembles and
+/// The `collateral.json` layout (dcap-qvl's QuoteCollateralV3) that `from_responses` (feature `fetch`) assembles and
 /// [`crate::Collateral::tdx`] takes.
 pub use crate::tdx::collateral::CollateralFile;
 pub use baseline::{Baseline, BaselineError, Floor, Shortfall, BASELINE_FORMAT};
