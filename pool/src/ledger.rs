@@ -4,7 +4,7 @@
 //! (`verifier-lib`; the process and vm tiers' sim root with allow-simulated today, the result then says
 //! SIMULATED) with the launch measurement in the coordinator's measurement set ([`MeasurementPin`]), unless the
 //! operator said `--any-measurement`. Anything else is a rejected execution, never a status. This module is the
-//! pool's one user of `verifier_lib::evidence`'s options.
+//! pool's one user of `verifier_lib::EvidenceOptions`.
 
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
@@ -42,17 +42,14 @@ impl MeasurementPin {
 
 /// The verifier's options for one delivered result: the sim root accepted (the process and vm tiers; the
 /// result says SIMULATED), the issued nonce, and the launch measurement as `pin` requires. The one place the
-/// pool builds `verifier_lib::evidence` options.
-fn evidence_options(
-    nonce: Vec<u8>,
-    pin: &MeasurementPin,
-) -> verifier_lib::evidence::EvidenceOptions {
+/// pool builds `verifier_lib::EvidenceOptions`.
+fn evidence_options(nonce: Vec<u8>, pin: &MeasurementPin) -> verifier_lib::EvidenceOptions {
     let (any_measurement, measurement_set) = match pin {
         MeasurementPin::Any => (true, None),
         MeasurementPin::Set(t) => (false, Some(t.clone())),
     };
-    verifier_lib::evidence::EvidenceOptions {
-        chain: verifier_lib::snp::ChainOptions {
+    verifier_lib::EvidenceOptions {
+        chain: verifier_lib::sev_snp::ChainOptions {
             allow_simulated: true,
             ..Default::default()
         },
@@ -167,7 +164,7 @@ pub async fn check_delivered(
             MeasurementPin::Any => None,
         };
         let opts = evidence_options(nonce, pin);
-        let v = verifier_lib::evidence::verify_evidence(&ev, &opts);
+        let v = verifier_lib::verify_evidence_with(&ev, &opts);
         match (&v.verdict, v.verified()) {
             _ if expired.is_some() => rejected(
                 execution,

@@ -7,7 +7,7 @@ use attestation::verdict::{
     TestPhase, Verdict,
 };
 use std::io::{Read, Write};
-use verifier_lib::evidence::EvidenceOptions;
+use verifier_lib::EvidenceOptions;
 
 /// The nonce every helper-made evidence carries.
 pub const NONCE: [u8; 24] = [7; 24];

@@ -5,8 +5,8 @@ use fenced_run_tests::fence::{skip, Case};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
 
-fn options(nonce: &[u8]) -> verifier_lib::evidence::EvidenceOptions {
-    let mut o = verifier_lib::evidence::EvidenceOptions::default();
+fn options(nonce: &[u8]) -> verifier_lib::EvidenceOptions {
+    let mut o = verifier_lib::EvidenceOptions::default();
     o.chain.allow_simulated = true;
     o.any_measurement = true;
     o.nonce = Some(nonce.to_vec());
@@ -31,8 +31,7 @@ fn evidence_of_a_fenced_run_verifies() {
     assert_eq!(r.outcome(), "tests_passed", "{}", r.dump());
     let bytes = std::fs::read(&out).expect("evidence written");
     let nonce = hex::decode(nonce).expect("hex");
-    let v =
-        verifier_lib::evidence::verify_evidence_bytes(&bytes, &options(&nonce)).expect("decodes");
+    let v = verifier_lib::verify_evidence_bytes(&bytes, &options(&nonce)).expect("decodes");
     assert!(v.verified(), "{:?}", v.failures);
     assert!(v.simulated);
     let verdict = v.verdict.expect("verdict");
@@ -41,8 +40,7 @@ fn evidence_of_a_fenced_run_verifies() {
 
     let mut wrong = nonce.clone();
     wrong[0] ^= 1;
-    let v =
-        verifier_lib::evidence::verify_evidence_bytes(&bytes, &options(&wrong)).expect("decodes");
+    let v = verifier_lib::verify_evidence_bytes(&bytes, &options(&wrong)).expect("decodes");
     assert!(!v.verified(), "a wrong nonce must be rejected");
     c.assert_clean(&r, &[]);
 }

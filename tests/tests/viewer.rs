@@ -45,10 +45,7 @@ fn get(url: &str) -> (u16, String, Headers) {
     (code, body, headers)
 }
 
-fn page_of(
-    outcome: Outcome,
-    opts_for: impl Fn([u8; 48]) -> verifier_lib::evidence::EvidenceOptions,
-) -> Page {
+fn page_of(outcome: Outcome, opts_for: impl Fn([u8; 48]) -> verifier_lib::EvidenceOptions) -> Page {
     let (bytes, m) = evidence(&verdict(outcome, "plain"));
     Page::from_bytes("run.evidence", &bytes, &opts_for(m)).expect("a page")
 }

@@ -81,7 +81,7 @@ pub const TDX_IMAGE_RTMRS: [usize; 2] = [1, 2];
 pub struct RunPins {
     /// The outcome must be one of these (`--expect-outcome`, repeatable).
     pub expect_outcome: Vec<Outcome>,
-    /// The repository commit: the full object id or a prefix of at least [`MIN_COMMIT_PREFIX`] hex digits,
+    /// The repository commit: the full object id or a prefix of at least `MIN_COMMIT_PREFIX` (12) hex digits,
     /// lower case (see [`parse_commit_pin`]).
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch, the full object id, lower case.

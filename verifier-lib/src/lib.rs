@@ -17,8 +17,14 @@
 //!   nonce, the measurement and the run pins).
 //!
 //! [`Verifier`] remembers verified chain and collateral signatures across many reports of one platform.
-//! The modules below them are hidden: the `verify-attestation` CLI, `verifier-wasm`, `fenced-run view` and the
-//! pool use some of their items, listed in docs/verification.md ("The library's API"); they are not the API.
+//! Besides these, the API is small and deliberate (docs/verification.md, "The library's API", lists every
+//! item): [`sev_snp`] and [`intel_tdx`] (the policy and result types of each TEE, and the option-level
+//! verification the CLI runs on input it has parsed already), [`collateral`] (auditor-signed bundles, the TCB
+//! baseline and, with the feature `fetch`, fetching and the cache), [`output`] (the rows and JSON the CLI, the
+//! browser check and the run viewer print), and at the root [`EvidenceOptions`] with [`verify_evidence_bytes`],
+//! [`verify_decoded`] and [`verify_evidence_with`], the options form of [`verify_evidence`] for callers that print
+//! with [`output`]. Everything else is `pub(crate)`; the unstable feature `internals` makes the interior public
+//! for the fuzz targets and the tests and benches, and no crate's `[dependencies]` may turn it on.
 //!
 //! # Embedding it
 //!
@@ -47,35 +53,54 @@
 //! # }
 //! ```
 
+/// Declares an interior module: `pub(crate)`, or `pub` and hidden with the feature `internals` (unstable; for the
+/// fuzz targets and the tests, benches and examples of this crate and of verify-attestation, never a normal
+/// dependency: tests/surface.rs checks both).
+macro_rules! interior {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        pub(crate) mod $name;
+    };
+}
+
 mod anchors;
 #[cfg(not(target_arch = "wasm32"))]
-#[doc(hidden)]
 pub mod collateral;
 mod digest;
 mod entry;
-#[doc(hidden)]
-pub mod evidence;
+interior!(evidence);
 mod failure;
-#[doc(hidden)]
+pub mod intel_tdx;
 pub mod output;
-#[doc(hidden)]
-pub mod pki;
-#[doc(hidden)]
-pub mod pool_ledger;
+interior!(pki);
+interior!(pool_ledger);
+pub mod sev_snp;
 mod sigcache;
-#[doc(hidden)]
-pub mod snp;
-#[doc(hidden)]
-pub mod tdx;
+interior!(snp);
+interior!(tdx);
 mod verifier;
 
 pub use entry::{
     verify_evidence, verify_snp_report, verify_tdx_quote, Collateral, Detail, Input, Pins, Policy,
     Verification, VerifyError,
 };
-pub use evidence::{EvidenceVerification, RunPins, SharedPolicy};
+/// Verifies evidence already decoded, with [`EvidenceOptions`] (the options form of [`Input`], for callers that
+/// keep the options to print the result with [`output`]); [`verify_decoded`] when the SEV-SNP report inside was
+/// parsed too.
+pub use evidence::verify_evidence as verify_evidence_with;
+pub use evidence::{
+    checks, parse_commit_pin, parse_tree_pin, tests_ran, verify_decoded, verify_evidence_bytes,
+    Decoded, EvidenceOptions, EvidenceVerification, PinCheck, PinError, ReportVerification,
+    RunPins, SharedPolicy,
+};
 pub use failure::Failure;
+pub use intel_tdx::{Policy as TdxPolicy, TdxVerification};
 pub use output::{Claim, ClaimContext, ClaimStatus};
-pub use snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
-pub use tdx::{Policy as TdxPolicy, TdxVerification};
+pub use pool_ledger::{check as check_pool_ledger, PoolLedgerCheck};
+pub use sev_snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
 pub use verifier::{CacheStats, Verifier};

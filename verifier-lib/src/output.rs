@@ -1,7 +1,8 @@
 //! The output layer, on top of every verifier: the JSON object and the aligned human table that
-//! `verify-attestation` prints from a typed result ([`crate::snp::SnpVerification`],
-//! [`crate::evidence::EvidenceVerification`]). Nothing below imports it; the [`crate::Failure`] records it prints
-//! come from `crate::failure`.
+//! `verify-attestation` prints from a typed result ([`crate::SnpVerification`], [`crate::TdxVerification`],
+//! [`crate::EvidenceVerification`]), and the claim rows ([`Claim`]) every entry point returns. Part of the public
+//! API: the CLI, `verifier-wasm` and the run viewer print with it, so the three say the same. Nothing below
+//! imports it; the [`crate::Failure`] records it prints come from `crate::failure`.
 
 use crate::evidence::{EvidenceOptions, EvidenceVerification, ReportVerification};
 use crate::snp::{ChainOptions, RootKind, SnpVerification};
@@ -40,7 +41,7 @@ pub fn print_table(rows: &[(String, String)], prefix: &str) -> String {
 }
 
 /// The `tee` label a verified SEV-SNP chain implies: `sev-snp` for an AMD root, `sim-sev-snp` otherwise.
-pub fn snp_tee_label(v: &SnpVerification) -> &'static str {
+pub(crate) fn snp_tee_label(v: &SnpVerification) -> &'static str {
     if v.simulated() {
         "sim-sev-snp"
     } else {
@@ -187,19 +188,11 @@ pub fn snp_rows(v: &SnpVerification, opts: &ChainOptions) -> Vec<(String, String
     rows
 }
 
-/// The human table for a SEV-SNP verification; every line says SIMULATED when the root is not AMD's.
-pub fn snp_table(v: &SnpVerification, opts: &ChainOptions) -> String {
-    print_table(
-        &snp_rows(v, opts),
-        if v.simulated() { "SIMULATED " } else { "" },
-    )
-}
-
 /// The note that opens the notes when the founder did not pin the outcome (`--expect-outcome`).
-pub const OUTCOME_NOT_PINNED: &str = "outcome NOT pinned (no --expect-outcome): this result holds whatever the run's outcome was, a failing run included";
+pub(crate) const OUTCOME_NOT_PINNED: &str = "outcome NOT pinned (no --expect-outcome): this result holds whatever the run's outcome was, a failing run included";
 
 /// The note when `--expect-outcome tests_failed` is given without a pin on the failed tests' count.
-pub const FAILED_COUNT_NOT_PINNED: &str = "failed-test count NOT pinned (--expect-outcome tests_failed without \
+pub(crate) const FAILED_COUNT_NOT_PINNED: &str = "failed-test count NOT pinned (--expect-outcome tests_failed without \
 --min-failed or --expect-tests-ran): tests_failed also holds for a run in which no test ran (an install that failed)";
 
 /// The line every output gives a verdict in which no test ran ([`crate::evidence::tests_ran`] is false).
@@ -292,7 +285,7 @@ fn hex_or_none(h: &Option<String>) -> String {
 
 /// The rows a founder reads first: the outcome, the counts and the inputs of the run (commit, tree, patch and
 /// job SHA-256, nonce, isolation), from the verified verdict.
-pub fn evidence_run_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
+pub(crate) fn evidence_run_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
     let Some(d) = &v.verdict else {
         return vec![(
             "outcome".to_string(),
@@ -340,7 +333,7 @@ pub fn evidence_run_rows_of(d: &attestation::verdict::Verdict) -> Vec<(String, S
 }
 
 /// One row per pin the founder gave: held or not, with the value seen.
-pub fn evidence_pin_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
+pub(crate) fn evidence_pin_rows(v: &EvidenceVerification) -> Vec<(String, String)> {
     v.pins
         .iter()
         .map(|p| {
@@ -368,14 +361,8 @@ pub fn evidence_tee(v: &EvidenceVerification) -> &'static str {
     }
 }
 
-/// The JSON object of `verify-attestation evidence --json`, without the command's context (no pool attempt,
-/// the evidence's own collateral); see [`evidence_json_with`].
-pub fn evidence_json(v: &EvidenceVerification, opts: &EvidenceOptions) -> serde_json::Value {
-    evidence_json_with(v, opts, &ClaimContext::default())
-}
-
 /// The JSON object of `verify-attestation evidence --json`: the report's fields, the verdict, the pins, the notes,
-/// and `claims` ([`evidence_claims`]), with `pool_attempt` when one was given.
+/// and `claims` (one [`Claim`] per claim), with `pool_attempt` when one was given.
 pub fn evidence_json_with(
     v: &EvidenceVerification,
     opts: &EvidenceOptions,
@@ -465,11 +452,6 @@ pub fn evidence_json_with(
         );
     }
     out
-}
-
-/// The human table of an evidence result without the command's context; see [`evidence_table_with`].
-pub fn evidence_table(v: &EvidenceVerification, opts: &EvidenceOptions) -> String {
-    evidence_table_with(v, opts, &ClaimContext::default())
 }
 
 /// The human table of an evidence result, one `claim` row per claim the founder relies on after the run's rows;
@@ -761,7 +743,7 @@ fn string_list(v: &serde_json::Value, key: &str) -> Vec<String> {
 
 /// Where the collateral came from, in words: the source, its file or cache, the URLs that served it (after
 /// redirects), and the auditor keys whose signatures counted.
-pub fn collateral_anchor(note: &serde_json::Value) -> String {
+pub(crate) fn collateral_anchor(note: &serde_json::Value) -> String {
     let source = note["source"].as_str().unwrap_or("evidence");
     let mut out = match source {
         "bundle" => format!("bundle {}", note["file"].as_str().unwrap_or("(unnamed)")),
@@ -847,7 +829,7 @@ fn set_entry(v: &EvidenceVerification, opts: &EvidenceOptions) -> Option<String>
 
 /// The verified report a set of claims is about.
 #[derive(Clone, Copy, Debug)]
-pub enum ClaimReport<'a> {
+pub(crate) enum ClaimReport<'a> {
     /// An SEV-SNP report.
     Snp(&'a SnpVerification),
     /// A TDX quote.
@@ -858,7 +840,7 @@ pub enum ClaimReport<'a> {
 
 /// What the report's claims (chain, TCB, policy, measurement, collateral) are judged from.
 #[derive(Clone, Debug)]
-pub struct ReportClaims<'a> {
+pub(crate) struct ReportClaims<'a> {
     /// The report.
     pub report: ClaimReport<'a>,
     /// Every failure of the verification.
@@ -894,7 +876,7 @@ fn make_claim(
 }
 
 /// The claims about the report itself: `chain`, `tcb`, `policy`, `measurement` and `collateral`, in that order.
-pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
+pub(crate) fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
     use ClaimStatus::{Failed, Held, NotPinned};
     let claim = make_claim;
     let failed =
@@ -1069,7 +1051,7 @@ pub fn report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> [Claim; 5] {
     [chain, tcb, policy, measurement, collateral]
 }
 
-/// The claims of a bare report (no verdict): [`report_claims`], where a failure of a check that belongs to no
+/// The claims of a bare report (no verdict): `report_claims`, where a failure of a check that belongs to no
 /// claim of a report (`report-data`, which evidence counts under `key binding`) fails the `policy` claim, so
 /// that no failure goes unshown in the claims.
 fn bare_report_claims(r: &ReportClaims<'_>, ctx: &ClaimContext) -> Vec<Claim> {
@@ -1150,7 +1132,7 @@ pub fn tdx_claims(
 
 /// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for
 /// each held claim the anchor that backed it.
-pub fn evidence_claims(
+pub(crate) fn evidence_claims(
     v: &EvidenceVerification,
     opts: &EvidenceOptions,
     ctx: &ClaimContext,

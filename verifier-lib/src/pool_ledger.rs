@@ -31,7 +31,7 @@ pub struct PoolLedgerCheck {
     pub max_executions: u32,
     /// The nonce the evidence must carry: the issued one, once found.
     pub nonce: Option<Vec<u8>>,
-    /// Failed checks ([`POOL_LEDGER`], [`POOL_EXECUTIONS`]).
+    /// Failed checks (`pool-ledger`, `pool-executions`).
     pub failures: Vec<Failure>,
 }
 

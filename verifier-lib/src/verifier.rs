@@ -59,7 +59,7 @@ impl Verifier {
         self.with(|| snp::verify_report_bytes(input, opts, policy))
     }
 
-    /// [`crate::tdx::verify_quote`] with the chain and collateral cache.
+    /// `tdx::verify_quote` with the chain and collateral cache.
     pub fn tdx(&self, quote: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
         self.with(|| crate::tdx::verify_quote(quote, opts))
     }

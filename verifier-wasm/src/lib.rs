@@ -18,10 +18,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use attestation::verdict::{Isolation, Outcome};
-use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions, RunPins, SharedPolicy};
+use verifier_lib::intel_tdx::TcbStatus;
 use verifier_lib::output::{evidence_json_with, ClaimContext};
-use verifier_lib::snp::{CertBundle, ChainOptions, Policy};
-use verifier_lib::tdx::tcb::TcbStatus;
+use verifier_lib::sev_snp::{CertBundle, ChainOptions, Policy};
+use verifier_lib::{verify_evidence_bytes, EvidenceOptions, RunPins, SharedPolicy};
 
 #[cfg(target_arch = "wasm32")]
 pub mod abi;
@@ -70,7 +70,7 @@ pub struct TrustedSetInput {
     pub signers: Vec<(String, String)>,
 }
 
-/// The TDX acceptability policy ([`verifier_lib::tdx::Policy`]), registers in hex.
+/// The TDX acceptability policy ([`verifier_lib::intel_tdx::Policy`]), registers in hex.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[allow(missing_docs)]
@@ -275,7 +275,7 @@ impl Request {
         for (slot, r) in rtmr.iter_mut().zip(&t.rtmr) {
             *slot = unhex_opt::<48>("tdx_policy.rtmr", r)?;
         }
-        let tdx_policy = verifier_lib::tdx::Policy {
+        let tdx_policy = verifier_lib::intel_tdx::Policy {
             accepted_tcb_statuses: t
                 .accepted_tcb_statuses
                 .iter()
@@ -396,10 +396,7 @@ pub fn verify(evidence: &[u8], request: &Request) -> serde_json::Value {
     };
     match verify_evidence_bytes(evidence, &opts) {
         Ok(v) => evidence_json_with(&v, &opts, &ctx),
-        Err(e) => error(
-            verifier_lib::evidence::checks::EVIDENCE_FORMAT,
-            &e.to_string(),
-        ),
+        Err(e) => error(verifier_lib::checks::EVIDENCE_FORMAT, &e.to_string()),
     }
 }
 

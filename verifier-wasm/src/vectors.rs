@@ -8,8 +8,8 @@ use attestation::evidence::{Evidence, TeeLabel};
 use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
 use base64::Engine as _;
 use std::path::Path;
-use verifier_lib::evidence::EvidenceOptions;
 use verifier_lib::output::ClaimContext;
+use verifier_lib::EvidenceOptions;
 
 /// The nonce of every verdict sealed here.
 pub const NONCE: [u8; 32] = [0x5a; 32];

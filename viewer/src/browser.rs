@@ -11,8 +11,8 @@
 
 use base64::Engine as _;
 use std::path::{Path, PathBuf};
-use verifier_lib::evidence::EvidenceOptions;
 use verifier_lib::output::ClaimContext;
+use verifier_lib::EvidenceOptions;
 
 /// The script the page loads (`check.js`), allowed by `script-src 'self'`.
 pub const SCRIPT: &str = include_str!("check.js");

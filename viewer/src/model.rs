@@ -3,10 +3,11 @@
 
 use attestation::evidence::Evidence;
 use attestation::verdict::{Outcome, Verdict};
-use verifier_lib::evidence::{
-    verify_evidence, EvidenceOptions, EvidenceVerification, PinCheck, ReportVerification,
-};
 use verifier_lib::output::{claim_of_check, evidence_notes, evidence_tee};
+use verifier_lib::{
+    verify_evidence_with as verify_evidence, EvidenceOptions, EvidenceVerification, PinCheck,
+    ReportVerification,
+};
 
 /// The overall result, shown on every section where it applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

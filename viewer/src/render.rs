@@ -224,7 +224,7 @@ impl<'a> Renderer<'a> {
                                 None => "No test counts.",
                             }
                         }
-                        @if !verifier_lib::evidence::tests_ran(v) {
+                        @if !verifier_lib::tests_ran(v) {
                             p.no-tests #no-tests { strong { (verifier_lib::output::NO_TEST_RAN) } }
                         }
                         p { "The outcome and counts come from the verdict: " (self.claim(&["verdict-signature", "verdict-counts"])) }

@@ -10,8 +10,8 @@ use guest::fence::input::run_input;
 use guest::fence::run::RunOptions;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use verifier_lib::evidence::{verify_evidence_bytes, EvidenceOptions};
-use verifier_lib::snp::chain::ChainOptions;
+use verifier_lib::sev_snp::ChainOptions;
+use verifier_lib::{verify_evidence_bytes, EvidenceOptions};
 
 /// The embedded bundle: (path inside the bundle, contents, executable).
 const BUNDLE: &[(&str, &str, bool)] = &[
@@ -437,7 +437,7 @@ fn verdict_lines(v: &Verdict) -> Vec<String> {
             escape(&c.parser)
         ));
     }
-    if !verifier_lib::evidence::tests_ran(v) {
+    if !verifier_lib::tests_ran(v) {
         out.push(verifier_lib::output::NO_TEST_RAN.to_string());
     }
     out.push(format!(

@@ -466,7 +466,7 @@ pub fn summary(v: &Verdict) -> String {
             let _ = writeln!(out, "counts: none");
         }
     }
-    if !verifier_lib::evidence::tests_ran(v) {
+    if !verifier_lib::tests_ran(v) {
         let _ = writeln!(out, "{}", verifier_lib::output::NO_TEST_RAN);
     }
     let _ = writeln!(

@@ -9,7 +9,7 @@ use super::run::fail;
 use attestation::text::{escape, shown};
 use std::path::Path;
 use std::process::ExitCode;
-use verifier_lib::evidence::EvidenceOptions;
+use verifier_lib::EvidenceOptions;
 use verify_attestation::cli::evidence::{options, OptionsError};
 use viewer::bind::{Credential, CREDENTIAL_PATH};
 use viewer::{Page, ServeConfig};

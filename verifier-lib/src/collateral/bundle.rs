@@ -82,7 +82,7 @@ pub struct BundleSignature {
 /// The bundle file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bundle {
-    /// The signed content, as parsed from [`Self::content_text`].
+    /// The signed content, as parsed from its text as received.
     pub content: Content,
     /// The text of `content` exactly as received (or as [`Bundle::new`] wrote it): what the signatures sign.
     content_text: String,

@@ -64,11 +64,13 @@ impl Endorsement {
 }
 
 /// `{base}/vcek/v1/{product}/cert_chain`.
+#[cfg(any(test, feature = "internals"))]
 pub fn cert_chain_url(base: &str, product: Product) -> String {
     chain_url(base, product, Endorsement::Vcek)
 }
 
 /// `{base}/vcek/v1/{product}/crl`.
+#[cfg(any(test, feature = "internals"))]
 pub fn crl_url(base: &str, product: Product) -> String {
     crl_url_for(base, product, Endorsement::Vcek)
 }
@@ -189,6 +191,7 @@ fn not_after(der: &[u8]) -> i64 {
 
 /// Verifies a `cert_chain` answer (PEM, ASK then ARK): two certificates, the ARK is the pinned root of
 /// `product`, self-signed, and signed the ASK. Returns (ASK, ARK) DER.
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_cert_chain(
     url: &str,
     body: &[u8],
@@ -602,6 +605,7 @@ impl Kds<'_> {
 
 /// Checks a fetched VCEK: the chain (ARK pinned, PSS signatures, validity at `now`) and the report's own
 /// authenticity with it (signature, SPLs equal REPORTED_TCB, hwID equal CHIP_ID).
+#[cfg(any(test, feature = "internals"))]
 pub fn check_vcek(
     url: &str,
     product: Product,

@@ -526,7 +526,7 @@ pub struct Pcs<'a> {
     pub http: &'a Client,
     /// Base URL.
     pub base: String,
-    /// The root CA CRL URL; None: the root certificate's CRL distribution point, else [`DEFAULT_ROOT_CRL_URL`].
+    /// The root CA CRL URL; None: the root certificate's CRL distribution point, else `DEFAULT_ROOT_CRL_URL`.
     pub root_crl_url: Option<String>,
     /// standard or early.
     pub update: Update,
@@ -736,7 +736,7 @@ pub const RESPONSE_FILES: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Converts PCS responses saved by another tool (a directory, see [`RESPONSE_FILES`]; issuer chains as
+/// Converts PCS responses saved by another tool (a directory, see `RESPONSE_FILES`; issuer chains as
 /// `tcb_info_issuer_chain.pem`, `qe_identity_issuer_chain.pem`, `pck_crl_issuer_chain.pem`, or as the
 /// signer's certificate `tcb_signing.der`/`.pem` and `pck_platform_ca.der`/`pck_processor_ca.der` with the root
 /// `intel_sgx_root_ca.pem`/`root.der`), verifying every part at `now` exactly as a fetch does.

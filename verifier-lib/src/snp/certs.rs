@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 use x509_parser::prelude::*;
 
 /// OID arc of AMD's KDS extensions (1.3.6.1.4.1.3704.1).
+#[cfg(any(test, feature = "internals"))]
 pub const KDS_ARC: &str = "1.3.6.1.4.1.3704.1";
 /// structVersion extension.
+#[cfg(any(test, feature = "internals"))]
 pub const OID_STRUCT_VERSION: &str = "1.3.6.1.4.1.3704.1.1";
 /// productName extension (IA5String such as `Milan-B0`).
 pub const OID_PRODUCT_NAME: &str = "1.3.6.1.4.1.3704.1.2";

@@ -62,6 +62,7 @@ pub mod checks {
     /// The VCEK hwID differs from CHIP_ID.
     pub const HWID: &str = "hwid";
     /// The chain-related checks, for callers that ask "did the chain fail?".
+    #[cfg(any(test, feature = "internals"))]
     pub const CHAIN: [&str; 12] = [
         CERT_PARSE,
         CERT_PATH,
@@ -677,10 +678,12 @@ pub(crate) fn verify_report_signature(
 }
 
 /// The same check on raw report bytes, for reports that do not parse (e.g. a must-be-zero byte set).
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), SignatureError> {
     raw_report_signature(bytes, key).map_err(SignatureError)
 }
 
+#[cfg(any(test, feature = "internals"))]
 fn raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), String> {
     if bytes.len() != attestation::snp::REPORT_LEN {
         return Err(format!(
@@ -703,6 +706,7 @@ fn raw_report_signature(bytes: &[u8], key: &P384Key) -> Result<(), String> {
 
 /// The report-level authenticity checks against a verified (or failed) chain: signature algorithm, signing
 /// key kind, signature, TCB extensions == REPORTED_TCB, hwID == CHIP_ID. Returns (signature_valid, failures).
+#[cfg(any(test, feature = "internals", feature = "fetch"))]
 pub fn verify_report_against_chain(
     report: &AttestationReport,
     chain: &ChainOutcome,

@@ -110,7 +110,7 @@ pub(crate) fn verify_with_chain(
     }
 }
 
-/// Verifies and validates a report given as bytes ([`verify`] then [`validate`]).
+/// Verifies and validates a report given as bytes (authenticity, then the policy).
 pub fn verify_report_bytes(
     input: &SnpInput<'_>,
     opts: &ChainOptions,
@@ -124,6 +124,7 @@ pub fn verify_report_bytes(
 /// Verifies `report` with the certificates of `bundle` under `opts` (time, CRL, simulated) and `policy`. A
 /// report made in memory is checked over its own encoding; one read from bytes should go through
 /// [`verify_report_bytes`], which checks the bytes as received.
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_report(
     report: &AttestationReport,
     bundle: &CertBundle,
@@ -135,6 +136,7 @@ pub fn verify_report(
 }
 
 /// Verifies `report` against a chain checked earlier (its failures are carried into the result).
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_report_with_chain(
     report: &AttestationReport,
     chain: &ChainOutcome,

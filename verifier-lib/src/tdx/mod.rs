@@ -11,13 +11,19 @@ pub mod tcb;
 mod verify;
 pub mod x509;
 
+// What the crate's tests, benches and the fuzz targets (feature `internals`) name through this module.
+#[cfg(any(test, feature = "internals"))]
 pub use crate::failure::Failure;
+#[cfg(any(test, feature = "internals"))]
+pub use collateral::{CollateralError, CollateralSource, CollateralUsed};
+#[cfg(any(test, feature = "internals"))]
+pub use verify::{
+    validate, verify, verify_quote_for_evidence, verify_quote_parsed, verify_quote_received,
+    INTEL_QE_VENDOR_ID,
+};
 
-pub use collateral::{Collateral, CollateralError, CollateralSource, CollateralUsed};
+pub use collateral::Collateral;
 pub use policy::Policy;
 pub use result::{Authenticity, CollateralChecks, Root, TdxError, TdxVerification, VerifyOptions};
 pub use tcb::{TcbEvaluation, TcbStatus};
-pub use verify::{
-    validate, verify, verify_quote, verify_quote_for_evidence, verify_quote_for_evidence_chosen,
-    verify_quote_parsed, verify_quote_received, verify_quote_received_json, INTEL_QE_VENDOR_ID,
-};
+pub use verify::{verify_quote, verify_quote_for_evidence_chosen, verify_quote_received_json};

@@ -34,7 +34,7 @@ pub struct Authenticity {
     /// Every certificate of the PCK chain is valid at the verification time.
     pub pck_chain_time: bool,
     /// The PCK chain passes path validation: exactly PCK leaf <- PCK CA <- root, issuers are CAs with
-    /// keyCertSign, the leaf is not a CA, path lengths hold (see [`crate::pki`]).
+    /// keyCertSign, the leaf is not a CA, path lengths hold (docs/verification.md, "Path validation").
     pub pck_chain_path: bool,
     /// The root the chain ends in (None when the chain is unreadable).
     pub root: Option<Root>,

@@ -97,7 +97,7 @@ pub struct TcbEvaluation {
     pub sgx_level_status: Option<TcbStatus>,
     /// Status of the TDX level.
     pub tdx_level_status: Option<TcbStatus>,
-    /// `TDX_%02X` when TEE_TCB_SVN[1] is non-zero.
+    /// `TDX_%02X` when `TEE_TCB_SVN[1]` is non-zero.
     pub module_identity_id: Option<String>,
     /// Status of the TDX module.
     pub module_status: Option<TcbStatus>,

@@ -259,6 +259,7 @@ pub fn verify_quote_for_evidence_chosen(
 /// Verifies a quote built or parsed in memory; `chain` overrides the PCK chain carried in the quote. The
 /// signatures are checked over the quote's own encoding ([`Quote::to_bytes`]); a quote read from bytes should go
 /// through [`verify_quote`], which checks them over the bytes as received.
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_quote_parsed(
     quote: Quote,
     chain: Option<Vec<Cert>>,
@@ -272,6 +273,7 @@ pub fn verify_quote_parsed(
 
 /// Verifies and validates `quote`, already parsed from `raw` by the caller: every signature over `raw` as
 /// received.
+#[cfg(any(test, feature = "internals"))]
 pub fn verify_quote_received(
     raw: &[u8],
     quote: Quote,
@@ -554,6 +556,7 @@ pub fn validate(v: &mut TdxVerification, policy: &Policy) {
 /// Authenticity: parses `bytes` and checks the quote signature, the QE report and its binding, the PCK chain
 /// and, with collateral, its signatures, chains, CRLs and freshness, and evaluates the TCB; every signature over
 /// the bytes as received. `opts.policy` is not applied here; see [`validate`].
+#[cfg(any(test, feature = "internals"))]
 pub fn verify(bytes: &[u8], opts: &VerifyOptions<'_>) -> Result<TdxVerification, TdxError> {
     let quote = Quote::parse(bytes)?;
     Ok(verify_received(bytes, quote, None, opts))

@@ -13,9 +13,9 @@ use attestation::verdict::{Isolation, Outcome};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use verifier_lib::evidence::{verify_decoded, Decoded, EvidenceOptions, RunPins};
 use verifier_lib::output;
-use verifier_lib::snp::ChainOptions;
+use verifier_lib::sev_snp::ChainOptions;
+use verifier_lib::{verify_decoded, Decoded, EvidenceOptions, RunPins};
 
 /// Arguments of `verify-attestation evidence`.
 #[derive(clap::Args, Debug)]
@@ -112,14 +112,14 @@ pub struct PinArgs {
     #[arg(long = "expect-outcome", value_name = "NAME", value_parser = parse_outcome)]
     pub expect_outcome: Vec<Outcome>,
     /// The repository commit the run must have tested: the full object id or a prefix of at least 12 hex digits.
-    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_commit_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::parse_commit_pin)]
     pub commit: Option<String>,
     /// The tree hash of the repository after the patch (full object id).
-    #[arg(long, value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
+    #[arg(long, value_name = "SHA", value_parser = verifier_lib::parse_tree_pin)]
     pub tree: Option<String>,
     /// The git tree of the protected paths (`[test] protect`) that the test phase ran: the verdict's
     /// `inputs.test_tree` (full object id).
-    #[arg(long = "protect-tree", value_name = "SHA", value_parser = verifier_lib::evidence::parse_tree_pin)]
+    #[arg(long = "protect-tree", value_name = "SHA", value_parser = verifier_lib::parse_tree_pin)]
     pub protect_tree: Option<String>,
     /// The contributor's patch: its SHA-256 must be the verdict's.
     #[arg(long, value_name = "FILE", conflicts_with = "patch_sha256")]
@@ -219,10 +219,10 @@ pub struct EvidenceTdxArgs {
 }
 
 impl EvidenceTdxArgs {
-    /// The TDX [`verifier_lib::tdx::Policy`] these flags describe (`--measurement`, `--allow-debug` and
+    /// The TDX [`verifier_lib::intel_tdx::Policy`] these flags describe (`--measurement`, `--allow-debug` and
     /// `--report-data` are the evidence options' `shared` part, which the verifier adds).
-    pub fn to_policy(&self) -> verifier_lib::tdx::Policy {
-        let mut p = verifier_lib::tdx::Policy::default();
+    pub fn to_policy(&self) -> verifier_lib::intel_tdx::Policy {
+        let mut p = verifier_lib::intel_tdx::Policy::default();
         self.accept.apply(&mut p);
         p.mrtd = self.mrtd.iter().map(|m| m.0).collect();
         for r in &self.rtmr {
@@ -259,7 +259,7 @@ pub enum OptionsError {
 pub type Prepared = (
     Vec<u8>,
     EvidenceOptions,
-    Option<verifier_lib::collateral::baseline::Baseline>,
+    Option<verifier_lib::collateral::Baseline>,
     serde_json::Value,
     Decoded,
 );
@@ -273,7 +273,7 @@ pub fn options(
     (
         Vec<u8>,
         EvidenceOptions,
-        Option<verifier_lib::collateral::baseline::Baseline>,
+        Option<verifier_lib::collateral::Baseline>,
     ),
     OptionsError,
 > {
@@ -300,7 +300,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
         .map_err(|e| Unusable("policy-file", e))?;
     let decoded = Decoded::from_cbor(&bytes).map_err(|e| {
         Unusable(
-            verifier_lib::evidence::checks::EVIDENCE_FORMAT,
+            verifier_lib::checks::EVIDENCE_FORMAT,
             format!("{}: {e}", args.evidence.display()),
         )
     })?;
@@ -403,7 +403,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
             Ok(t) => Some(std::sync::Arc::new(t)),
             Err((Exit::Rejected, e)) => {
                 return Err(OptionsError::Rejected(
-                    verifier_lib::evidence::checks::MEASUREMENT_SET,
+                    verifier_lib::checks::MEASUREMENT_SET,
                     e,
                 ))
             }
@@ -421,7 +421,7 @@ pub fn options_and_source(args: &Args) -> Result<Prepared, OptionsError> {
     // `--measurement`, `--allow-debug` and `--report-data` (flags or `--policy FILE`) apply to evidence of either
     // TEE: the shared part; the rest of the SEV-SNP flags make the SEV-SNP policy, the TDX flags the TDX one.
     let mut snp_policy = policy.to_policy();
-    let shared = verifier_lib::evidence::SharedPolicy::take_from(&mut snp_policy);
+    let shared = verifier_lib::SharedPolicy::take_from(&mut snp_policy);
     let opts = EvidenceOptions {
         chain: ChainOptions {
             at,
@@ -500,7 +500,7 @@ pub fn run(args: Args) -> ExitCode {
             match (read, key) {
                 (Ok(l), Ok(k)) => {
                     let c =
-                        verifier_lib::pool_ledger::check(&l, &k, &n.0, &bytes, args.max_executions);
+                        verifier_lib::check_pool_ledger(&l, &k, &n.0, &bytes, args.max_executions);
                     opts.nonce = c.nonce.clone().or(opts.nonce);
                     Some(c)
                 }
@@ -512,9 +512,7 @@ pub fn run(args: Args) -> ExitCode {
     // The evidence decoded and its report parsed once, in options_and_source.
     let mut v = verify_decoded(&decoded, &opts);
     let mut baseline_json = None;
-    if let (Some(b), verifier_lib::evidence::ReportVerification::Snp(sv)) =
-        (&baseline, &mut v.report)
-    {
+    if let (Some(b), verifier_lib::ReportVerification::Snp(sv)) = (&baseline, &mut v.report) {
         let before = sv.failures.len();
         baseline_json = Some(super::snp_report::apply_baseline(b, sv.as_mut()));
         let added: Vec<_> = sv.failures[before..].to_vec();

@@ -2,7 +2,7 @@
 //! command that answers which launch configuration produces it (`measure-guest explain`, with the evidence file).
 
 use std::path::Path;
-use verifier_lib::evidence::checks::MEASUREMENT_SET;
+use verifier_lib::checks::MEASUREMENT_SET;
 use verifier_lib::Failure;
 
 /// What is appended to the failure, with the evidence path in `{}`.

@@ -12,12 +12,12 @@ use std::process::ExitCode;
 use super::exit::Exit;
 // The refusal type lives with the exit codes; named here as before.
 pub use super::exit::Refusal;
-use verifier_lib::collateral::bundle::{Bundle, Content, SnpPart};
-use verifier_lib::collateral::cache::{rfc3339, Cache, Origin};
-use verifier_lib::collateral::http::Client;
-use verifier_lib::collateral::kds::{Kds, DEFAULT_KDS_URL};
-use verifier_lib::collateral::pcs::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
+use verifier_lib::collateral::Client;
+use verifier_lib::collateral::{rfc3339, Cache, Origin};
+use verifier_lib::collateral::{Bundle, Content, SnpPart};
 use verifier_lib::collateral::{FetchConfig, FetchError};
+use verifier_lib::collateral::{Kds, DEFAULT_KDS_URL};
+use verifier_lib::collateral::{Pcs, QuoteNeeds, Update, DEFAULT_PCS_URL};
 
 /// Where collateral comes from: the flags every fetching path shares.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -263,7 +263,7 @@ pub fn run(args: Args) -> ExitCode {
     let now = super::input::at_or_now(args.at);
     let now_s = now.unix_timestamp();
     let mut content = Content {
-        format: verifier_lib::collateral::bundle::BUNDLE_FORMAT.into(),
+        format: verifier_lib::collateral::BUNDLE_FORMAT.into(),
         created: rfc3339(now_s),
         subject: String::new(),
         snp: None,
@@ -273,7 +273,7 @@ pub fn run(args: Args) -> ExitCode {
     let mut lines: Vec<String> = Vec::new();
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     if let Some(dir) = &args.from_pcs_responses {
-        let file = match verifier_lib::collateral::pcs::from_responses(dir, now_s) {
+        let file = match verifier_lib::collateral::from_responses(dir, now_s) {
             Ok(f) => f,
             Err(e) => return fail(args.json, e.check(), e.to_string()),
         };
@@ -434,7 +434,7 @@ pub fn run(args: Args) -> ExitCode {
 
 /// A VLEK-signed report without `--vlek`: writes the fetched ARK, ASVK (and CRL) to `--out` when given, then
 /// fails (exit 2, `collateral-vlek`) saying that the VLEK is the cloud provider's and what to get.
-fn vlek_partial(args: &Args, partial: &verifier_lib::collateral::kds::SnpFetched) -> ExitCode {
+fn vlek_partial(args: &Args, partial: &verifier_lib::collateral::SnpFetched) -> ExitCode {
     let mut written = Vec::new();
     if let Some(out) = &args.out {
         let mut files = vec![
@@ -464,7 +464,7 @@ fn vlek_partial(args: &Args, partial: &verifier_lib::collateral::kds::SnpFetched
         .collect();
     let mut detail = format!(
         "{}. Fetched and verified: {}",
-        verifier_lib::collateral::kds::VLEK_ADVICE,
+        verifier_lib::collateral::VLEK_ADVICE,
         fetched.join(", ")
     );
     if !written.is_empty() {
@@ -643,7 +643,7 @@ impl CollateralArgs {
         &self,
         path: &Path,
         bytes: &[u8],
-    ) -> Result<(Bundle, verifier_lib::collateral::bundle::SignatureCheck), Refusal> {
+    ) -> Result<(Bundle, verifier_lib::collateral::SignatureCheck), Refusal> {
         let b = Bundle::from_json(bytes).map_err(|e| {
             (
                 Exit::Unusable,
@@ -654,7 +654,7 @@ impl CollateralArgs {
         if !self.auditors_named() {
             return Ok((
                 b,
-                verifier_lib::collateral::bundle::SignatureCheck {
+                verifier_lib::collateral::SignatureCheck {
                     signers: Vec::new(),
                     key_ids: Vec::new(),
                     problems: Vec::new(),
@@ -687,10 +687,10 @@ impl CollateralArgs {
         with_crl: bool,
         allow_simulated: bool,
         now: i64,
-    ) -> Result<(verifier_lib::collateral::kds::SnpFetched, Option<PathBuf>), FetchError> {
+    ) -> Result<(verifier_lib::collateral::SnpFetched, Option<PathBuf>), FetchError> {
         if report.key_info.signing_key == attestation::snp::SigningKey::Vlek {
             // Nothing fetched or cached completes a VLEK-signed report: say so before any request.
-            return Err(verifier_lib::collateral::kds::vlek_error());
+            return Err(verifier_lib::collateral::vlek_error());
         }
         let mut s = self.source.resolve().map_err(FetchError::Input)?;
         s.allow_simulated = allow_simulated;
@@ -738,11 +738,11 @@ impl CollateralArgs {
     }
 
     /// Loads the TCB baseline, if given.
-    pub fn baseline(&self) -> Result<Option<verifier_lib::collateral::baseline::Baseline>, String> {
+    pub fn baseline(&self) -> Result<Option<verifier_lib::collateral::Baseline>, String> {
         self.tcb_baseline
             .as_deref()
             .map(|p| {
-                verifier_lib::collateral::baseline::Baseline::load(p)
+                verifier_lib::collateral::Baseline::load(p)
                     .map_err(|e| format!("--tcb-baseline: {e}"))
             })
             .transpose()
@@ -764,7 +764,7 @@ pub struct TdxFromSources {
 fn bundle_note(
     path: &Path,
     b: &Bundle,
-    c: &verifier_lib::collateral::bundle::SignatureCheck,
+    c: &verifier_lib::collateral::SignatureCheck,
 ) -> serde_json::Value {
     serde_json::json!({
         "source": "bundle",
@@ -847,7 +847,7 @@ pub fn tdx_collateral(
 /// for the output's `collateral_source`.
 pub struct SnpCollateral {
     /// ARK, ASK|ASVK, VCEK|VLEK.
-    pub certs: verifier_lib::snp::CertBundle,
+    pub certs: verifier_lib::sev_snp::CertBundle,
     /// The bundle's or KDS's CRL, if any.
     pub crl: Option<Vec<u8>>,
     /// `{"source": "bundle"|"online"|"cache", ...}`.

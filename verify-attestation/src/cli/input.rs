@@ -92,16 +92,7 @@ pub(crate) fn crl_input(path: Option<&Path>) -> Result<Option<Vec<u8>>, (&'stati
             format!("--crl {shown}: not a CRL{what}: {why}"),
         )
     };
-    let ders =
-        verifier_lib::pki::crls_from_file_bytes(&bytes).map_err(|e| not_crl(e.to_string()))?;
-    for der in &ders {
-        use x509_parser::prelude::FromDer;
-        if let Err(e) = x509_parser::revocation_list::CertificateRevocationList::from_der(der)
-            .map_err(|e| verifier_lib::pki::der_error(&e))
-        {
-            return Err(not_crl(format!("not a DER CertificateList ({e})")));
-        }
-    }
+    verifier_lib::sev_snp::check_crl_file(&bytes).map_err(|e| not_crl(e.to_string()))?;
     Ok(Some(bytes))
 }
 

@@ -2,8 +2,8 @@
 //! `--policy FILE` fills as well.
 
 use attestation::hex::Hex;
-use verifier_lib::snp::policy::{AbiVersion, TcbMinimum};
-use verifier_lib::snp::Policy;
+use verifier_lib::sev_snp::Policy;
+use verifier_lib::sev_snp::{AbiVersion, TcbMinimum};
 
 /// The acceptability policy as flags; each flag sets one field of [`Policy`], the rest keep their defaults.
 #[derive(clap::Args, Debug, Clone, Default)]

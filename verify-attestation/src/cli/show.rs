@@ -173,10 +173,8 @@ pub fn snp_json(r: &AttestationReport, product: Option<Product>) -> serde_json::
 }
 
 /// The FMSPC (and the rest of the SGX extensions) of the quote's PCK certificate, when it carries a chain.
-fn pck_facts(q: &Quote) -> Option<verifier_lib::tdx::pck::PckExtensions> {
-    let pem = q.pck_chain_pem()?;
-    let chain = verifier_lib::tdx::x509::parse_pem_chain("PCK chain", pem).ok()?;
-    verifier_lib::tdx::pck::PckExtensions::from_cert(chain.first()?).ok()
+fn pck_facts(q: &Quote) -> Option<verifier_lib::intel_tdx::PckExtensions> {
+    verifier_lib::intel_tdx::pck_extensions(q)
 }
 
 /// The rows of a TDX quote, every field of the header and the TD report.
@@ -334,9 +332,7 @@ fn show_evidence(bytes: &[u8]) -> Result<Shown, String> {
     let leaf_product = ev
         .certs
         .first()
-        .and_then(|der| verifier_lib::snp::certs::parse_cert(der, "VCEK/VLEK").ok())
-        .and_then(|c| verifier_lib::snp::certs::LeafInfo::from_cert(&c).ok())
-        .and_then(|l| l.product());
+        .and_then(|der| verifier_lib::sev_snp::leaf_product(der));
     let inner = if ev.tee.is_snp() {
         show_snp(&ev.report, leaf_product)
     } else {

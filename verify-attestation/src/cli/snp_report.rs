@@ -7,7 +7,7 @@ use attestation::snp::AttestationReport;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use verifier_lib::output;
-use verifier_lib::snp::{self, CertBundle, ChainOptions};
+use verifier_lib::sev_snp::{self as snp, CertBundle, ChainOptions};
 
 use super::exit::{refusal_exit, rejected, unusable, Exit};
 // Shared with every SEV-SNP subcommand; named here as before.
@@ -54,7 +54,7 @@ pub struct Args {
 /// Checks the report's REPORTED_TCB (the TCB its VCEK attests) against a TCB baseline: one `tcb-baseline`
 /// failure per component below its floor. Returns the JSON summary.
 pub fn apply_baseline(
-    b: &verifier_lib::collateral::baseline::Baseline,
+    b: &verifier_lib::collateral::Baseline,
     v: &mut snp::SnpVerification,
 ) -> serde_json::Value {
     let Some(product) = v.product() else {

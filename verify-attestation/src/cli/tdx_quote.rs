@@ -10,10 +10,9 @@ use super::exit::Exit;
 use super::input::parse_time;
 use attestation::hex::Hex;
 use attestation::tdx::Quote;
+use verifier_lib::intel_tdx::{verify_parsed_quote, Policy, Root, TcbStatus, TdxVerification};
 use verifier_lib::output::print_table;
-use verifier_lib::tdx::{
-    verify_quote_received_json, Failure, Policy, Root, TcbStatus, TdxVerification, VerifyOptions,
-};
+use verifier_lib::Failure;
 
 /// The TDX acceptability flags shared by `tdx-quote` and `evidence` (everything but the launch-measurement pin,
 /// whose flags differ between the two, and the flags `evidence` shares with SEV-SNP).
@@ -418,14 +417,14 @@ pub fn run(args: Args) -> ExitCode {
         Err((_, check, why)) => return unusable(args.json, check, why),
     };
     let policy = args.policy.to_policy();
-    let opts = VerifyOptions {
-        collateral: None,
+    let mut v = match verify_parsed_quote(
+        &bytes,
+        quote,
+        collateral_bytes.as_deref(),
         at,
-        policy: &policy,
-        allow_simulated: args.allow_simulated,
-    };
-    let mut v = match verify_quote_received_json(&bytes, quote, collateral_bytes.as_deref(), &opts)
-    {
+        &policy,
+        args.allow_simulated,
+    ) {
         Ok(v) => v,
         Err(e) => {
             let p = args.collateral.as_deref().unwrap_or(Path::new("(fetched)"));
