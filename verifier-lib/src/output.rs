@@ -1131,8 +1131,9 @@ pub fn tdx_claims(
 }
 
 /// One row per claim the founder relies on ([`CLAIMS`], in that order): held, failed or not pinned, and for
-/// each held claim the anchor that backed it.
-pub(crate) fn evidence_claims(
+/// each held claim the anchor that backed it. The rows the table and JSON print, and what a caller that writes the
+/// verified run in another form (verify-attestation's in-toto statement and EAR) reads.
+pub fn evidence_claims(
     v: &EvidenceVerification,
     opts: &EvidenceOptions,
     ctx: &ClaimContext,
