@@ -141,6 +141,49 @@ impl Session {
         &self.raw
     }
 
+    /// [`Session::seal`] with the fence transcript anchored (docs/transcript.md): the `verdict` event (the
+    /// verdict's outcome and SHA-384) is appended to `recorder`, a second report is taken from `tee` with
+    /// REPORT_DATA = [`crate::transcript::anchor_report_data`] over the transcript's hash, the verdict's SHA-384
+    /// and the nonce, and the evidence carries both under `transcript`. A second report the TEE does not give
+    /// (or gives for other report data) leaves the anchor out, with the reason returned beside the evidence;
+    /// the verifier's `transcript` check then fails.
+    pub fn seal_anchored(
+        self,
+        tee: &dyn Tee,
+        verdict: &Verdict,
+        recorder: &crate::transcript::Recorder,
+    ) -> Result<(Evidence, Option<String>), SessionError> {
+        use crate::transcript::{anchor_report_data, verdict_sha384, Anchored, Event};
+        let payload = verdict.to_cbor().map_err(EvidenceError::from)?;
+        let vsha = verdict_sha384(&payload);
+        recorder.record(Event::Verdict {
+            outcome: verdict.outcome.as_str().to_owned(),
+            sha384: vsha.to_vec(),
+        });
+        let transcript = recorder.transcript();
+        let rd = anchor_report_data(&transcript.hash(), &vsha, &self.nonce);
+        let label = self.label;
+        let (anchor, why) = match tee.get_report(&rd) {
+            Ok(raw) if crate::tee::report_data_of(label, &raw.report) == Some(rd) => {
+                (Some(raw.report), None)
+            }
+            Ok(_) => (
+                None,
+                Some(format!(
+                    "the {label} anchor report does not carry the requested report_data"
+                )),
+            ),
+            Err(e) => (None, Some(format!("the anchor report: {e}"))),
+        };
+        let why = match (why, recorder.failure()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+        let mut evidence = self.seal(verdict)?;
+        evidence.transcript = Some(Anchored { transcript, anchor });
+        Ok((evidence, why))
+    }
+
     /// Signs `verdict` with the session key and packs the evidence; the key is dropped (and zeroed) afterwards.
     ///
     /// The verdict must carry the session's nonce in `inputs.nonce`.
