@@ -89,10 +89,26 @@ impl KeyFirst {
 
     /// Binds the key to `nonce` and gets the report from `tee` (before any untrusted code runs).
     pub fn begin(self, tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
+        self.begin_recorded(tee, nonce, None)
+    }
+
+    /// [`KeyFirst::begin`], writing the transcript's `report-requested` event (with the report data) into
+    /// `recorder` just before the report is requested.
+    pub fn begin_recorded(
+        self,
+        tee: &dyn Tee,
+        nonce: &[u8],
+        recorder: Option<&crate::transcript::Recorder>,
+    ) -> Result<Session, SessionError> {
         binding::check_nonce(nonce)?;
         let key = self.key;
         let public = p384::PublicKey::from(key.verifying_key());
         let report_data = binding::report_data(&public, nonce);
+        if let Some(r) = recorder {
+            r.record(crate::transcript::Event::ReportRequested {
+                report_data: report_data.to_vec(),
+            });
+        }
         let label = tee.label();
         let raw = tee.get_report(&report_data)?;
         if crate::tee::report_data_of(label, &raw.report) != Some(report_data) {

@@ -67,6 +67,8 @@ mod sigcache;
 pub mod snp;
 #[doc(hidden)]
 pub mod tdx;
+#[doc(hidden)]
+pub mod transcript;
 mod verifier;
 
 pub use entry::{
@@ -78,4 +80,5 @@ pub use failure::Failure;
 pub use output::{Claim, ClaimContext, ClaimStatus};
 pub use snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
 pub use tdx::{Policy as TdxPolicy, TdxVerification};
+pub use transcript::{EgressPin, TranscriptVerification};
 pub use verifier::{CacheStats, Verifier};

@@ -604,7 +604,7 @@ pub struct Claim {
 }
 
 /// The claims of an evidence result, in the order the output gives them.
-pub const CLAIMS: [&str; 16] = [
+pub const CLAIMS: [&str; 17] = [
     "chain",
     "tcb",
     "policy",
@@ -621,6 +621,7 @@ pub const CLAIMS: [&str; 16] = [
     "test tree",
     "isolation",
     "collateral",
+    "transcript",
 ];
 
 /// What the verify command knows that the verification result does not: the flags that shape the claims.
@@ -645,6 +646,9 @@ pub fn claim_of_check(check: &str) -> &'static str {
             .iter()
             .any(|n| crate::Failure::new(check.to_owned(), "").is(n))
     };
+    if any(&["transcript", "pin-egress-only", "pin-cut"]) {
+        return "transcript";
+    }
     if any(&[
         "collateral",
         "tcb-info",
@@ -1359,7 +1363,47 @@ pub fn evidence_claims(
     ));
 
     out.push(collateral);
+    out.push(transcript_claim(v));
     out
+}
+
+/// The `transcript` claim: failed with the check's failures, held with what was checked (the anchor, RTMR3,
+/// the pins), or `not pinned` when the evidence carries no transcript ("not present").
+fn transcript_claim(v: &EvidenceVerification) -> Claim {
+    let t = &v.transcript;
+    if let Some(d) = failures_of(&v.failures, "transcript") {
+        return make_claim("transcript", ClaimStatus::Failed, None, d);
+    }
+    if !t.present {
+        return make_claim(
+            "transcript",
+            ClaimStatus::NotPinned,
+            None,
+            "not present: the evidence carries no fence transcript".into(),
+        );
+    }
+    let mut detail = format!(
+        "{} events, SHA-384 {}",
+        t.events.len(),
+        t.sha384.map(hex::encode).unwrap_or_default()
+    );
+    if t.rtmr3_replayed == Some(true) {
+        detail.push_str("; RTMR3 replayed over them");
+    }
+    for p in &t.pins {
+        detail.push_str(&format!("; {} {}", p.check, p.wanted));
+    }
+    make_claim(
+        "transcript",
+        ClaimStatus::Held,
+        Some(match t.rtmr3_replayed {
+            Some(_) => {
+                "the anchor quote (its REPORTDATA and RTMR3), from the first quote's launch".into()
+            }
+            None => "the anchor report's REPORT_DATA, from the first report's launch".into(),
+        }),
+        detail,
+    )
 }
 
 /// The claims as table rows: `claim NAME` and `held|failed|not pinned`, the anchor and the detail.

@@ -128,6 +128,20 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let mut rd = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let mut wr = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let ch = |e: ChannelError| format!("job channel: {e}");
+    // The report backend is chosen first (nothing is asked of it yet): on TDX the transcript's events are
+    // extended into RTMR3 from the first one (docs/transcript.md).
+    let selected = tee::select(&port);
+    let recorder = match &selected {
+        Ok((t, _)) if t.label() == attestation::evidence::TeeLabel::Tdx => {
+            tee::rtmr3_recorder().unwrap_or_default()
+        }
+        _ => attestation::transcript::Recorder::new(),
+    };
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    recorder.record(attestation::transcript::Event::AgentReady {
+        agent_version: AGENT_VERSION.to_owned(),
+        image: verity::params(&cmdline).ok().flatten().map(|p| p.root_hash),
+    });
     progress::send(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
     init::mark("the job channel is open; Hello sent (agent ready)");
     // The evidence key exists before the nonce: its hash goes to the host, which obtains the nonce for it (a
@@ -145,17 +159,20 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         Ok(h) => h,
         Err(e) => return Err(fail(&mut wr, format!("job header: {e}"))),
     };
+    recorder.record(attestation::transcript::Event::JobHeader {
+        nonce: header.nonce.clone(),
+        job_sha256: None,
+        bundle_sha256: Some(hex::encode(header.bundle_sha256)),
+    });
     // The report, before any byte of the job is read: a real TEE if this guest has one, else the host's sim PSP.
-    let session = {
-        let (backend, which) = match tee::select(&port) {
-            Ok(b) => b,
-            Err(e) => return Err(fail(&mut wr, e)),
-        };
-        console(&format!("report backend: {which}"));
-        match keyed.begin(backend.as_ref(), &header.nonce) {
-            Ok(s) => s,
-            Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
-        }
+    let (backend, which) = match selected {
+        Ok(b) => b,
+        Err(e) => return Err(fail(&mut wr, e)),
+    };
+    console(&format!("report backend: {which}"));
+    let session = match keyed.begin_recorded(backend.as_ref(), &header.nonce, Some(&recorder)) {
+        Ok(s) => s,
+        Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
     };
     let inputs = Inputs {
         commit: None,
@@ -169,17 +186,23 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let verdict = match notes {
         Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),
         Ok(notes) => {
-            let mut v = receive_and_run(&mut rd, &header, inputs);
+            let mut v = receive_and_run(&mut rd, &header, inputs, &recorder);
             for n in notes {
                 v.findings.push(agent_finding("module", n));
             }
             v
         }
     };
+    // The verdict event, then the anchor: a second report over the transcript's hash and the verdict's.
     let evidence = session
-        .seal(&verdict)
+        .seal_anchored(backend.as_ref(), &verdict, &recorder)
         .map_err(|e| e.to_string())
-        .and_then(|ev| ev.to_cbor().map_err(|e| e.to_string()));
+        .and_then(|(ev, why)| {
+            if let Some(why) = why {
+                console(&format!("the transcript's anchor: {why}"));
+            }
+            ev.to_cbor().map_err(|e| e.to_string())
+        });
     let bytes = match evidence {
         Ok(b) => b,
         Err(e) => return Err(fail(&mut wr, format!("sealing the evidence: {e}"))),
@@ -223,7 +246,12 @@ fn exhausted(inputs: Inputs, stage: &str, reason: &str) -> Verdict {
 }
 
 /// Receives the bundle, checks it against the header, and runs intake and the fence on it.
-fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict {
+fn receive_and_run(
+    rd: &mut File,
+    header: &JobHeader,
+    inputs: Inputs,
+    recorder: &attestation::transcript::Recorder,
+) -> Verdict {
     if let Err(e) = progress::send(rd, FrameType::BundleRequest, b"") {
         return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
     }
@@ -344,6 +372,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     }
     opts.home = Some(PathBuf::from("/root"));
     opts.on_phase = reporter.as_ref().map(progress::Reporter::hook);
+    opts.transcript = Some(recorder.clone());
     // Intake again in here: the guest trusts no host.
     let mut v = match run_input(&path, &opts) {
         Ok(v) => v,

@@ -144,6 +144,14 @@ pub struct PinArgs {
     /// The URL the repository was fetched from (`[repository] url`): the verdict's `repository.url`, exactly.
     #[arg(long, value_name = "URL")]
     pub repository: Option<String>,
+    /// Every connection the fence transcript records as let through by the egress proxy goes to one of these
+    /// (HOST or HOST:PORT; `[IPV6]:PORT`); give the flag once with every entry after it. Needs a transcript.
+    #[arg(long = "expect-egress-only", value_name = "HOST[:PORT]", num_args = 1.., value_parser = verifier_lib::EgressPin::parse)]
+    pub expect_egress_only: Option<Vec<verifier_lib::EgressPin>>,
+    /// The fence transcript has a cut event that held (install PID 1 reaped, no process left) before the test
+    /// phase started. Needs a transcript (and an install phase: a job without one has no cut).
+    #[arg(long = "expect-cut")]
+    pub expect_cut: bool,
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -586,6 +594,8 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         expect_tests_ran: a.expect_tests_ran,
         min_failed: a.min_failed,
         repository: a.repository.clone(),
+        expect_egress_only: a.expect_egress_only.clone(),
+        expect_cut: a.expect_cut,
     })
 }
 
