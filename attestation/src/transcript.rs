@@ -631,6 +631,37 @@ pub fn anchor_report_data(transcript: &Hash, verdict: &Hash, nonce: &[u8]) -> [u
     h.finalize().into()
 }
 
+/// The domain of the job's launch digest.
+pub const JOB_LAUNCH_DOMAIN: &[u8] = b"fenced-run/v1/job-launch";
+
+/// The job's digest the host puts into the launch (SEV-SNP `HOST_DATA`, TDX `MRCONFIGID`'s first 32 bytes, the
+/// sim PSP's `HOST_DATA`): `SHA-256("fenced-run/v1/job-launch" || the bundle's SHA-256)`. The nonce is not in it:
+/// the launch is fixed before the guest's key exists, and the nonce is issued for that key.
+pub fn job_launch_digest(bundle_sha256: &[u8; 32]) -> [u8; 32] {
+    let mut h = sha2::Sha256::new();
+    h.update(JOB_LAUNCH_DOMAIN);
+    h.update(bundle_sha256);
+    h.finalize().into()
+}
+
+/// The launch field that carries the job's digest in `report`: SEV-SNP `HOST_DATA`; TDX `MRCONFIGID`, whose first
+/// 32 bytes are the digest and whose last 16 must be zero (`None` when they are not, or the report does not
+/// parse far enough).
+pub fn launch_job_field(snp: bool, report: &[u8]) -> Option<[u8; 32]> {
+    if snp {
+        crate::snp::AttestationReport::from_bytes(report)
+            .ok()
+            .map(|r| r.host_data)
+    } else {
+        let q = crate::tdx::Quote::parse(report).ok()?;
+        let id = q.td().mr_config_id;
+        if id[32..].iter().any(|b| *b != 0) {
+            return None;
+        }
+        id[..32].try_into().ok()
+    }
+}
+
 /// A transcript: the encoded events, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Transcript {

@@ -198,6 +198,36 @@ pub(crate) fn verify(
             );
         }
     }
+    // The job in the launch: a header that names its bundle names the launch's HOST_DATA / MRCONFIGID.
+    if let Some(Event::JobHeader {
+        bundle_sha256: Some(b),
+        ..
+    }) = events.get(1)
+    {
+        let snp = ev.tee.is_snp();
+        let field = if snp { "HOST_DATA" } else { "MRCONFIGID" };
+        match <[u8; 32]>::try_from(hex::decode(b).unwrap_or_default().as_slice()) {
+            Err(_) => fail(
+                failures,
+                format!("job-header's bundle_sha256 {b:?} is not 32 bytes of hex"),
+            ),
+            Ok(bundle) => {
+                let want = transcript::job_launch_digest(&bundle);
+                match transcript::launch_job_field(snp, &ev.report) {
+                    Some(f) if f == want => {}
+                    seen => fail(
+                        failures,
+                        format!(
+                            "job in the launch: the report's {field} is {}, the job header's launch digest is {}",
+                            seen.map(hex::encode)
+                                .unwrap_or_else(|| "not a launch digest".into()),
+                            hex::encode(want)
+                        ),
+                    ),
+                }
+            }
+        }
+    }
     let payload = ev.verdict.payload.as_deref().unwrap_or_default();
     let vsha = transcript::verdict_sha384(payload);
     let verdicts = events

@@ -341,3 +341,42 @@ fn sim_tdx_rtmr3_replays_and_a_changed_log_fails() {
     let f = transcript_failures(&v);
     assert!(f.iter().any(|f| f.contains("RTMR3")), "{f:?}");
 }
+
+/// The job in the launch: a job header naming its bundle must name the report's HOST_DATA.
+#[test]
+fn the_job_header_must_be_the_launchs() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let bundle = [0x33; 32];
+    let seal_with = |host_data: [u8; 32]| {
+        let tee = SimSnpTee::new(
+            SimPsp::new(dir.path(), Product::Milan).expect("psp"),
+            process_launch_measurement(b"agent"),
+        )
+        .with_host_data(host_data);
+        let r = Recorder::new();
+        r.record(Event::AgentReady {
+            agent_version: "test".into(),
+            image: None,
+        });
+        r.record(Event::JobHeader {
+            nonce: NONCE.to_vec(),
+            job_sha256: None,
+            bundle_sha256: Some(hex::encode(bundle)),
+        });
+        let session = attestation::session::KeyFirst::new()
+            .begin_recorded(&tee, &NONCE, Some(&r))
+            .expect("begin");
+        run_events(&r);
+        session.seal_anchored(&tee, &verdict(), &r).expect("seal").0
+    };
+    let v = verify_evidence(&seal_with(transcript::job_launch_digest(&bundle)), &opts());
+    assert!(v.verified(), "{:?}", v.failures);
+    let v = verify_evidence(&seal_with([0; 32]), &opts());
+    assert!(
+        transcript_failures(&v)
+            .iter()
+            .any(|f| f.contains("job in the launch") && f.contains("HOST_DATA")),
+        "{:?}",
+        v.failures
+    );
+}

@@ -183,8 +183,18 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         protect: Vec::new(),
         test_tree: None,
     };
+    // The job is part of the launch: a header whose digest is not the report's HOST_DATA (MRCONFIGID) is refused
+    // before any byte of the bundle is asked for.
+    let launch = launch_digest_refusal(
+        session.label().is_snp(),
+        &session.raw().report,
+        &header.bundle_sha256,
+    );
     let verdict = match notes {
         Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),
+        Ok(_) if launch.is_some() => {
+            refused(inputs, "receive", launch.as_deref().unwrap_or_default())
+        }
         Ok(notes) => {
             let mut v = receive_and_run(&mut rd, &header, inputs, &recorder);
             for n in notes {
@@ -214,6 +224,27 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         verdict.outcome.as_str()
     ));
     wait_ack(&port, &mut rd)
+}
+
+/// Why the job header does not belong to this launch, if it does not: the job's launch digest
+/// ([`attestation::transcript::job_launch_digest`] of the header's bundle SHA-256) must be the report's HOST_DATA
+/// (SEV-SNP, real or sim) or the first 32 bytes of its MRCONFIGID (TDX, the last 16 zero).
+pub fn launch_digest_refusal(snp: bool, report: &[u8], bundle_sha256: &[u8; 32]) -> Option<String> {
+    let want = attestation::transcript::job_launch_digest(bundle_sha256);
+    let field = if snp { "HOST_DATA" } else { "MRCONFIGID" };
+    match attestation::transcript::launch_job_field(snp, report) {
+        Some(f) if f == want => None,
+        Some(f) => Some(format!(
+            "the job header's launch digest {} is not the report's {field} {}: this guest was launched for \
+             another job (or by a host that does not put the job into the launch)",
+            hex::encode(want),
+            hex::encode(f)
+        )),
+        None => Some(format!(
+            "the report's {field} cannot be read as a job's launch digest (TDX: MRCONFIGID's last 16 bytes must be \
+             zero)"
+        )),
+    }
 }
 
 fn agent_finding(kind: &str, detail: String) -> Finding {
@@ -552,6 +583,28 @@ fn wait_ack(port: &File, rd: &mut File) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job whose digest is not the launch's HOST_DATA is refused; the launch's own job is not.
+    #[test]
+    fn a_job_digest_differing_from_host_data_is_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let psp = attestation::sim::SimPsp::new(dir.path(), attestation::snp::Product::Milan)
+            .expect("psp");
+        let bundle = [0x11; 32];
+        let tee = attestation::sim::SimSnpTee::new(psp, [0; 48])
+            .with_host_data(attestation::transcript::job_launch_digest(&bundle));
+        let raw = attestation::tee::Tee::get_report(&tee, &[0; 64]).expect("report");
+        assert_eq!(launch_digest_refusal(true, &raw.report, &bundle), None);
+        let other = [0x12; 32];
+        let why = launch_digest_refusal(true, &raw.report, &other).expect("refused");
+        assert!(
+            why.contains("HOST_DATA") && why.contains("another job"),
+            "{why}"
+        );
+        // A report that does not parse names the field.
+        let why = launch_digest_refusal(true, &[0; 10], &bundle).expect("refused");
+        assert!(why.contains("HOST_DATA"), "{why}");
+    }
 
     /// The pipelined receive writes and hashes every byte in order, across many chunks; a file that cannot be
     /// written still lets the whole frame be read, and its error is kept.
