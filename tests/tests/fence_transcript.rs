@@ -14,6 +14,7 @@ use std::sync::Arc;
 use verifier_lib::evidence::{verify_evidence, EvidenceOptions};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced-run-e2e");
+const VERIFY: &str = env!("CARGO_BIN_EXE_verify-attestation-e2e");
 const NONCE: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 
 fn options(pins: bool) -> EvidenceOptions {
@@ -82,6 +83,43 @@ const IN_ORDER: [&str; 10] = [
     "test-end",
     "verdict",
 ];
+
+/// `verify-attestation evidence --json` with the transcript pins: its exit code and JSON.
+fn verify_cli(evidence: &std::path::Path) -> (i32, serde_json::Value) {
+    let o = std::process::Command::new(VERIFY)
+        .args([
+            "evidence",
+            "--allow-simulated",
+            "--any-measurement",
+            "--json",
+            "--nonce",
+            NONCE,
+            "--expect-cut",
+            "--expect-egress-only",
+            "registry.example:443,mirror.example",
+            "--expect-egress-only",
+            "[::1]:8080",
+        ])
+        .arg(evidence)
+        .output()
+        .expect("run verify-attestation");
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code().unwrap_or(-1), v)
+}
+
+fn transcript_claim(v: &serde_json::Value) -> serde_json::Value {
+    v["claims"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["claim"] == "transcript"))
+        .cloned()
+        .unwrap_or_default()
+}
 
 /// Verifies `ev` (with pins) and that each tampering fails the `transcript` check.
 fn verifies_and_tampering_fails(ev: &Evidence) {
@@ -184,9 +222,11 @@ fn passing_failing_and_budget_expired_runs_carry_their_transcript() {
                 "tests_failed",
             ) => {}
             (
+                // Killed at the budget: no exit code, and no counts.
                 Event::TestEnd {
                     exit_code: None,
-                    signal: Some(_),
+                    passed: None,
+                    failed: None,
                     ..
                 },
                 "budget_expired",
@@ -199,6 +239,14 @@ fn passing_failing_and_budget_expired_runs_carry_their_transcript() {
             events[9]
         );
         verifies_and_tampering_fails(&ev);
+        let (code, json) = verify_cli(&c.path().join("run.evidence"));
+        assert_eq!(code, 0, "{json}");
+        let claim = transcript_claim(&json);
+        assert_eq!(claim["status"], "held", "{json}");
+        assert!(
+            claim["detail"].as_str().unwrap_or("").contains("pin-cut"),
+            "{claim}"
+        );
     }
 }
 
@@ -229,6 +277,9 @@ fn a_refused_run_has_no_cut() {
         "{:?}",
         v.failures
     );
+    let (code, json) = verify_cli(&c.path().join("run.evidence"));
+    assert_eq!(code, 1, "{json}");
+    assert_eq!(transcript_claim(&json)["status"], "failed", "{json}");
 }
 
 /// A loopback "registry" answering every request with a small body.

@@ -145,8 +145,8 @@ pub struct PinArgs {
     #[arg(long, value_name = "URL")]
     pub repository: Option<String>,
     /// Every connection the fence transcript records as let through by the egress proxy goes to one of these
-    /// (HOST or HOST:PORT; `[IPV6]:PORT`); give the flag once with every entry after it. Needs a transcript.
-    #[arg(long = "expect-egress-only", value_name = "HOST[:PORT]", num_args = 1.., value_parser = verifier_lib::EgressPin::parse)]
+    /// (HOST or HOST:PORT; `[IPV6]:PORT`): comma-separated, and the flag may be repeated. Needs a transcript.
+    #[arg(long = "expect-egress-only", value_name = "HOST[:PORT],...", value_delimiter = ',', action = clap::ArgAction::Append, value_parser = verifier_lib::EgressPin::parse)]
     pub expect_egress_only: Option<Vec<verifier_lib::EgressPin>>,
     /// The fence transcript has a cut event that held (install PID 1 reaped, no process left) before the test
     /// phase started. Needs a transcript (and an install phase: a job without one has no cut).
