@@ -243,6 +243,17 @@ fn passing_failing_and_budget_expired_runs_carry_their_transcript() {
         assert_eq!(code, 0, "{json}");
         let claim = transcript_claim(&json);
         assert_eq!(claim["status"], "held", "{json}");
+        assert_eq!(
+            json["transcript"]["events"],
+            serde_json::json!(IN_ORDER),
+            "{json}"
+        );
+        assert_eq!(json["transcript"]["anchored"], true, "{json}");
+        assert_eq!(
+            json["transcript"]["sha384"],
+            hex::encode(ev.transcript.as_ref().expect("t").transcript.hash()),
+            "{json}"
+        );
         assert!(
             claim["detail"].as_str().unwrap_or("").contains("pin-cut"),
             "{claim}"

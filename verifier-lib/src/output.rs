@@ -459,6 +459,19 @@ pub fn evidence_json_with(
                 }),
             );
         }
+        // The fence transcript, only when the evidence carries one (docs/transcript.md).
+        if v.transcript.present {
+            o.insert(
+                "transcript".into(),
+                serde_json::json!({
+                    "sha384": v.transcript_sha(),
+                    "events": v.transcript.events.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                    "anchored": v.transcript.anchored,
+                    "rtmr3_replayed": v.transcript.rtmr3_replayed,
+                    "pins": v.transcript.pins,
+                }),
+            );
+        }
         o.insert(
             "claims".into(),
             serde_json::to_value(evidence_claims(v, opts, ctx)).unwrap_or_default(),
