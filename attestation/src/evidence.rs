@@ -163,6 +163,9 @@ pub enum EvidenceError {
     /// Encoding failed.
     #[error("encoding evidence: {0}")]
     Encode(String),
+    /// The `transcript` key is malformed.
+    #[error("evidence key `transcript`: {0}")]
+    Transcript(#[from] crate::transcript::TranscriptError),
     /// The evidence file could not be read.
     #[error("reading evidence {path}: {source}")]
     Io {
@@ -189,6 +192,9 @@ pub struct Evidence {
     pub key: p384::PublicKey,
     /// The verdict, signed with `key` (ES384).
     pub verdict: CoseSign1,
+    /// The fence transcript and its anchor report (key `transcript`, docs/transcript.md); `None` in evidence
+    /// written before the transcript existed, which stays readable.
+    pub transcript: Option<crate::transcript::Anchored>,
 }
 
 /// Signs `verdict` as a COSE_Sign1 with ES384 (protected header: alg only; no external AAD).
@@ -336,6 +342,7 @@ impl Evidence {
             collateral,
             key,
             verdict,
+            transcript: None,
         })
     }
 
@@ -407,6 +414,9 @@ impl Evidence {
             Value::Text("verdict".into()),
             self.verdict.clone().to_cbor_value().map_err(enc)?,
         ));
+        if let Some(t) = &self.transcript {
+            map.push((Value::Text("transcript".into()), t.to_value()));
+        }
         let mut out = Vec::new();
         ciborium::ser::into_writer(&Value::Map(map), &mut out)
             .map_err(|e| EvidenceError::Encode(e.to_string()))?;
@@ -446,7 +456,7 @@ impl Evidence {
         let Value::Map(entries) = value else {
             return Err(EvidenceError::NotAMap);
         };
-        const KEYS: [&str; 7] = [
+        const KEYS: [&str; 8] = [
             "format",
             "tee",
             "report",
@@ -454,6 +464,7 @@ impl Evidence {
             "collateral",
             "key",
             "verdict",
+            "transcript",
         ];
         let mut fields: BTreeMap<&'static str, Value> = BTreeMap::new();
         for (k, v) in entries {
@@ -584,6 +595,10 @@ impl Evidence {
         let verdict = CoseSign1::from_cbor_value(sign1_value)
             .map_err(|e| EvidenceError::Sign1(e.to_string()))?;
         check_sign1_profile(&verdict)?;
+        let transcript = match take("transcript") {
+            Err(_) => None,
+            Ok(v) => Some(crate::transcript::Anchored::from_value(v)?),
+        };
         Ok(Evidence {
             tee,
             report,
@@ -591,6 +606,7 @@ impl Evidence {
             collateral,
             key,
             verdict,
+            transcript,
         })
     }
 }

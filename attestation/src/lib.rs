@@ -21,6 +21,7 @@ pub mod tdx;
 #[cfg(all(feature = "runner", not(target_arch = "wasm32")))]
 pub mod tee;
 pub mod text;
+pub mod transcript;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod vectors;
 pub mod verdict;

@@ -89,10 +89,26 @@ impl KeyFirst {
 
     /// Binds the key to `nonce` and gets the report from `tee` (before any untrusted code runs).
     pub fn begin(self, tee: &dyn Tee, nonce: &[u8]) -> Result<Session, SessionError> {
+        self.begin_recorded(tee, nonce, None)
+    }
+
+    /// [`KeyFirst::begin`], writing the transcript's `report-requested` event (with the report data) into
+    /// `recorder` just before the report is requested.
+    pub fn begin_recorded(
+        self,
+        tee: &dyn Tee,
+        nonce: &[u8],
+        recorder: Option<&crate::transcript::Recorder>,
+    ) -> Result<Session, SessionError> {
         binding::check_nonce(nonce)?;
         let key = self.key;
         let public = p384::PublicKey::from(key.verifying_key());
         let report_data = binding::report_data(&public, nonce);
+        if let Some(r) = recorder {
+            r.record(crate::transcript::Event::ReportRequested {
+                report_data: report_data.to_vec(),
+            });
+        }
         let label = tee.label();
         let raw = tee.get_report(&report_data)?;
         if crate::tee::report_data_of(label, &raw.report) != Some(report_data) {
@@ -139,6 +155,49 @@ impl Session {
     /// The report, certificates and collateral obtained at the start.
     pub fn raw(&self) -> &RawEvidence {
         &self.raw
+    }
+
+    /// [`Session::seal`] with the fence transcript anchored (docs/transcript.md): the `verdict` event (the
+    /// verdict's outcome and SHA-384) is appended to `recorder`, a second report is taken from `tee` with
+    /// REPORT_DATA = [`crate::transcript::anchor_report_data`] over the transcript's hash, the verdict's SHA-384
+    /// and the nonce, and the evidence carries both under `transcript`. A second report the TEE does not give
+    /// (or gives for other report data) leaves the anchor out, with the reason returned beside the evidence;
+    /// the verifier's `transcript` check then fails.
+    pub fn seal_anchored(
+        self,
+        tee: &dyn Tee,
+        verdict: &Verdict,
+        recorder: &crate::transcript::Recorder,
+    ) -> Result<(Evidence, Option<String>), SessionError> {
+        use crate::transcript::{anchor_report_data, verdict_sha384, Anchored, Event};
+        let payload = verdict.to_cbor().map_err(EvidenceError::from)?;
+        let vsha = verdict_sha384(&payload);
+        recorder.record(Event::Verdict {
+            outcome: verdict.outcome.as_str().to_owned(),
+            sha384: vsha.to_vec(),
+        });
+        let transcript = recorder.transcript();
+        let rd = anchor_report_data(&transcript.hash(), &vsha, &self.nonce);
+        let label = self.label;
+        let (anchor, why) = match tee.get_report(&rd) {
+            Ok(raw) if crate::tee::report_data_of(label, &raw.report) == Some(rd) => {
+                (Some(raw.report), None)
+            }
+            Ok(_) => (
+                None,
+                Some(format!(
+                    "the {label} anchor report does not carry the requested report_data"
+                )),
+            ),
+            Err(e) => (None, Some(format!("the anchor report: {e}"))),
+        };
+        let why = match (why, recorder.failure()) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
+        let mut evidence = self.seal(verdict)?;
+        evidence.transcript = Some(Anchored { transcript, anchor });
+        Ok((evidence, why))
     }
 
     /// Signs `verdict` with the session key and packs the evidence; the key is dropped (and zeroed) afterwards.

@@ -34,6 +34,74 @@ pub fn begin_process_session_for_key(
     Ok((session, measurement))
 }
 
+/// A process-tier session that writes the fence transcript (docs/transcript.md): the sim PSP it began with
+/// (the anchor report comes from it at the end), the session and the transcript's recorder.
+pub struct TranscribedSession {
+    /// The session (key, first report).
+    pub session: Session,
+    /// The launch measurement the sim PSP attests.
+    pub measurement: [u8; 48],
+    /// The sim PSP backend, kept for the anchor report.
+    pub tee: SimSnpTee,
+    /// The transcript; give it to the run ([`guest::fence::run::RunOptions::transcript`]).
+    pub recorder: attestation::transcript::Recorder,
+}
+
+impl TranscribedSession {
+    /// Begins a session whose transcript opens with `agent-ready` (the agent version and the process-tier
+    /// launch measurement), `job-header` (the nonce) and `report-requested`, in that order, before the first
+    /// report. With `source`, the key is made first and the nonce obtained for it (`nonce` is then unused).
+    pub fn begin(
+        nonce: &[u8],
+        source: Option<&mut dyn crate::nonce_exchange::NonceSource>,
+    ) -> Result<TranscribedSession, SessionStartError> {
+        use attestation::transcript::{Event, Recorder};
+        let psp = SimPsp::open_default(Product::Milan).map_err(SessionStartError::Psp)?;
+        let measurement =
+            current_process_launch_measurement().map_err(SessionStartError::Measurement)?;
+        let recorder = Recorder::new();
+        recorder.record(Event::AgentReady {
+            agent_version: guest::fence::run::AGENT_VERSION.to_owned(),
+            image: Some(hex::encode(measurement)),
+        });
+        let keyed = attestation::session::KeyFirst::new();
+        let nonce = match source {
+            Some(s) => s
+                .nonce_for(&keyed.key_sha256())
+                .map_err(SessionStartError::Nonce)?,
+            None => nonce.to_vec(),
+        };
+        recorder.record(Event::JobHeader {
+            nonce: nonce.clone(),
+            job_sha256: None,
+            bundle_sha256: None,
+        });
+        let tee = SimSnpTee::new(psp, measurement);
+        let session = keyed.begin_recorded(&tee, &nonce, Some(&recorder))?;
+        Ok(TranscribedSession {
+            session,
+            measurement,
+            tee,
+            recorder,
+        })
+    }
+
+    /// Seals `verdict` with the transcript anchored by a second sim report; a missing anchor is said on
+    /// stderr (the verifier's `transcript` check then fails).
+    pub fn seal(
+        self,
+        verdict: &attestation::verdict::Verdict,
+    ) -> Result<attestation::evidence::Evidence, SessionError> {
+        let (ev, why) = self
+            .session
+            .seal_anchored(&self.tee, verdict, &self.recorder)?;
+        if let Some(why) = why {
+            eprintln!("fenced-run: the transcript's anchor: {why}");
+        }
+        Ok(ev)
+    }
+}
+
 /// Why a process-tier attestation session could not begin.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

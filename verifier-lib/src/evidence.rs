@@ -103,6 +103,11 @@ pub struct RunPins {
     /// The URL the fence fetched the repository from (`--repository URL`): the verdict's `repository.url`,
     /// compared byte for byte.
     pub repository: Option<String>,
+    /// `--expect-egress-only HOST[:PORT]...`: every connection the transcript records as let through is to one
+    /// of these (docs/transcript.md).
+    pub expect_egress_only: Option<Vec<crate::transcript::EgressPin>>,
+    /// `--expect-cut`: the transcript has a cut event that held, before any test-start event.
+    pub expect_cut: bool,
 }
 
 /// The shortest commit prefix `--commit` accepts (12 hex digits, 48 bits).
@@ -305,12 +310,20 @@ pub struct EvidenceVerification {
     pub nonce_checked: bool,
     /// Every failed check, in the order of the checks.
     pub failures: Vec<Failure>,
+    /// The `transcript` check: the fence transcript, its anchor, its pins (docs/transcript.md).
+    pub transcript: crate::transcript::TranscriptVerification,
 }
 
 impl EvidenceVerification {
     /// Whether every check passed.
     pub fn verified(&self) -> bool {
         self.failures.is_empty()
+    }
+
+    /// The fence transcript's hash (SHA-384, lower-case hex) when the evidence carries one; whether it verified
+    /// is [`Self::verified`] (a failed `transcript` check is one of the failures).
+    pub fn transcript_sha(&self) -> Option<String> {
+        self.transcript.sha384.map(hex::encode)
     }
 }
 
@@ -543,6 +556,15 @@ fn verify_with_report(
             ));
         }
     }
+    // 7. The fence transcript: its structure, its anchor report (verified as the first one), RTMR3 on TDX.
+    let transcript = verify_transcript(
+        ev,
+        opts,
+        &report,
+        report_data,
+        verdict.as_ref(),
+        &mut failures,
+    );
     EvidenceVerification {
         label: ev.tee,
         simulated,
@@ -562,7 +584,57 @@ fn verify_with_report(
             .unwrap_or_default(),
         nonce_checked,
         failures,
+        transcript,
     }
+}
+
+/// The `transcript` check ([`crate::transcript`]): the anchor report is verified here as the first report is
+/// (without the founder's REPORT_DATA and RTMR3 pins, which are the first report's).
+fn verify_transcript(
+    ev: &Evidence,
+    opts: &EvidenceOptions,
+    first: &ReportVerification,
+    first_report_data: Option<[u8; 64]>,
+    verdict: Option<&Verdict>,
+    failures: &mut Vec<Failure>,
+) -> crate::transcript::TranscriptVerification {
+    let anchor = ev
+        .transcript
+        .as_ref()
+        .and_then(|t| t.anchor.clone())
+        .map(|a| {
+            let mut second = ev.clone();
+            second.report = a;
+            second.transcript = None;
+            let mut o = opts.clone();
+            o.shared.report_data = None;
+            o.policy.report_data = None;
+            o.tdx_policy.report_data = None;
+            o.tdx_policy.rtmr[3] = None;
+            let mut fs = Vec::new();
+            let (report, report_data, _) = if ev.tee.is_snp() {
+                verify_snp_part(&second, None, &o, &mut fs)
+            } else {
+                verify_tdx_part(&second, &o, &mut fs)
+            };
+            crate::transcript::AnchorCheck {
+                report,
+                report_data,
+                failures: fs,
+            }
+        });
+    crate::transcript::verify(
+        ev,
+        first,
+        first_report_data,
+        anchor,
+        verdict,
+        crate::transcript::Pins {
+            egress_only: opts.pins.expect_egress_only.as_deref(),
+            expect_cut: opts.pins.expect_cut,
+        },
+        failures,
+    )
 }
 
 /// The registers compared with the flags' pins (`--measurement`, `--mrtd`, `--rtmr N=HEX`).

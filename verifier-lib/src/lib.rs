@@ -83,6 +83,7 @@ pub mod sev_snp;
 mod sigcache;
 interior!(snp);
 interior!(tdx);
+interior!(transcript);
 mod verifier;
 
 pub use entry::{
@@ -103,4 +104,5 @@ pub use intel_tdx::{Policy as TdxPolicy, TdxVerification};
 pub use output::{Claim, ClaimContext, ClaimStatus};
 pub use pool_ledger::{check as check_pool_ledger, PoolLedgerCheck};
 pub use sev_snp::{CertBundle, Policy as SnpPolicy, SnpVerification};
+pub use transcript::{EgressPin, TranscriptVerification};
 pub use verifier::{CacheStats, Verifier};

@@ -446,6 +446,19 @@ pub fn evidence_json_with(
                 }),
             );
         }
+        // The fence transcript, only when the evidence carries one (docs/transcript.md).
+        if v.transcript.present {
+            o.insert(
+                "transcript".into(),
+                serde_json::json!({
+                    "sha384": v.transcript_sha(),
+                    "events": v.transcript.events.iter().map(|e| e.name()).collect::<Vec<_>>(),
+                    "anchored": v.transcript.anchored,
+                    "rtmr3_replayed": v.transcript.rtmr3_replayed,
+                    "pins": v.transcript.pins,
+                }),
+            );
+        }
         o.insert(
             "claims".into(),
             serde_json::to_value(evidence_claims(v, opts, ctx)).unwrap_or_default(),
@@ -586,7 +599,7 @@ pub struct Claim {
 }
 
 /// The claims of an evidence result, in the order the output gives them.
-pub const CLAIMS: [&str; 16] = [
+pub const CLAIMS: [&str; 17] = [
     "chain",
     "tcb",
     "policy",
@@ -603,6 +616,7 @@ pub const CLAIMS: [&str; 16] = [
     "test tree",
     "isolation",
     "collateral",
+    "transcript",
 ];
 
 /// What the verify command knows that the verification result does not: the flags that shape the claims.
@@ -627,6 +641,9 @@ pub fn claim_of_check(check: &str) -> &'static str {
             .iter()
             .any(|n| crate::Failure::new(check.to_owned(), "").is(n))
     };
+    if any(&["transcript", "pin-egress-only", "pin-cut"]) {
+        return "transcript";
+    }
     if any(&[
         "collateral",
         "tcb-info",
@@ -1342,7 +1359,47 @@ pub fn evidence_claims(
     ));
 
     out.push(collateral);
+    out.push(transcript_claim(v));
     out
+}
+
+/// The `transcript` claim: failed with the check's failures, held with what was checked (the anchor, RTMR3,
+/// the pins), or `not pinned` when the evidence carries no transcript ("not present").
+fn transcript_claim(v: &EvidenceVerification) -> Claim {
+    let t = &v.transcript;
+    if let Some(d) = failures_of(&v.failures, "transcript") {
+        return make_claim("transcript", ClaimStatus::Failed, None, d);
+    }
+    if !t.present {
+        return make_claim(
+            "transcript",
+            ClaimStatus::NotPinned,
+            None,
+            "not present: the evidence carries no fence transcript".into(),
+        );
+    }
+    let mut detail = format!(
+        "{} events, SHA-384 {}",
+        t.events.len(),
+        t.sha384.map(hex::encode).unwrap_or_default()
+    );
+    if t.rtmr3_replayed == Some(true) {
+        detail.push_str("; RTMR3 replayed over them");
+    }
+    for p in &t.pins {
+        detail.push_str(&format!("; {} {}", p.check, p.wanted));
+    }
+    make_claim(
+        "transcript",
+        ClaimStatus::Held,
+        Some(match t.rtmr3_replayed {
+            Some(_) => {
+                "the anchor quote (its REPORTDATA and RTMR3), from the first quote's launch".into()
+            }
+            None => "the anchor report's REPORT_DATA, from the first report's launch".into(),
+        }),
+        detail,
+    )
 }
 
 /// The claims as table rows: `claim NAME` and `held|failed|not pinned`, the anchor and the detail.

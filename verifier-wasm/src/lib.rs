@@ -317,6 +317,7 @@ impl Request {
             expect_tests_ran: p.expect_tests_ran,
             min_failed: p.min_failed,
             repository: p.repository.clone(),
+            ..RunPins::default()
         };
         let measurement_set =
             match &self.measurement_set {

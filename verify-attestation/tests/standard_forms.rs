@@ -271,10 +271,9 @@ fn check_ear(
         serde_json::json!({"passed": 3, "failed": 0, "skipped": 0})
     );
     assert_eq!(own["evidence_sha256"], sha(evidence_bytes));
-    assert!(own.get("transcript_sha256").is_none());
     assert_eq!(own["failures"], serde_json::json!([]));
     let claims = own["claims"].as_array().expect("claims");
-    assert_eq!(claims.len(), 16);
+    assert_eq!(claims.len(), 17);
     let row = |name: &str| {
         claims
             .iter()
@@ -344,8 +343,8 @@ fn a_verified_run_gives_a_signed_statement_and_an_ear() {
     assert_eq!(own["simulated"], true);
     assert_eq!(own["evidenceSha256"], sha(&bytes));
     assert_eq!(own["nonce"], hex::encode(NONCE));
-    assert!(own.get("transcriptSha256").is_none());
-    assert_eq!(own["claims"].as_array().map(Vec::len), Some(16));
+    assert!(own.get("transcriptSha384").is_none());
+    assert_eq!(own["claims"].as_array().map(Vec::len), Some(17));
 
     // The DSSE signature: DER ECDSA P-256 SHA-256 over PAE(payloadType, payload), keyid of the founder's key.
     let env: Value =
@@ -354,6 +353,10 @@ fn a_verified_run_gives_a_signed_statement_and_an_ear() {
 
     let (header, ear) = ear_claims(&p.ear, &p.vk);
     check_ear(&ear, &header, &p.vk, (before, after), &bytes);
+    // Evidence sealed without a fence transcript: neither form names one.
+    assert!(ear["submods"]["sim-sev-snp"]["fenced-run.verification"]
+        .get("transcript_sha384")
+        .is_none());
 
     // The independent check, where the oracle venv is.
     if let Some(py) = oracle_python() {
@@ -735,6 +738,19 @@ fn the_demo_evidence_gives_a_statement_the_oracle_accepts() {
     assert_eq!(s["predicate"]["fencedRun"]["evidenceSha256"], sha(&bytes));
     let (header, ear) = ear_claims(&p.ear, &p.vk);
     check_ear(&ear, &header, &p.vk, (before, now()), &bytes);
+    // The demo's evidence carries its fence transcript: both forms name its final chain hash, the same one.
+    let t = s["predicate"]["fencedRun"]["transcriptSha384"]
+        .as_str()
+        .expect("the statement names the transcript");
+    assert!(
+        t.len() == 96 && t.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{t}"
+    );
+    let submod = ear["submods"]
+        .as_object()
+        .and_then(|m| m.values().next())
+        .expect("a submodule");
+    assert_eq!(submod["fenced-run.verification"]["transcript_sha384"], t);
     if let Some(py) = oracle_python() {
         let pem = dir.path().join("founder.pub.pem");
         std::fs::write(&pem, public_pem(&p.vk)).expect("write pem");

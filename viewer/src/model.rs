@@ -123,6 +123,88 @@ pub struct Page {
     pub checked_at: Option<String>,
     /// What the founder's browser needs to verify the evidence itself (`None` for a verdict JSON).
     pub browser: Option<crate::browser::BrowserCheck>,
+    /// The fence transcript as a timeline (docs/transcript.md): each event's name and what it says, in order;
+    /// empty when the evidence carries none (or for a verdict JSON).
+    pub transcript: Vec<(String, String)>,
+}
+
+/// One transcript event as the timeline shows it: its name and its fields in words.
+pub fn timeline_entry(e: &attestation::transcript::Event) -> (String, String) {
+    use attestation::transcript::Event;
+    let opt = |o: &Option<String>| o.clone().unwrap_or_else(|| "none".into());
+    let num = |o: Option<u64>| o.map_or_else(|| "-".into(), |n| n.to_string());
+    let detail = match e {
+        Event::AgentReady {
+            agent_version,
+            image,
+        } => format!("{agent_version}; image {}", opt(image)),
+        Event::JobHeader {
+            nonce,
+            job_sha256,
+            bundle_sha256,
+        } => format!(
+            "nonce {}; job {}; bundle {}",
+            hex::encode(nonce),
+            opt(job_sha256),
+            opt(bundle_sha256)
+        ),
+        Event::ReportRequested { report_data } => {
+            format!("REPORT_DATA {}", hex::encode(report_data))
+        }
+        Event::Intake {
+            accepted,
+            job_sha256,
+            detail,
+        } => format!(
+            "{}; job {}{}",
+            if *accepted { "accepted" } else { "refused" },
+            opt(job_sha256),
+            if detail.is_empty() {
+                String::new()
+            } else {
+                format!("; {detail}")
+            }
+        ),
+        Event::InstallStart { command, allow, .. } => {
+            format!("{command}; allow [{}]", allow.join(", "))
+        }
+        Event::Egress {
+            host,
+            port,
+            allowed,
+            bytes_up,
+            bytes_down,
+        } => format!(
+            "{host}:{port} {}; {bytes_up} bytes up, {bytes_down} down",
+            if *allowed { "allowed" } else { "DENIED" }
+        ),
+        Event::Cut {
+            pid1_reaped,
+            processes_left,
+            held,
+        } => format!(
+            "{}: install PID 1 reaped {pid1_reaped}, {processes_left} process(es) left",
+            if *held { "held" } else { "DID NOT HOLD" }
+        ),
+        Event::TestStart { command } => command.clone(),
+        Event::TestEnd {
+            exit_code,
+            signal,
+            passed,
+            failed,
+            skipped,
+        } => format!(
+            "exit {}, signal {}; {} passed, {} failed, {} skipped",
+            exit_code.map_or_else(|| "-".into(), |n| n.to_string()),
+            signal.map_or_else(|| "-".into(), |n| n.to_string()),
+            num(*passed),
+            num(*failed),
+            num(*skipped)
+        ),
+        Event::Verdict { outcome, sha384 } => format!("{outcome}; SHA-384 {}", hex::encode(sha384)),
+        other => format!("{other:?}"),
+    };
+    (e.name().to_owned(), detail)
 }
 
 /// The claims (as [`verifier_lib::output::CLAIMS`] names them) that every section's content rests on: that the
@@ -238,6 +320,7 @@ impl Page {
             policy: Vec::new(),
             checked_at: None,
             browser: None,
+            transcript: Vec::new(),
         })
     }
 
@@ -525,6 +608,7 @@ impl Page {
             policy,
             checked_at: Some(rfc3339(at)),
             browser: None,
+            transcript: v.transcript.events.iter().map(timeline_entry).collect(),
         }
     }
 

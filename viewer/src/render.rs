@@ -173,6 +173,7 @@ impl<'a> Renderer<'a> {
                         a href="#phase-install" { "install" } " · "
                         a href="#phase-test" { "test" } " · "
                         a href="#processes" { "processes" } " · "
+                        a href="#transcript" { "transcript" } " · "
                         a href="#attestation" { "attestation" } " · "
                         a href="docs/verification" { "how each check works" }
                     }
@@ -185,6 +186,7 @@ impl<'a> Renderer<'a> {
                             (self.limits(&v.limits))
                             (self.findings(v))
                         }
+                        (self.transcript())
                         (self.attestation())
                     }
                     footer {
@@ -472,6 +474,25 @@ impl<'a> Renderer<'a> {
         }
     }
 
+    /// The fence transcript as a timeline: each event in order, its name and what it says.
+    fn transcript(&self) -> Markup {
+        let p = self.page;
+        html! {
+            section #transcript {
+                h2 { "Transcript " (self.badge(&["transcript"])) }
+                @if p.transcript.is_empty() {
+                    p { "Not present: the evidence carries no fence transcript." }
+                } @else {
+                    ol.timeline {
+                        @for (name, detail) in &p.transcript {
+                            li { code { (t(name)) } " " (t(detail)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     fn attestation(&self) -> Markup {
         let p = self.page;
         let mp = &p.measurement_pin;
@@ -726,6 +747,42 @@ mod page_tests {
         );
         assert!(!html.contains("# fenced-run test phase"));
         assert_eq!(html.matches("root: read-only").count(), 1);
+    }
+
+    /// The transcript is a timeline of its events in order, escaped; without one the section says "not present".
+    #[test]
+    fn the_transcript_is_a_timeline_in_order() {
+        use attestation::transcript::Event;
+        let v = Verdict::new(
+            Outcome::TestsPassed,
+            Isolation::Process,
+            Inputs::default(),
+            "t",
+        );
+        let json = serde_json::to_vec(&v.to_json_value()).expect("json");
+        let mut page = crate::model::Page::from_verdict_json("v.json", &json).expect("page");
+        let docs = crate::docs::Docs::verification();
+        let html = Renderer::new(&page, &docs).page();
+        assert!(html.contains("Not present: the evidence carries no fence transcript"));
+        page.transcript = [
+            Event::Cut {
+                pid1_reaped: true,
+                processes_left: 0,
+                held: true,
+            },
+            Event::TestStart {
+                command: "sh <t>.sh".into(),
+            },
+        ]
+        .iter()
+        .map(crate::model::timeline_entry)
+        .collect();
+        let html = Renderer::new(&page, &docs).page();
+        let cut = html.find("<code>cut</code>").expect("cut");
+        let test = html.find("<code>test-start</code>").expect("test-start");
+        assert!(cut < test);
+        assert!(html.contains("held: install PID 1 reaped true, 0 process(es) left"));
+        assert!(html.contains("sh &lt;t&gt;.sh"), "escaped");
     }
 
     #[test]

@@ -987,13 +987,33 @@ impl SimQe {
 #[derive(Debug)]
 pub struct SimTdxTee {
     qe: SimQe,
-    td: SimTd,
+    td: std::sync::Mutex<SimTd>,
 }
 
 impl SimTdxTee {
     /// A sim TD with fields `td` (its report data is replaced on each request).
     pub fn new(qe: SimQe, td: SimTd) -> SimTdxTee {
-        SimTdxTee { qe, td }
+        SimTdxTee {
+            qe,
+            td: std::sync::Mutex::new(td),
+        }
+    }
+
+    /// Extends RTMR `index` (0-3) with `digest` as `TDG.MR.RTMR.EXTEND` does: `RTMR = SHA-384(RTMR || digest)`;
+    /// the quotes taken afterwards carry the new value (the sim of the kernel's `rtmr3:sha384` write).
+    pub fn extend_rtmr(&self, index: usize, digest: &[u8; 48]) -> Result<(), TeeError> {
+        use sha2::{Digest, Sha384};
+        let mut td = self.td.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(r) = td.rtmr.get_mut(index) else {
+            return Err(TeeError::Unsupported(format!(
+                "RTMR{index}: a TD has RTMR0-3"
+            )));
+        };
+        let mut h = Sha384::new();
+        h.update(*r);
+        h.update(digest);
+        *r = h.finalize().into();
+        Ok(())
     }
 
     /// The QE behind it.
@@ -1008,7 +1028,7 @@ impl Tee for SimTdxTee {
     }
 
     fn get_report(&self, report_data: &[u8; 64]) -> Result<RawEvidence, TeeError> {
-        let mut td = self.td.clone();
+        let mut td = self.td.lock().unwrap_or_else(|p| p.into_inner()).clone();
         td.report_data = *report_data;
         let report = self
             .qe

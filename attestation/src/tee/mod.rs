@@ -5,6 +5,7 @@
 
 pub mod certtable;
 pub mod configfs;
+pub mod rtmr;
 pub mod sev_guest;
 pub mod tdx_guest;
 

@@ -128,6 +128,20 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
     let mut rd = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let mut wr = port.try_clone().map_err(|e| format!("job channel: {e}"))?;
     let ch = |e: ChannelError| format!("job channel: {e}");
+    // The report backend is chosen first (nothing is asked of it yet): on TDX the transcript's events are
+    // extended into RTMR3 from the first one (docs/transcript.md).
+    let selected = tee::select(&port);
+    let recorder = match &selected {
+        Ok((t, _)) if t.label() == attestation::evidence::TeeLabel::Tdx => {
+            tee::rtmr3_recorder().unwrap_or_default()
+        }
+        _ => attestation::transcript::Recorder::new(),
+    };
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    recorder.record(attestation::transcript::Event::AgentReady {
+        agent_version: AGENT_VERSION.to_owned(),
+        image: verity::params(&cmdline).ok().flatten().map(|p| p.root_hash),
+    });
     progress::send(&mut wr, FrameType::Hello, channel::PROTOCOL).map_err(ch)?;
     init::mark("the job channel is open; Hello sent (agent ready)");
     // The evidence key exists before the nonce: its hash goes to the host, which obtains the nonce for it (a
@@ -145,17 +159,20 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         Ok(h) => h,
         Err(e) => return Err(fail(&mut wr, format!("job header: {e}"))),
     };
+    recorder.record(attestation::transcript::Event::JobHeader {
+        nonce: header.nonce.clone(),
+        job_sha256: None,
+        bundle_sha256: Some(hex::encode(header.bundle_sha256)),
+    });
     // The report, before any byte of the job is read: a real TEE if this guest has one, else the host's sim PSP.
-    let session = {
-        let (backend, which) = match tee::select(&port) {
-            Ok(b) => b,
-            Err(e) => return Err(fail(&mut wr, e)),
-        };
-        console(&format!("report backend: {which}"));
-        match keyed.begin(backend.as_ref(), &header.nonce) {
-            Ok(s) => s,
-            Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
-        }
+    let (backend, which) = match selected {
+        Ok(b) => b,
+        Err(e) => return Err(fail(&mut wr, e)),
+    };
+    console(&format!("report backend: {which}"));
+    let session = match keyed.begin_recorded(backend.as_ref(), &header.nonce, Some(&recorder)) {
+        Ok(s) => s,
+        Err(e) => return Err(fail(&mut wr, format!("attestation: {e}"))),
     };
     let inputs = Inputs {
         commit: None,
@@ -166,20 +183,36 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         protect: Vec::new(),
         test_tree: None,
     };
+    // The job is part of the launch: a header whose digest is not the report's HOST_DATA (MRCONFIGID) is refused
+    // before any byte of the bundle is asked for.
+    let launch = launch_digest_refusal(
+        session.label().is_snp(),
+        &session.raw().report,
+        &header.bundle_sha256,
+    );
     let verdict = match notes {
         Err(e) => exhausted(inputs, "agent", &format!("guest set-up: {e}")),
+        Ok(_) if launch.is_some() => {
+            refused(inputs, "receive", launch.as_deref().unwrap_or_default())
+        }
         Ok(notes) => {
-            let mut v = receive_and_run(&mut rd, &header, inputs);
+            let mut v = receive_and_run(&mut rd, &header, inputs, &recorder);
             for n in notes {
                 v.findings.push(agent_finding("module", n));
             }
             v
         }
     };
+    // The verdict event, then the anchor: a second report over the transcript's hash and the verdict's.
     let evidence = session
-        .seal(&verdict)
+        .seal_anchored(backend.as_ref(), &verdict, &recorder)
         .map_err(|e| e.to_string())
-        .and_then(|ev| ev.to_cbor().map_err(|e| e.to_string()));
+        .and_then(|(ev, why)| {
+            if let Some(why) = why {
+                console(&format!("the transcript's anchor: {why}"));
+            }
+            ev.to_cbor().map_err(|e| e.to_string())
+        });
     let bytes = match evidence {
         Ok(b) => b,
         Err(e) => return Err(fail(&mut wr, format!("sealing the evidence: {e}"))),
@@ -191,6 +224,27 @@ fn serve(port: File, notes: Result<Vec<String>, String>) -> Result<(), String> {
         verdict.outcome.as_str()
     ));
     wait_ack(&port, &mut rd)
+}
+
+/// Why the job header does not belong to this launch, if it does not: the job's launch digest
+/// ([`attestation::transcript::job_launch_digest`] of the header's bundle SHA-256) must be the report's HOST_DATA
+/// (SEV-SNP, real or sim) or the first 32 bytes of its MRCONFIGID (TDX, the last 16 zero).
+pub fn launch_digest_refusal(snp: bool, report: &[u8], bundle_sha256: &[u8; 32]) -> Option<String> {
+    let want = attestation::transcript::job_launch_digest(bundle_sha256);
+    let field = if snp { "HOST_DATA" } else { "MRCONFIGID" };
+    match attestation::transcript::launch_job_field(snp, report) {
+        Some(f) if f == want => None,
+        Some(f) => Some(format!(
+            "the job header's launch digest {} is not the report's {field} {}: this guest was launched for \
+             another job (or by a host that does not put the job into the launch)",
+            hex::encode(want),
+            hex::encode(f)
+        )),
+        None => Some(format!(
+            "the report's {field} cannot be read as a job's launch digest (TDX: MRCONFIGID's last 16 bytes must be \
+             zero)"
+        )),
+    }
 }
 
 fn agent_finding(kind: &str, detail: String) -> Finding {
@@ -223,7 +277,12 @@ fn exhausted(inputs: Inputs, stage: &str, reason: &str) -> Verdict {
 }
 
 /// Receives the bundle, checks it against the header, and runs intake and the fence on it.
-fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict {
+fn receive_and_run(
+    rd: &mut File,
+    header: &JobHeader,
+    inputs: Inputs,
+    recorder: &attestation::transcript::Recorder,
+) -> Verdict {
     if let Err(e) = progress::send(rd, FrameType::BundleRequest, b"") {
         return refused(inputs, "receive", &format!("asking for the bundle: {e}"));
     }
@@ -344,6 +403,7 @@ fn receive_and_run(rd: &mut File, header: &JobHeader, inputs: Inputs) -> Verdict
     }
     opts.home = Some(PathBuf::from("/root"));
     opts.on_phase = reporter.as_ref().map(progress::Reporter::hook);
+    opts.transcript = Some(recorder.clone());
     // Intake again in here: the guest trusts no host.
     let mut v = match run_input(&path, &opts) {
         Ok(v) => v,
@@ -523,6 +583,28 @@ fn wait_ack(port: &File, rd: &mut File) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job whose digest is not the launch's HOST_DATA is refused; the launch's own job is not.
+    #[test]
+    fn a_job_digest_differing_from_host_data_is_refused() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let psp = attestation::sim::SimPsp::new(dir.path(), attestation::snp::Product::Milan)
+            .expect("psp");
+        let bundle = [0x11; 32];
+        let tee = attestation::sim::SimSnpTee::new(psp, [0; 48])
+            .with_host_data(attestation::transcript::job_launch_digest(&bundle));
+        let raw = attestation::tee::Tee::get_report(&tee, &[0; 64]).expect("report");
+        assert_eq!(launch_digest_refusal(true, &raw.report, &bundle), None);
+        let other = [0x12; 32];
+        let why = launch_digest_refusal(true, &raw.report, &other).expect("refused");
+        assert!(
+            why.contains("HOST_DATA") && why.contains("another job"),
+            "{why}"
+        );
+        // A report that does not parse names the field.
+        let why = launch_digest_refusal(true, &[0; 10], &bundle).expect("refused");
+        assert!(why.contains("HOST_DATA"), "{why}");
+    }
 
     /// The pipelined receive writes and hashes every byte in order, across many chunks; a file that cannot be
     /// written still lets the whole frame be read, and its error is kept.

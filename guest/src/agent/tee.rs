@@ -44,6 +44,27 @@ pub fn select_at(
     }
 }
 
+/// A transcript recorder that extends each event into this TD's RTMR3 through the kernel's measurement sysfs
+/// ([`attestation::tee::rtmr::SysfsRtmr3`]); `None` when the attribute is absent (a kernel before 6.16: the
+/// events are then not extended, and the verifier's RTMR3 replay fails).
+pub fn rtmr3_recorder() -> Option<attestation::transcript::Recorder> {
+    rtmr3_recorder_at(std::path::Path::new(
+        attestation::tee::rtmr::DEFAULT_TDX_MEASUREMENTS,
+    ))
+}
+
+/// [`rtmr3_recorder`] with the measurements directory given (tests).
+pub fn rtmr3_recorder_at(
+    measurements: &std::path::Path,
+) -> Option<attestation::transcript::Recorder> {
+    let r = attestation::tee::rtmr::SysfsRtmr3::at(measurements)?;
+    Some(attestation::transcript::Recorder::extending(
+        std::sync::Arc::new(move |d: &attestation::transcript::Hash| {
+            r.extend(d).map_err(|e| e.to_string())
+        }),
+    ))
+}
+
 /// A [`Tee`] that asks the host's sim PSP over the channel (label `sim-sev-snp`).
 #[derive(Debug)]
 pub struct ChannelSimTee {

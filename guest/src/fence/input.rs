@@ -102,6 +102,11 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
                 ),
             };
             let _ = report.cleanup();
+            opts.record(attestation::transcript::Event::Intake {
+                accepted: false,
+                job_sha256: report.job_sha256.clone(),
+                detail: format!("{stage}: {reason}"),
+            });
             let inputs = Inputs {
                 commit: None,
                 tree: None,
@@ -117,6 +122,11 @@ fn run_input_under(input: &Path, opts: &RunOptions, parent: &Path) -> Result<Ver
             return Ok(v);
         }
     };
+    opts.record(attestation::transcript::Event::Intake {
+        accepted: true,
+        job_sha256: Some(bundle.job.sha256.clone()),
+        detail: String::new(),
+    });
     let mut verdict = run_accepted(&bundle, opts);
     if let Err(e) = bundle.cleanup() {
         verdict.findings.push(Finding {

@@ -312,11 +312,14 @@ fn demo(args: &Args) -> Result<bool, String> {
         }
         Tier::Process(_) => {
             // The attestation session begins before any untrusted code runs.
-            let (session, measurement) =
-                crate::sim::begin_process_session(&nonce).map_err(|e| e.to_string())?;
+            // It writes the fence transcript from its first event (docs/transcript.md).
+            let session =
+                crate::sim::TranscribedSession::begin(&nonce, None).map_err(|e| e.to_string())?;
+            let measurement = session.measurement;
             // Intake stages 1-5 (nothing runs yet), then the fence on intake's copy of the bundle.
             let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
             opts.isolation = isolation;
+            opts.transcript = Some(session.recorder.clone());
             let verdict = run_input(&bundle, &opts).map_err(|e| format!("intake: {e}"))?;
             let evidence = session
                 .seal(&verdict)

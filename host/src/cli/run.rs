@@ -181,27 +181,30 @@ pub fn run(args: Args) -> ExitCode {
     }
     // The report is requested before any untrusted code runs; the verdict is signed at the end.
     // With --nonce-exchange the key is made first and its hash announced; the nonce comes back for it.
+    // The session writes the fence transcript from its first event (docs/transcript.md).
     let started = match (&args.evidence, args.nonce_exchange) {
-        (Some(_), true) => Some(crate::sim::begin_process_session_for_key(
-            &mut crate::nonce_exchange::StdioExchange::within(std::time::Duration::from_secs(
-                args.nonce_timeout,
+        (Some(_), true) => Some(crate::sim::TranscribedSession::begin(
+            &nonce,
+            Some(&mut crate::nonce_exchange::StdioExchange::within(
+                std::time::Duration::from_secs(args.nonce_timeout),
             )),
         )),
-        (Some(_), false) => Some(crate::sim::begin_process_session(&nonce)),
+        (Some(_), false) => Some(crate::sim::TranscribedSession::begin(&nonce, None)),
         (None, _) => None,
     };
     let session = match started {
-        Some(Ok((s, _))) => Some(s),
+        Some(Ok(s)) => Some(s),
         Some(Err(e)) => return fail(json, "run", "evidence", &format!("--evidence: {e}"), 2),
         None => None,
     };
     let nonce = match &session {
-        Some(s) if args.nonce_exchange => s.nonce().to_vec(),
+        Some(s) if args.nonce_exchange => s.session.nonce().to_vec(),
         _ => nonce,
     };
     let mut opts = RunOptions::new(PathBuf::from("/proc/self/exe"), nonce.clone());
     opts.operator = operator;
     opts.toolchains = process_toolchains(&image);
+    opts.transcript = session.as_ref().map(|s| s.recorder.clone());
     // A task bundle: stage 6 builds its environment first (docs/task-bundle.md).
     let proxy = opts
         .proxy

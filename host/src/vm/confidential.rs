@@ -725,6 +725,45 @@ pub fn apply(base: &[String], c: &Confidential, memory_mib: u64) -> Vec<String> 
     out
 }
 
+/// `args` (from [`launch_args`]) with the job's launch digest in the guest object: `host-data=` (base64 of the
+/// 32 bytes, SEV-SNP `HOST_DATA`) on `sev-snp-guest`, `mrconfigid=` (base64 of the 48 bytes: the digest then 16
+/// zero bytes, TDX `MRCONFIGID`) on `tdx-guest`, in its key=value or JSON form. The sim tiers' arguments are
+/// returned as they are (the host's sim PSP puts the digest in its reports' `HOST_DATA`).
+pub fn with_job_digest(
+    mut args: Vec<String>,
+    c: Option<&Confidential>,
+    digest: &[u8; 32],
+) -> Vec<String> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let Some(c) = c else {
+        return args;
+    };
+    for a in args.iter_mut() {
+        match c {
+            Confidential::SevSnp { .. } if a.starts_with("sev-snp-guest,") => {
+                a.push_str(&format!(",host-data={}", b64.encode(digest)));
+            }
+            Confidential::Tdx { .. }
+                if a.starts_with("tdx-guest,") || a.contains("\"tdx-guest\"") =>
+            {
+                let mut id = [0u8; 48];
+                id[..32].copy_from_slice(digest);
+                let id = b64.encode(id);
+                match serde_json::from_str::<serde_json::Value>(a) {
+                    Ok(serde_json::Value::Object(mut o)) => {
+                        o.insert("mrconfigid".into(), serde_json::Value::String(id));
+                        *a = serde_json::Value::Object(o).to_string();
+                    }
+                    _ => a.push_str(&format!(",mrconfigid={id}")),
+                }
+            }
+            _ => {}
+        }
+    }
+    args
+}
+
 /// The [`Confidential`] launch of `tier` from the image directory (its firmware file), or `None` for the
 /// sim tiers.
 pub fn for_tier(tier: Tier, image: &Path) -> Option<Confidential> {
@@ -1131,5 +1170,58 @@ mod tests {
             value(&launch_args(&launch(2048), Some(&snp)), "-m"),
             ["2048M"]
         );
+    }
+
+    /// The job's digest goes into the launch: SEV-SNP `host-data=` (32 bytes), TDX `mrconfigid=` (48 bytes, the
+    /// digest then zeros) in both object forms; the sim tiers' arguments are unchanged.
+    #[test]
+    fn the_job_digest_is_in_the_guest_object() {
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let digest = [0xab; 32];
+        let snp = Confidential::SevSnp {
+            firmware: PathBuf::from("/fw"),
+            cbitpos: 51,
+            reduced_phys_bits: 1,
+            policy: SNP_POLICY,
+        };
+        let args = with_job_digest(launch_args(&launch(2048), Some(&snp)), Some(&snp), &digest);
+        let obj = args
+            .iter()
+            .find(|a| a.starts_with("sev-snp-guest,"))
+            .expect("object");
+        let hd = obj
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("host-data="))
+            .expect("host-data");
+        assert_eq!(b64.decode(hd).expect("base64"), digest.to_vec());
+        let mut id = vec![0xab; 32];
+        id.extend([0; 16]);
+        for qgs in [None, Some(PathBuf::from("/run/qgs.socket"))] {
+            let tdx = Confidential::Tdx {
+                firmware: PathBuf::from("/fw"),
+                qgs_socket: qgs.clone(),
+            };
+            let args = with_job_digest(launch_args(&launch(2048), Some(&tdx)), Some(&tdx), &digest);
+            let obj = args
+                .iter()
+                .find(|a| a.contains("tdx-guest"))
+                .expect("object");
+            let got = match qgs {
+                None => obj
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("mrconfigid="))
+                    .expect("mrconfigid")
+                    .to_owned(),
+                Some(_) => serde_json::from_str::<serde_json::Value>(obj).expect("json")
+                    ["mrconfigid"]
+                    .as_str()
+                    .expect("mrconfigid")
+                    .to_owned(),
+            };
+            assert_eq!(b64.decode(got).expect("base64"), id, "{obj}");
+        }
+        let plain = launch_args(&launch(2048), None);
+        assert_eq!(with_job_digest(plain.clone(), None, &digest), plain);
     }
 }

@@ -609,12 +609,17 @@ fn run_steps(
                 .map(|t| opts.image.join(&t.image.file)),
         },
     };
+    // The bundle's SHA-256 for the job header, and the job's digest the launch carries (SEV-SNP HOST_DATA, TDX
+    // MRCONFIGID, the sim PSP's HOST_DATA): the agent refuses a header whose digest is not the launch's.
+    let bundle_sha256: [u8; 32] = Sha256::digest(bytes).into();
+    let job_digest = attestation::transcript::job_launch_digest(&bundle_sha256);
     let start = Instant::now();
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(&opts.qemu);
-    cmd.args(confidential::launch_args(
-        &launch,
+    cmd.args(confidential::with_job_digest(
+        confidential::launch_args(&launch, opts.confidential.as_ref()),
         opts.confidential.as_ref(),
+        &job_digest,
     ))
     .stdin(Stdio::null())
     .stdout(Stdio::null())
@@ -639,8 +644,6 @@ fn run_steps(
         ))
     })?;
 
-    // The bundle's SHA-256 for the job header, while QEMU boots (not between the guest's key and its header).
-    let bundle_sha256: [u8; 32] = Sha256::digest(bytes).into();
     // Accept QEMU's connection to the channel.
     let boot_deadline = start + opts.timeouts.boot;
     let stream = loop {
@@ -735,7 +738,7 @@ fn run_steps(
     let nonce = vm.nonce_for(progress, source, key_sha256, key_deadline, key_budget)?;
     let nonce = nonce.as_slice();
     let (tee, measurement) = match attester.join() {
-        Ok(Ok(t)) => t,
+        Ok(Ok((t, m))) => (t.with_host_data(job_digest), m),
         Ok(Err(e)) => return Err(VmError::Setup(vm.fail(e))),
         Err(_) => {
             return Err(VmError::Setup(

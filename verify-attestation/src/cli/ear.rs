@@ -218,8 +218,8 @@ pub fn claims(f: &RunFacts<'_>, iat: i64, build: &str) -> Value {
         "evidence_sha256".into(),
         hex::encode(f.evidence_sha256).into(),
     );
-    if let Some(t) = f.transcript_sha256 {
-        own.insert("transcript_sha256".into(), hex::encode(t).into());
+    if let Some(t) = f.transcript_sha384 {
+        own.insert("transcript_sha384".into(), hex::encode(t).into());
     }
     if let Some(v) = f.verdict() {
         own.insert("outcome".into(), v.outcome.as_str().into());
@@ -308,6 +308,7 @@ mod tests {
             set_signers: Vec::new(),
             nonce_checked: true,
             failures: Vec::new(),
+            transcript: Default::default(),
         }
     }
 
@@ -340,7 +341,7 @@ mod tests {
             claims: &claims,
             evidence: &ev,
             evidence_sha256: [0; 32],
-            transcript_sha256: None,
+            transcript_sha384: None,
             allow_debug,
         })
     }

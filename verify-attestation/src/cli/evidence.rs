@@ -147,6 +147,14 @@ pub struct PinArgs {
     /// The URL the repository was fetched from (`[repository] url`): the verdict's `repository.url`, exactly.
     #[arg(long, value_name = "URL")]
     pub repository: Option<String>,
+    /// Every connection the fence transcript records as let through by the egress proxy goes to one of these
+    /// (HOST or HOST:PORT; `[IPV6]:PORT`): comma-separated, and the flag may be repeated. Needs a transcript.
+    #[arg(long = "expect-egress-only", value_name = "HOST[:PORT],...", value_delimiter = ',', action = clap::ArgAction::Append, value_parser = verifier_lib::EgressPin::parse)]
+    pub expect_egress_only: Option<Vec<verifier_lib::EgressPin>>,
+    /// The fence transcript has a cut event that held (install PID 1 reaped, no process left) before the test
+    /// phase started. Needs a transcript (and an install phase: a job without one has no cut).
+    #[arg(long = "expect-cut")]
+    pub expect_cut: bool,
 }
 
 fn parse_outcome(s: &str) -> Result<Outcome, String> {
@@ -534,8 +542,8 @@ pub fn run(args: Args) -> ExitCode {
             claims: &claims,
             evidence: &v,
             evidence_sha256: Sha256::digest(&bytes).into(),
-            // The fence transcript's hash, once the verification result carries it.
-            transcript_sha256: None,
+            // The fence transcript's final chain hash, when the evidence carries one.
+            transcript_sha384: v.transcript.sha384,
             allow_debug: opts.shared.allow_debug,
         };
         match forms.write(&facts, time::OffsetDateTime::now_utc().unix_timestamp()) {
@@ -627,6 +635,8 @@ fn run_pins(a: &PinArgs) -> Result<RunPins, String> {
         expect_tests_ran: a.expect_tests_ran,
         min_failed: a.min_failed,
         repository: a.repository.clone(),
+        expect_egress_only: a.expect_egress_only.clone(),
+        expect_cut: a.expect_cut,
     })
 }
 

@@ -15,9 +15,9 @@ pub struct RunFacts<'a> {
     pub evidence: &'a EvidenceVerification,
     /// SHA-256 of the evidence file as received.
     pub evidence_sha256: [u8; 32],
-    /// SHA-256 of the run's fence transcript, when the evidence carries one and the verification checked it
-    /// (`None` until the transcript is part of the verification result: the field is then left out).
-    pub transcript_sha256: Option<[u8; 32]>,
+    /// The fence transcript's final chain hash (SHA-384, docs/transcript.md), when the evidence carries one
+    /// (`None` otherwise: the field is then left out).
+    pub transcript_sha384: Option<[u8; 48]>,
     /// The founder accepted a debug guest (`--allow-debug`): the host may read its memory.
     pub allow_debug: bool,
 }
@@ -45,7 +45,7 @@ impl<'a> RunFacts<'a> {
                 claims: &v.claims,
                 evidence: e,
                 evidence_sha256,
-                transcript_sha256: None,
+                transcript_sha384: None,
                 allow_debug,
             }),
             _ => Err(FactsError::NotEvidence),

@@ -156,8 +156,8 @@ pub fn statement(facts: &RunFacts<'_>, verifier: &str) -> Result<Value, Statemen
         "evidenceSha256".into(),
         hex::encode(facts.evidence_sha256).into(),
     );
-    if let Some(t) = facts.transcript_sha256 {
-        own.insert("transcriptSha256".into(), hex::encode(t).into());
+    if let Some(t) = facts.transcript_sha384 {
+        own.insert("transcriptSha384".into(), hex::encode(t).into());
     }
     own.insert("nonce".into(), hex::encode(&inputs.nonce).into());
     own.insert("verifier".into(), verifier.into());
@@ -248,6 +248,7 @@ mod tests {
             set_signers: Vec::new(),
             nonce_checked: true,
             failures: Vec::new(),
+            transcript: Default::default(),
         }
     }
 
@@ -265,7 +266,7 @@ mod tests {
             claims,
             evidence: ev,
             evidence_sha256: [0xEE; 32],
-            transcript_sha256: Some([0x7A; 32]),
+            transcript_sha384: Some([0x7A; 48]),
             allow_debug: false,
         }
     }
@@ -305,7 +306,7 @@ mod tests {
                    "annotations": {"paths": ["tests/"]}})
         );
         let own = &s["predicate"][EXTENSION_FIELD];
-        assert_eq!(own["transcriptSha256"], "7a".repeat(32));
+        assert_eq!(own["transcriptSha384"], "7a".repeat(32));
         assert_eq!(own["evidenceSha256"], "ee".repeat(32));
         assert_eq!(own["tee"], "tdx");
         assert_eq!(own["simulated"], false);

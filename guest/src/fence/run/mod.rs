@@ -23,6 +23,7 @@ pub use read_paths::READ_PATH_MAX_ENTRIES;
 use crate::fence::rundir::RunDir;
 use crate::fence::spec::{self, ForwardSpec};
 use crate::fence::{classify, fetch, home, repo};
+use attestation::transcript::{self, Event};
 use attestation::verdict::{
     ImageInfo, Inputs, InstallPhase, Outcome, RepositorySource, TestNetwork, TestPhase, Verdict,
 };
@@ -263,6 +264,12 @@ fn run_in(
             socket: socket.clone(),
         });
         opts.phase_starts("install");
+        let allow: Vec<String> = install.allow.iter().map(|a| a.to_string()).collect();
+        opts.record(Event::InstallStart {
+            command: install.command.clone(),
+            allowlist_sha256: transcript::allowlist_sha256(&allow),
+            allow,
+        });
         let run = ctx.phase(
             "install",
             &install.command,
@@ -272,6 +279,16 @@ fn run_in(
         );
         let egress = session.map(|s| s.finish()).unwrap_or_default();
         let _ = fs::remove_file(&socket);
+        // Each connection the proxy judged, in its order, once the proxy stopped (its byte counts known).
+        for e in &egress {
+            opts.record(Event::Egress {
+                host: e.host.clone(),
+                port: e.port,
+                allowed: e.allowed,
+                bytes_up: e.bytes_up,
+                bytes_down: e.bytes_down,
+            });
+        }
         verdict.install = Some(InstallPhase {
             command: install.command.clone(),
             source: "job".into(),
@@ -287,7 +304,13 @@ fn run_in(
         absorb(&mut verdict, &run);
         opts.phase_starts("cut");
         // The cut: the install namespace must be gone and every process of it dead before tests start.
-        if run.left_after_teardown > 0 || !run.report.namespace_dead {
+        let cut_held = run.left_after_teardown == 0 && run.report.namespace_dead;
+        opts.record(Event::Cut {
+            pid1_reaped: run.report.namespace_dead,
+            processes_left: run.left_after_teardown,
+            held: cut_held,
+        });
+        if !cut_held {
             verdict.findings.push(finding(
                 "cut",
                 "cut-not-verified",
@@ -388,6 +411,9 @@ fn run_in(
          phase's package caches and installed dependencies were moved (docs/fence.md, HOME across the cut)"
     });
     opts.phase_starts("test");
+    opts.record(Event::TestStart {
+        command: test_command.clone(),
+    });
     let run = test_ctx.phase("test", &test_command, job.test.timeout_seconds, None, cut);
     verdict.test = Some(TestPhase {
         command: test_command.clone(),
@@ -404,6 +430,13 @@ fn run_in(
     opts.phase_starts("classify");
 
     outcome::record_test_outcome(&mut verdict, job, &repo_dir, &run);
+    opts.record(Event::TestEnd {
+        exit_code: run.report.exit_code.map(i64::from),
+        signal: run.report.signal.map(i64::from),
+        passed: verdict.tests.as_ref().map(|c| c.passed),
+        failed: verdict.tests.as_ref().map(|c| c.failed),
+        skipped: verdict.tests.as_ref().map(|c| c.skipped),
+    });
     // What the tests ran is what the verdict signs: the protected paths hashed again now the phase is over.
     if let Some(p) = &protected {
         check_after_test(&mut verdict, p, &repo_dir, &dir.fs.join("protected-after"));

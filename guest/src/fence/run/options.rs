@@ -55,6 +55,9 @@ pub struct RunOptions {
     pub tests_dir: Option<PathBuf>,
     /// Told each phase as it starts ([`PhaseHook`]); `None`: nobody is told.
     pub on_phase: Option<PhaseHook>,
+    /// The fence transcript the run writes its events into (docs/transcript.md): intake's result, install
+    /// start, each egress connection, the cut, test start and end. `None`: no transcript is written.
+    pub transcript: Option<attestation::transcript::Recorder>,
 }
 
 /// A task's environment, built from its Dockerfile and converted into a read-only root file system.
@@ -153,6 +156,14 @@ impl RunOptions {
             task_image: None,
             tests_dir: None,
             on_phase: None,
+            transcript: None,
+        }
+    }
+
+    /// Writes `event` into the run's transcript, if any (before the step it announces takes effect).
+    pub fn record(&self, event: attestation::transcript::Event) {
+        if let Some(t) = &self.transcript {
+            t.record(event);
         }
     }
 
