@@ -306,7 +306,7 @@ mod tests {
                    "annotations": {"paths": ["tests/"]}})
         );
         let own = &s["predicate"][EXTENSION_FIELD];
-        assert_eq!(own["transcriptSha384"], "7a".repeat(32));
+        assert_eq!(own["transcriptSha384"], "7a".repeat(48));
         assert_eq!(own["evidenceSha256"], "ee".repeat(32));
         assert_eq!(own["tee"], "tdx");
         assert_eq!(own["simulated"], false);
