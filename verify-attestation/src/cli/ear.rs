@@ -286,7 +286,6 @@ mod tests {
 
     use attestation::evidence::TeeLabel;
     use attestation::verdict::{Inputs, Isolation, Outcome, Verdict};
-    use verifier_lib::evidence::ReportVerification;
     use verifier_lib::{Claim, EvidenceVerification};
 
     /// An evidence result of `label` (its failures do not matter to the vector, which reads the claim rows).
@@ -295,21 +294,7 @@ mod tests {
         simulated: bool,
         verdict: Option<Verdict>,
     ) -> EvidenceVerification {
-        EvidenceVerification {
-            label,
-            simulated,
-            report: ReportVerification::Unverified,
-            verdict,
-            measurement_pinned: true,
-            pinned_registers: Vec::new(),
-            outcome_pinned: false,
-            pins: Vec::new(),
-            failed_count_unpinned: false,
-            set_signers: Vec::new(),
-            nonce_checked: true,
-            failures: Vec::new(),
-            transcript: Default::default(),
-        }
+        crate::cli::run_facts::test_evidence(label, simulated, verdict)
     }
 
     /// Claim rows: every claim of `verifier_lib::output::CLAIMS` held unless named in `rows`.

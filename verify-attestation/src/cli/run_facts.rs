@@ -104,3 +104,28 @@ impl<'a> RunFacts<'a> {
             .collect()
     }
 }
+
+/// For the statement's and the EAR's unit tests: a verification result of `label` with every check held and
+/// nothing verified of the report (the writers read the verdict and the claim rows, not the report).
+#[cfg(test)]
+pub(crate) fn test_evidence(
+    label: attestation::evidence::TeeLabel,
+    simulated: bool,
+    verdict: Option<attestation::verdict::Verdict>,
+) -> EvidenceVerification {
+    EvidenceVerification {
+        label,
+        simulated,
+        report: verifier_lib::ReportVerification::Unverified,
+        verdict,
+        measurement_pinned: true,
+        pinned_registers: Vec::new(),
+        outcome_pinned: false,
+        pins: Vec::new(),
+        failed_count_unpinned: false,
+        set_signers: Vec::new(),
+        nonce_checked: true,
+        failures: Vec::new(),
+        transcript: Default::default(),
+    }
+}

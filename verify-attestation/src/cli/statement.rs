@@ -231,25 +231,10 @@ mod tests {
 
     use attestation::evidence::TeeLabel;
     use attestation::verdict::{Inputs, Isolation, Verdict};
-    use verifier_lib::evidence::ReportVerification;
     use verifier_lib::{Claim, ClaimStatus, EvidenceVerification};
 
     fn evidence(verdict: Verdict) -> EvidenceVerification {
-        EvidenceVerification {
-            label: TeeLabel::Tdx,
-            simulated: false,
-            report: ReportVerification::Unverified,
-            verdict: Some(verdict),
-            measurement_pinned: true,
-            pinned_registers: Vec::new(),
-            outcome_pinned: false,
-            pins: Vec::new(),
-            failed_count_unpinned: false,
-            set_signers: Vec::new(),
-            nonce_checked: true,
-            failures: Vec::new(),
-            transcript: Default::default(),
-        }
+        crate::cli::run_facts::test_evidence(TeeLabel::Tdx, false, Some(verdict))
     }
 
     fn claims(status: ClaimStatus) -> Vec<Claim> {
