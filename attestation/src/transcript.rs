@@ -244,6 +244,18 @@ fn deterministic(v: &Value) -> Result<Vec<u8>, TranscriptError> {
 }
 
 impl Event {
+    /// The `egress` event of one connection the verdict records (`install.egress`): what the agent writes, and
+    /// what a verifier compares the transcript's `egress` events with (the record's `reason` is not part of it).
+    pub fn egress(record: &crate::verdict::EgressRecord) -> Event {
+        Event::Egress {
+            host: record.host.clone(),
+            port: record.port,
+            allowed: record.allowed,
+            bytes_up: record.bytes_up,
+            bytes_down: record.bytes_down,
+        }
+    }
+
     /// The event's name (`agent-ready`, `egress`, ...).
     pub fn name(&self) -> &'static str {
         match self {

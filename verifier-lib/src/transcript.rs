@@ -280,28 +280,15 @@ pub(crate) fn verify(
             }
         }
         // Every connection the verdict records, and no other, in the same order.
-        let recorded: Vec<(String, u16, bool, u64, u64)> = v
+        let recorded: Vec<Event> = v
             .install
             .as_ref()
-            .map(|i| {
-                i.egress
-                    .iter()
-                    .map(|e| (e.host.clone(), e.port, e.allowed, e.bytes_up, e.bytes_down))
-                    .collect()
-            })
+            .map(|i| i.egress.iter().map(Event::egress).collect())
             .unwrap_or_default();
-        let written: Vec<(String, u16, bool, u64, u64)> = events
+        let written: Vec<Event> = events
             .iter()
-            .filter_map(|e| match e {
-                Event::Egress {
-                    host,
-                    port,
-                    allowed,
-                    bytes_up,
-                    bytes_down,
-                } => Some((host.clone(), *port, *allowed, *bytes_up, *bytes_down)),
-                _ => None,
-            })
+            .filter(|e| matches!(e, Event::Egress { .. }))
+            .cloned()
             .collect();
         if recorded != written {
             fail(

@@ -281,13 +281,7 @@ fn run_in(
         let _ = fs::remove_file(&socket);
         // Each connection the proxy judged, in its order, once the proxy stopped (its byte counts known).
         for e in &egress {
-            opts.record(Event::Egress {
-                host: e.host.clone(),
-                port: e.port,
-                allowed: e.allowed,
-                bytes_up: e.bytes_up,
-                bytes_down: e.bytes_down,
-            });
+            opts.record(Event::egress(e));
         }
         verdict.install = Some(InstallPhase {
             command: install.command.clone(),
