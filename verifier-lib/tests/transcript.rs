@@ -41,6 +41,10 @@ fn egress() -> Vec<EgressRecord> {
 }
 
 fn verdict() -> Verdict {
+    verdict_with(egress())
+}
+
+fn verdict_with(egress: Vec<EgressRecord>) -> Verdict {
     let inputs = Inputs {
         nonce: NONCE.to_vec(),
         ..Inputs::default()
@@ -49,7 +53,7 @@ fn verdict() -> Verdict {
     v.install = Some(InstallPhase {
         command: "make deps".into(),
         source: "job".into(),
-        egress: egress(),
+        egress,
         ..InstallPhase::default()
     });
     v
@@ -57,6 +61,10 @@ fn verdict() -> Verdict {
 
 /// The run's events after the first report, as the fence writes them.
 fn run_events(r: &Recorder) {
+    run_events_with(r, egress())
+}
+
+fn run_events_with(r: &Recorder, egress: Vec<EgressRecord>) {
     r.record(Event::Intake {
         accepted: true,
         job_sha256: None,
@@ -67,14 +75,8 @@ fn run_events(r: &Recorder) {
         allowlist_sha256: transcript::allowlist_sha256(&["registry.example:443".into()]),
         allow: vec!["registry.example:443".into()],
     });
-    for e in egress() {
-        r.record(Event::Egress {
-            host: e.host,
-            port: e.port,
-            allowed: e.allowed,
-            bytes_up: e.bytes_up,
-            bytes_down: e.bytes_down,
-        });
+    for e in &egress {
+        r.record(Event::egress(e));
     }
     r.record(Event::Cut {
         pid1_reaped: true,
@@ -106,12 +108,18 @@ fn opening(r: &Recorder) {
 }
 
 fn sealed(tee: &dyn Tee, r: &Recorder) -> Evidence {
+    sealed_with(tee, r, egress())
+}
+
+fn sealed_with(tee: &dyn Tee, r: &Recorder, egress: Vec<EgressRecord>) -> Evidence {
     opening(r);
     let session = attestation::session::KeyFirst::new()
         .begin_recorded(tee, &NONCE, Some(r))
         .expect("begin");
-    run_events(r);
-    let (ev, why) = session.seal_anchored(tee, &verdict(), r).expect("seal");
+    run_events_with(r, egress.clone());
+    let (ev, why) = session
+        .seal_anchored(tee, &verdict_with(egress), r)
+        .expect("seal");
     assert_eq!(why, None);
     Evidence::from_cbor(&ev.to_cbor().expect("enc")).expect("dec")
 }
@@ -376,6 +384,46 @@ fn the_job_header_must_be_the_launchs() {
         transcript_failures(&v)
             .iter()
             .any(|f| f.contains("job in the launch") && f.contains("HOST_DATA")),
+        "{:?}",
+        v.failures
+    );
+}
+
+/// A contributor's install phase that fills the proxy's log (`ProxyLimits::max_log_records`) before reaching
+/// another host the job allows: the proxy then records only how many attempts it did not log, so
+/// `--expect-egress-only` cannot hold, though every logged connection lies within the list.
+#[test]
+fn the_egress_pin_fails_when_the_proxys_log_overflowed() {
+    let mut records = vec![egress()[0].clone()];
+    // What guest::fence::proxy appends when it stopped logging.
+    records.push(EgressRecord {
+        host: String::new(),
+        port: 0,
+        allowed: false,
+        reason: "1 further attempts not logged (log limit 1 reached)".into(),
+        bytes_up: 0,
+        bytes_down: 0,
+    });
+    let dir = tempfile::tempdir().expect("tmp");
+    let tee = SimSnpTee::new(
+        SimPsp::new(dir.path(), Product::Milan).expect("psp"),
+        process_launch_measurement(b"agent"),
+    );
+    let ev = sealed_with(&tee, &Recorder::new(), records);
+    let mut o = opts();
+    o.pins.expect_egress_only = Some(vec![EgressPin::parse("registry.example:443").expect("pin")]);
+    let v = verify_evidence(&ev, &o);
+    let pin = v
+        .failures
+        .iter()
+        .find(|f| f.check == checks::PIN_EGRESS_ONLY)
+        .unwrap_or_else(|| panic!("the pin held: {:?}", v.transcript.pins));
+    assert!(pin.to_string().contains("log overflowed"), "{pin}");
+    // The transcript itself is sound: only the pin fails.
+    assert!(
+        v.failures
+            .iter()
+            .all(|f| f.check == checks::PIN_EGRESS_ONLY),
         "{:?}",
         v.failures
     );
